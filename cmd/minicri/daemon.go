@@ -1,0 +1,180 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+
+	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/server"
+)
+
+// runDaemon serves the CRI until SIGTERM or SIGINT. Containers are never
+// touched on the way out: they belong to their monitors, and a restarted
+// daemon picks them up again.
+func runDaemon(cfg config.Config) error {
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	for _, dir := range []string{cfg.Root, cfg.RunDir, filepath.Dir(cfg.Listen)} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	lock, err := lockStateRoot(cfg.Root)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+
+	srv, err := server.New(server.Options{Config: cfg, Version: version, Log: log})
+	if err != nil {
+		return fmt.Errorf("start server: %w", err)
+	}
+	defer srv.Close()
+
+	listener, err := listenSocket(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(server.UnaryInterceptor(log)),
+		grpc.ChainStreamInterceptor(server.StreamInterceptor(log)),
+		// The kubelet sends big ListContainers answers back and forth on busy
+		// nodes; 16 MiB is what it allows itself.
+		grpc.MaxRecvMsgSize(16<<20),
+		grpc.MaxSendMsgSize(16<<20),
+	)
+	srv.Register(g)
+
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(listener) }()
+	log.WithFields(logrus.Fields{"socket": cfg.Listen, "root": cfg.Root, "version": version}).Info("minicri serving")
+	notifySystemd("READY=1")
+
+	select {
+	case sig := <-signals:
+		log.WithField("signal", sig.String()).Info("shutting down: no new calls, waiting for in-flight ones")
+		notifySystemd("STOPPING=1")
+		gracefulStop(g, cfg.ShutdownTimeout.Std(), log)
+	case err := <-served:
+		if err != nil {
+			return fmt.Errorf("serve %s: %w", cfg.Listen, err)
+		}
+	}
+	_ = os.Remove(cfg.Listen)
+	log.Info("minicri stopped")
+	return nil
+}
+
+// gracefulStop lets in-flight calls finish, but not for longer than timeout.
+func gracefulStop(g *grpc.Server, timeout time.Duration, log *logrus.Entry) {
+	done := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		log.WithField("timeout", timeout.String()).Warn("in-flight calls still running at the shutdown timeout; closing them")
+		g.Stop()
+	}
+}
+
+func newLogger(cfg config.Config) (*logrus.Entry, error) {
+	logger := logrus.New()
+	logger.SetOutput(os.Stderr)
+	level, err := logrus.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("log_level: %w", err)
+	}
+	logger.SetLevel(level)
+	if cfg.LogFormat == "json" {
+		logger.SetFormatter(&logrus.JSONFormatter{TimestampFormat: time.RFC3339Nano})
+	} else {
+		logger.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: time.RFC3339Nano})
+	}
+	return logrus.NewEntry(logger), nil
+}
+
+// lockStateRoot takes an exclusive lock on the state root for the life of the
+// process: two daemons on one root would corrupt each other's records. The
+// kernel drops the lock when the process dies, so a crash leaves no stale lock.
+func lockStateRoot(root string) (*os.File, error) {
+	path := filepath.Join(root, "minicri.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another minicri (pid %s) is using the state root %s; stop it first or choose another --root",
+				strings.TrimSpace(string(holder)), root)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// listenSocket listens on the CRI socket, replacing a stale socket file left
+// by a daemon that died, but never one that a live server still answers on.
+func listenSocket(path string) (net.Listener, error) {
+	if _, err := os.Lstat(path); err == nil {
+		conn, dialErr := net.DialTimeout("unix", path, time.Second)
+		if dialErr == nil {
+			conn.Close()
+			return nil, fmt.Errorf("socket %s is in use by another server", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("remove stale socket: %w", err)
+		}
+	}
+	// Create the socket with 0660 from the start: a chmod after listen would
+	// leave a moment where it is wider than that.
+	old := unix.Umask(0o117)
+	l, err := net.Listen("unix", path)
+	unix.Umask(old)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	return l, nil
+}
+
+// notifySystemd tells systemd (Type=notify) about the daemon's state; without
+// NOTIFY_SOCKET it does nothing.
+func notifySystemd(state string) {
+	addr := os.Getenv("NOTIFY_SOCKET")
+	if addr == "" {
+		return
+	}
+	if strings.HasPrefix(addr, "@") {
+		addr = "\x00" + addr[1:]
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: addr, Net: "unixgram"})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	_, _ = conn.Write([]byte(state))
+}
+

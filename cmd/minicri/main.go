@@ -1,0 +1,125 @@
+// Command minicri is a Kubernetes container runtime: a CRI server on a unix
+// socket that runs pods and containers with an OCI runtime (runc by default).
+// With no subcommand it runs the daemon; the subcommands are for operators.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/minicri/minicri/config"
+)
+
+// version is set at build time: -ldflags "-X main.version=..."
+var version = "0.1.0-dev"
+
+const intro = `minicri is a small Kubernetes container runtime (CRI) for Linux nodes.
+
+Usage:
+  minicri [flags]            run the daemon (as root); point the kubelet's
+                             --container-runtime-endpoint at unix://LISTEN
+  minicri config [flags]     print the effective configuration as a commented TOML file
+                             (with no flags: the built-in defaults, a file to start from)
+  minicri version            print the version
+  minicri help               this text
+
+Configuration comes from defaults, then the file given by --config (default
+` + config.DefaultPath + `), then flags; flags win. Every scalar key of
+the file has a flag of the same name with dashes: run_dir → --run-dir,
+streaming.port → --streaming-port. Tables of named entries (runtime handlers,
+registry mirrors) are set in the file only.
+
+Flags:
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := ""
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "":
+		return runDaemonCommand(args, stderr)
+	case "config":
+		return runConfigCommand(args, stdout, stderr)
+	case "version":
+		fmt.Fprintf(stdout, "minicri %s (CRI %s)\n", version, "v1")
+		return 0
+	case "help":
+		fs, _ := newFlagSet(stderr)
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	default:
+		fmt.Fprintf(stderr, "minicri: unknown command %q (try minicri --help)\n", cmd)
+		return 2
+	}
+}
+
+// newFlagSet makes the flag set shared by the daemon and `minicri config`.
+func newFlagSet(out io.Writer) (*flag.FlagSet, *config.Flags) {
+	fs := flag.NewFlagSet("minicri", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var flags config.Flags
+	flags.Register(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), intro)
+		fs.VisitAll(func(f *flag.Flag) {
+			name, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(fs.Output(), "  --%s %s\n    \t%s\n", f.Name, name, usage)
+		})
+	}
+	return fs, &flags
+}
+
+// parseConfig parses flags and loads the configuration they point at.
+// ok=false means the caller should exit with code.
+func parseConfig(args []string, stderr io.Writer) (cfg config.Config, code int, ok bool) {
+	fs, flags := newFlagSet(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, 0, false
+		}
+		return cfg, 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "minicri: unexpected argument %q (try minicri --help)\n", fs.Arg(0))
+		return cfg, 2, false
+	}
+	cfg, err := flags.Load()
+	if err != nil {
+		fmt.Fprintf(stderr, "minicri: %v\n", err)
+		return cfg, 1, false
+	}
+	return cfg, 0, true
+}
+
+func runConfigCommand(args []string, stdout, stderr io.Writer) int {
+	cfg, code, ok := parseConfig(args, stderr)
+	if !ok {
+		return code
+	}
+	fmt.Fprint(stdout, config.Render(cfg))
+	return 0
+}
+
+func runDaemonCommand(args []string, stderr io.Writer) int {
+	cfg, code, ok := parseConfig(args, stderr)
+	if !ok {
+		return code
+	}
+	if err := runDaemon(cfg); err != nil {
+		fmt.Fprintf(stderr, "minicri: %v\n", err)
+		return 1
+	}
+	return 0
+}

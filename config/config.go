@@ -1,0 +1,189 @@
+// Package config holds minicri's configuration: its schema with the defaults a
+// user gets with no file, loading from a TOML file, command-line flags that
+// override the file, and validation that names the offending key.
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config is the whole configuration. Every field carries its TOML key and a
+// comment: the comment is printed by `minicri config` and shown by --help, so
+// it is written for a node operator.
+type Config struct {
+	Listen          string   `toml:"listen" comment:"Unix socket the CRI gRPC server listens on (mode 0660)."`
+	Root            string   `toml:"root" comment:"State root: records of pods and containers, images, layers. Kept across reboots."`
+	RunDir          string   `toml:"run_dir" comment:"Run dir: pinned namespaces, monitor sockets, runtime state. Lost at reboot, as it should be."`
+	LogLevel        string   `toml:"log_level" comment:"Daemon log level: trace, debug, info, warn, error. debug logs one line per RPC with its duration."`
+	LogFormat       string   `toml:"log_format" comment:"Daemon log format: text or json."`
+	CgroupDriver    string   `toml:"cgroup_driver" comment:"Cgroup driver, the same as the kubelet's --cgroup-driver: cgroupfs or systemd."`
+	ShutdownTimeout Duration `toml:"shutdown_timeout" comment:"On SIGTERM/SIGINT, how long in-flight calls may run before the daemon exits anyway. Containers are never touched."`
+
+	Runtime   RuntimeConfig   `toml:"runtime" comment:"OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under [runtime.handlers.NAME]."`
+	Streaming StreamingConfig `toml:"streaming" comment:"The streaming server that serves exec, attach and port-forward to the kubelet."`
+	CNI       CNIConfig       `toml:"cni" comment:"Pod networking with CNI plugins."`
+	Image     ImageConfig     `toml:"image" comment:"Image pulls and registries."`
+}
+
+// RuntimeConfig chooses the OCI runtime per runtime handler.
+type RuntimeConfig struct {
+	DefaultHandler string                    `toml:"default_handler" comment:"Handler used when a pod names none (RuntimeClass unset)."`
+	MonitorPath    string                    `toml:"monitor_path" comment:"Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH."`
+	Handlers       map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
+}
+
+// RuntimeHandler is one OCI runtime binary and its state directory.
+type RuntimeHandler struct {
+	Path string `toml:"path" comment:"OCI runtime binary; a bare name is looked up in PATH."`
+	Root string `toml:"root" comment:"The runtime's own state directory (its --root); empty means RUN_DIR/runtime/NAME."`
+}
+
+// StreamingConfig places the exec/attach/port-forward server.
+type StreamingConfig struct {
+	Address string `toml:"address" comment:"Address the streaming server binds. The kubelet proxies to it, so loopback is the safe default."`
+	Port    int    `toml:"port" comment:"Port of the streaming server; 0 picks a free port at start."`
+	TLSCert string `toml:"tls_cert" comment:"PEM certificate for the streaming server; empty serves plain HTTP (fine on loopback)."`
+	TLSKey  string `toml:"tls_key" comment:"PEM private key matching tls_cert."`
+}
+
+// CNIConfig finds the network configuration and plugins.
+type CNIConfig struct {
+	ConfDir string   `toml:"conf_dir" comment:"Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is used."`
+	BinDirs []string `toml:"bin_dirs" comment:"Directories searched for CNI plugin binaries, in order."`
+}
+
+// ImageConfig tunes pulls and names registry mirrors.
+type ImageConfig struct {
+	PullTimeout            Duration                  `toml:"pull_timeout" comment:"A pull that takes longer than this is cancelled; 0 means no limit."`
+	MaxConcurrentDownloads int                       `toml:"max_concurrent_downloads" comment:"Layers downloaded at once by one pull."`
+	Registries             map[string]RegistryConfig `toml:"registries" comment:"Per registry host: [image.registries.\"HOST\"] with mirrors = [...] and insecure = true|false."`
+}
+
+// RegistryConfig is what a node knows about one registry host.
+type RegistryConfig struct {
+	Mirrors  []string `toml:"mirrors" comment:"Endpoints tried in order before the registry itself."`
+	Insecure bool     `toml:"insecure" comment:"Allow plain HTTP and skip TLS verification for this host."`
+}
+
+// Default returns the configuration a user gets with no file and no flags.
+func Default() Config {
+	return Config{
+		Listen:          "/run/minicri/minicri.sock",
+		Root:            "/var/lib/minicri",
+		RunDir:          "/run/minicri",
+		LogLevel:        "info",
+		LogFormat:       "text",
+		CgroupDriver:    "cgroupfs",
+		ShutdownTimeout: Duration(10 * time.Second),
+		Runtime: RuntimeConfig{
+			DefaultHandler: "runc",
+			MonitorPath:    "minicri-conmon",
+			Handlers: map[string]RuntimeHandler{
+				"runc": {Path: "runc"},
+				"crun": {Path: "crun"},
+			},
+		},
+		Streaming: StreamingConfig{Address: "127.0.0.1"},
+		CNI: CNIConfig{
+			ConfDir: "/etc/cni/net.d",
+			BinDirs: []string{"/opt/cni/bin", "/usr/lib/cni"},
+		},
+		Image: ImageConfig{
+			PullTimeout:            Duration(10 * time.Minute),
+			MaxConcurrentDownloads: 3,
+			Registries:             map[string]RegistryConfig{},
+		},
+	}
+}
+
+// Duration is a time.Duration written as "10s" or "5m" in TOML and flags.
+type Duration time.Duration
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("not a duration (e.g. 10s, 5m): %q", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes the duration as Go does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// Std returns the value as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }
+
+// InvalidError is a bad value for a named key.
+type InvalidError struct {
+	Key    string
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return fmt.Sprintf("config key %q: %s", e.Key, e.Reason) }
+
+// Validate checks values that the types alone cannot; each error names its key.
+func (c *Config) Validate() error {
+	oneOf := func(key, v string, allowed ...string) error {
+		for _, a := range allowed {
+			if v == a {
+				return nil
+			}
+		}
+		return &InvalidError{key, fmt.Sprintf("%q is not one of %s", v, strings.Join(allowed, ", "))}
+	}
+	absolute := func(key, p string) error {
+		if !filepath.IsAbs(p) {
+			return &InvalidError{key, fmt.Sprintf("%q must be an absolute path", p)}
+		}
+		return nil
+	}
+	checks := []error{
+		absolute("listen", c.Listen),
+		absolute("root", c.Root),
+		absolute("run_dir", c.RunDir),
+		absolute("cni.conf_dir", c.CNI.ConfDir),
+		oneOf("log_level", c.LogLevel, "trace", "debug", "info", "warn", "error"),
+		oneOf("log_format", c.LogFormat, "text", "json"),
+		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),
+	}
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	if len(c.Listen) > 107 {
+		return &InvalidError{"listen", "a unix socket path must be shorter than 108 bytes"}
+	}
+	if c.ShutdownTimeout < 0 {
+		return &InvalidError{"shutdown_timeout", "must not be negative"}
+	}
+	if c.Streaming.Port < 0 || c.Streaming.Port > 65535 {
+		return &InvalidError{"streaming.port", fmt.Sprintf("%d is not a port (0-65535)", c.Streaming.Port)}
+	}
+	if (c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == "") {
+		return &InvalidError{"streaming.tls_cert", "tls_cert and tls_key must be set together"}
+	}
+	if c.Image.MaxConcurrentDownloads < 1 {
+		return &InvalidError{"image.max_concurrent_downloads", "must be at least 1"}
+	}
+	if c.Image.PullTimeout < 0 {
+		return &InvalidError{"image.pull_timeout", "must not be negative"}
+	}
+	if _, ok := c.Runtime.Handlers[c.Runtime.DefaultHandler]; !ok {
+		return &InvalidError{"runtime.default_handler", fmt.Sprintf("%q has no [runtime.handlers.%s] table", c.Runtime.DefaultHandler, c.Runtime.DefaultHandler)}
+	}
+	for name, h := range c.Runtime.Handlers {
+		if h.Path == "" {
+			return &InvalidError{"runtime.handlers." + name + ".path", "must not be empty"}
+		}
+		if err := absolute("runtime.handlers."+name+".root", h.Root); err != nil {
+			return err
+		}
+	}
+	return nil
+}

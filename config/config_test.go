@@ -1,0 +1,180 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// load parses args as the daemon does and loads the result.
+func load(t *testing.T, args ...string) (Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("minicri", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f Flags
+	f.Register(fs)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	return f.Load()
+}
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "minicri.toml")
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsWithoutFile(t *testing.T) {
+	cfg, err := load(t, "--config", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Listen, "/run/minicri/minicri.sock"; got != want {
+		t.Errorf("listen = %q, want %q", got, want)
+	}
+	if got, want := cfg.CgroupDriver, "cgroupfs"; got != want {
+		t.Errorf("cgroup_driver = %q, want %q", got, want)
+	}
+	if got, want := cfg.Runtime.Handlers["runc"].Root, "/run/minicri/runtime/runc"; got != want {
+		t.Errorf("runc root = %q, want %q (derived from run_dir)", got, want)
+	}
+}
+
+func TestFileThenFlags(t *testing.T) {
+	path := writeFile(t, `
+root = "/srv/minicri"
+log_level = "debug"
+[streaming]
+port = 10010
+[image]
+pull_timeout = "2m"
+[image.registries."127.0.0.1:5000"]
+mirrors = ["http://127.0.0.1:5001"]
+insecure = true
+`)
+	cfg, err := load(t, "--config", path, "--log-level", "warn", "--cni-bin-dirs", "/a,/b", "--run-dir", "/run/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"root from file", cfg.Root, "/srv/minicri"},
+		{"log_level: flag wins over file", cfg.LogLevel, "warn"},
+		{"streaming.port from file", cfg.Streaming.Port, 10010},
+		{"image.pull_timeout from file", cfg.Image.PullTimeout.Std(), 2 * time.Minute},
+		{"cni.bin_dirs from flag", cfg.CNI.BinDirs, []string{"/a", "/b"}},
+		{"registry mirror", cfg.Image.Registries["127.0.0.1:5000"].Mirrors, []string{"http://127.0.0.1:5001"}},
+		{"registry insecure", cfg.Image.Registries["127.0.0.1:5000"].Insecure, true},
+		{"handler root follows --run-dir", cfg.Runtime.Handlers["runc"].Root, "/run/x/runtime/runc"},
+		{"untouched default", cfg.LogFormat, "text"},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestBadConfigNamesTheKey(t *testing.T) {
+	cases := []struct {
+		name string
+		file string
+		args []string
+		want string
+	}{
+		{"unknown key", "lisen = \"/x\"\n", nil, `"lisen"`},
+		{"unknown nested key", "[streaming]\nprot = 1\n", nil, `"streaming.prot"`},
+		{"wrong type", "streaming = 3\n", nil, "streaming"},
+		{"bad enum in file", "cgroup_driver = \"cgroupv3\"\n", nil, `"cgroup_driver"`},
+		{"bad duration in file", "shutdown_timeout = \"soon\"\n", nil, "shutdown_timeout"},
+		{"relative root", "root = \"var/lib\"\n", nil, `"root"`},
+		{"port out of range", "", []string{"--streaming-port", "70000"}, `"streaming.port"`},
+		{"flag not an integer", "", []string{"--streaming-port", "ten"}, "--streaming-port"},
+		{"bad enum flag", "", []string{"--log-format", "xml"}, `"log_format"`},
+		{"default handler missing", "[runtime]\ndefault_handler = \"kata\"\n", nil, `"runtime.default_handler"`},
+		{"tls half set", "[streaming]\ntls_cert = \"/c.pem\"\n", nil, "tls_cert"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"--config", writeFile(t, c.file)}, c.args...)
+			_, err := load(t, args...)
+			if err == nil {
+				t.Fatalf("config accepted, want an error naming %s", c.want)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %q does not name %s", err, c.want)
+			}
+		})
+	}
+}
+
+func TestExplicitMissingFileIsAnError(t *testing.T) {
+	_, err := load(t, "--config", filepath.Join(t.TempDir(), "nope.toml"))
+	if err == nil {
+		t.Fatal("a --config that does not exist was accepted")
+	}
+}
+
+func TestFileHandlersReplaceDefaults(t *testing.T) {
+	path := writeFile(t, "[runtime.handlers.runc]\npath = \"/usr/sbin/runc\"\n")
+	cfg, err := load(t, "--config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cfg.Runtime.Handlers["crun"]; ok {
+		t.Error("crun handler kept although the file lists only runc")
+	}
+	if got := cfg.Runtime.Handlers["runc"]; got.Path != "/usr/sbin/runc" || got.Root != "/run/minicri/runtime/runc" {
+		t.Errorf("runc handler = %+v", got)
+	}
+}
+
+// The printed default config is a valid file that loads back to the defaults,
+// and every key in it carries a comment.
+func TestRenderRoundTrip(t *testing.T) {
+	text := Render(Default())
+	cfg, err := load(t, "--config", writeFile(t, text))
+	if err != nil {
+		t.Fatalf("rendered config does not load: %v\n%s", err, text)
+	}
+	want, _ := load(t, "--config", "")
+	if !reflect.DeepEqual(cfg, want) {
+		t.Fatalf("round trip changed the config:\n got %+v\nwant %+v", cfg, want)
+	}
+	lines := strings.Split(text, "\n")
+	for i, line := range lines {
+		isKey := strings.Contains(line, " = ") && !strings.HasPrefix(line, "#")
+		isTable := strings.HasPrefix(line, "[") && !strings.Contains(line, "\"")
+		if (isKey || isTable) && (i == 0 || !strings.HasPrefix(lines[i-1], "#")) {
+			t.Errorf("line %d %q has no comment above it", i+1, line)
+		}
+	}
+}
+
+func TestEveryScalarKeyIsAFlag(t *testing.T) {
+	fs := flag.NewFlagSet("minicri", flag.ContinueOnError)
+	var f Flags
+	f.Register(fs)
+	def := Default()
+	for _, l := range leaves(reflect.ValueOf(&def).Elem(), "") {
+		if fs.Lookup(FlagName(l.key)) == nil {
+			t.Errorf("key %s has no flag --%s", l.key, FlagName(l.key))
+		}
+	}
+	for _, name := range []string{"config", "listen", "root", "run-dir", "log-level"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("flag --%s missing", name)
+		}
+	}
+}

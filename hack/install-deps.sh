@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs the Debian packages minicri and its tests need, only those missing.
+# Package installs must not start services: docker-registry would otherwise
+# start a registry listening on every address. A temporary policy-rc.d that
+# exits 101 blocks service starts; it is removed again only if we made it.
+set -euo pipefail
+
+packages=(
+	runc                         # the default OCI runtime
+	crun                         # the optional OCI runtime (runtime handler "crun")
+	containernetworking-plugins  # bridge, host-local, loopback, portmap CNI plugins
+	iptables                     # used by the bridge and portmap plugins
+	iproute2                     # ip netns, used by tests to inspect namespaces
+	busybox-static               # the tests build their images from /bin/busybox
+	docker-registry              # a real registry the tests start on 127.0.0.1
+	apache2-utils                # htpasswd, for the registry auth tests
+	conmon                       # C conmon, only measured side by side in make bench
+)
+
+missing=()
+for p in "${packages[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		missing+=("$p")
+	fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+	echo "install-deps: missing Debian packages ${missing[*]}; run as root to install them" >&2
+	exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+policy=/usr/sbin/policy-rc.d
+made_policy=
+if [ ! -e "$policy" ]; then
+	printf '#!/bin/sh\nexit 101\n' >"$policy"
+	chmod 0755 "$policy"
+	made_policy=1
+fi
+cleanup() { if [ -n "$made_policy" ]; then rm -f "$policy"; fi; }
+trap cleanup EXIT
+
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null; then
+	# A machine whose package lists were never fetched cannot resolve the names.
+	apt-get update -q </dev/null
+	apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+fi

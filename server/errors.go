@@ -1,0 +1,48 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// errInvalid marks a malformed request; invalidf names the field.
+var errInvalid = errors.New("invalid argument")
+
+func invalidf(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", errInvalid, field, fmt.Sprintf(format, args...))
+}
+
+// codeMappings lists, in order, which wrapped error becomes which gRPC code.
+// The packages below server/ return plain wrapped errors and sentinels; this
+// is the one place where they meet gRPC codes.
+var codeMappings = []struct {
+	target error
+	code   codes.Code
+}{
+	{errInvalid, codes.InvalidArgument},
+	{context.DeadlineExceeded, codes.DeadlineExceeded},
+	{context.Canceled, codes.Canceled},
+	{os.ErrNotExist, codes.NotFound},
+}
+
+// toStatus turns an error into a gRPC status error. Errors that already carry
+// a status keep it; unknown errors are Internal.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, m := range codeMappings {
+		if errors.Is(err, m.target) {
+			return status.Error(m.code, err.Error())
+		}
+	}
+	return status.Error(codes.Internal, err.Error())
+}

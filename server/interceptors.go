@@ -1,0 +1,77 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// UnaryInterceptor logs each call (debug, with its duration; errors at error
+// level with the IDs they concern) and turns a panic in a handler into
+// codes.Internal so that one bad request cannot take the node's runtime down.
+func UnaryInterceptor(log *logrus.Entry) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		start := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				err = panicError(log, info.FullMethod, p)
+			}
+			logCall(log, info.FullMethod, req, time.Since(start), err)
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor does for streaming RPCs what UnaryInterceptor does.
+func StreamInterceptor(log *logrus.Entry) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		start := time.Now()
+		defer func() {
+			if p := recover(); p != nil {
+				err = panicError(log, info.FullMethod, p)
+			}
+			logCall(log, info.FullMethod, nil, time.Since(start), err)
+		}()
+		return handler(srv, ss)
+	}
+}
+
+func panicError(log *logrus.Entry, method string, p any) error {
+	log.WithField("method", method).Errorf("panic in handler: %v\n%s", p, debug.Stack())
+	return status.Errorf(codes.Internal, "%s: internal error: %v", method, p)
+}
+
+// requestIDs are the IDs a request names, for log fields.
+func requestIDs(req any) logrus.Fields {
+	fields := logrus.Fields{}
+	if r, ok := req.(interface{ GetContainerId() string }); ok && r.GetContainerId() != "" {
+		fields["container"] = r.GetContainerId()
+	}
+	if r, ok := req.(interface{ GetPodSandboxId() string }); ok && r.GetPodSandboxId() != "" {
+		fields["pod"] = r.GetPodSandboxId()
+	}
+	return fields
+}
+
+func logCall(log *logrus.Entry, method string, req any, took time.Duration, err error) {
+	entry := log.WithFields(requestIDs(req)).WithField("method", method).WithField("took", took.Round(time.Microsecond).String())
+	if err == nil {
+		entry.Debug("call")
+		return
+	}
+	code := status.Code(err)
+	entry = entry.WithField("code", code.String()).WithError(err)
+	switch code {
+	case codes.NotFound, codes.Unimplemented, codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition, codes.Canceled:
+		// The caller's mistake or a retry of the kubelet's: worth a line, not an alarm.
+		entry.Info("call failed")
+	default:
+		entry.Error(fmt.Sprintf("call failed: %v", err))
+	}
+}

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Status reports whether the runtime and the pod network are ready. The
+// kubelet marks the node NotReady while either condition is false, so each
+// false condition carries a reason an operator can act on.
+func (s *Server) Status(ctx context.Context, req *runtime.StatusRequest) (*runtime.StatusResponse, error) {
+	runtimeReady := &runtime.RuntimeCondition{Type: runtime.RuntimeReady, Status: true}
+	networkReady := &runtime.RuntimeCondition{Type: runtime.NetworkReady, Status: true}
+	if err := s.networkReady(); err != nil {
+		networkReady.Status = false
+		networkReady.Reason = "NetworkPluginNotReady"
+		networkReady.Message = err.Error()
+	}
+	resp := &runtime.StatusResponse{
+		Status:          &runtime.RuntimeStatus{Conditions: []*runtime.RuntimeCondition{runtimeReady, networkReady}},
+		RuntimeHandlers: s.runtimeHandlers(),
+	}
+	if req.GetVerbose() {
+		info, err := s.statusInfo()
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		resp.Info = info
+	}
+	return resp, nil
+}
+
+// networkReady says why pods cannot get a network, or nil.
+func (s *Server) networkReady() error {
+	dir := s.cfg.CNI.ConfDir
+	for _, pattern := range []string{"*.conflist", "*.conf", "*.json"} {
+		if matches, _ := filepath.Glob(filepath.Join(dir, pattern)); len(matches) > 0 {
+			return nil
+		}
+	}
+	if _, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("no CNI configuration: %w", err)
+	}
+	return fmt.Errorf("no CNI configuration file (.conflist, .conf, .json) in %s", dir)
+}
+
+func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {
+	names := make([]string, 0, len(s.cfg.Runtime.Handlers))
+	for name := range s.cfg.Runtime.Handlers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	handlers := []*runtime.RuntimeHandler{{Name: "", Features: &runtime.RuntimeHandlerFeatures{}}}
+	for _, name := range names {
+		handlers = append(handlers, &runtime.RuntimeHandler{Name: name, Features: &runtime.RuntimeHandlerFeatures{}})
+	}
+	return handlers
+}
+
+// statusInfo is the verbose part of Status: JSON values, as crictl info shows them.
+func (s *Server) statusInfo() (map[string]string, error) {
+	cfg, err := json.Marshal(s.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("encode config: %w", err)
+	}
+	return map[string]string{"config": string(cfg)}, nil
+}

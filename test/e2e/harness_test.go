@@ -1,0 +1,298 @@
+//go:build e2e
+
+// Package e2e runs the real minicri daemon binary, with real runc, and talks
+// to it with the kubelet's own CRI client (k8s.io/cri-client). Each test gets
+// its own daemon with its own state root, run dir and socket, so tests and
+// whole runs never collide. Run with: go test -tags e2e ./test/e2e/ (as root).
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	internalapi "k8s.io/cri-api/pkg/apis"
+	remote "k8s.io/cri-client/pkg"
+)
+
+// binDir holds the minicri binaries under test: $MINICRI_BIN_DIR when set (the
+// Makefile builds them once), otherwise built by TestMain into a temp dir.
+var binDir string
+
+// tmpPrefix names every temp dir of this run, so that the leak check at the
+// end can find anything of ours left behind.
+var tmpPrefix = fmt.Sprintf("mcri-e2e-%d-", os.Getpid())
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "e2e: skipped, these tests run the daemon for real and need root")
+		return 0
+	}
+	binDir = os.Getenv("MINICRI_BIN_DIR")
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", tmpPrefix+"bin-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if err := buildBinaries(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		binDir = dir
+	}
+	code := m.Run()
+	if leaks := findLeaks(); len(leaks) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: the suite left things behind:\n  %s\n", strings.Join(leaks, "\n  "))
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func buildBinaries(dir string) error {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		return err
+	}
+	for _, pkg := range []string{"./cmd/minicri", "./cmd/minicri-conmon"} {
+		if _, err := os.Stat(filepath.Join(root, pkg)); err != nil {
+			continue
+		}
+		cmd := exec.Command("go", "build", "-o", dir, pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return nil
+}
+
+// findLeaks lists mounts and processes that still refer to this run's temp dirs.
+func findLeaks() []string {
+	var leaks []string
+	if mounts, err := os.ReadFile("/proc/self/mounts"); err == nil {
+		for _, line := range strings.Split(string(mounts), "\n") {
+			if strings.Contains(line, tmpPrefix) {
+				leaks = append(leaks, "mount: "+line)
+			}
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		cmdline, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(cmdline, []byte(tmpPrefix)) {
+			continue
+		}
+		leaks = append(leaks, fmt.Sprintf("process %s: %s", filepath.Base(filepath.Dir(p)), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))
+	}
+	return leaks
+}
+
+// Daemon is one running minicri and the kubelet's clients connected to it.
+type Daemon struct {
+	Dir      string // the test's temp dir, holding everything below
+	Root     string
+	RunDir   string
+	Socket   string
+	Endpoint string
+	Runtime  internalapi.RuntimeService
+	Images   internalapi.ImageManagerService
+
+	t      testing.TB
+	args   []string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	stderr *syncBuffer
+}
+
+// DaemonOption changes how StartDaemon runs the daemon.
+type DaemonOption func(*Daemon)
+
+// WithArgs adds command-line flags.
+func WithArgs(args ...string) DaemonOption {
+	return func(d *Daemon) { d.args = append(d.args, args...) }
+}
+
+// WithConfig writes a config file into the daemon's dir and passes --config.
+func WithConfig(toml string) DaemonOption {
+	return func(d *Daemon) {
+		path := filepath.Join(d.Dir, "minicri.toml")
+		if err := os.WriteFile(path, []byte(toml), 0o644); err != nil {
+			d.t.Fatal(err)
+		}
+		d.args = append(d.args, "--config", path)
+	}
+}
+
+// NewDaemon prepares a daemon with its own dirs but does not start it.
+func NewDaemon(t testing.TB, opts ...DaemonOption) *Daemon {
+	t.Helper()
+	dir, err := os.MkdirTemp("", tmpPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	d := &Daemon{
+		Dir:    dir,
+		Root:   filepath.Join(dir, "root"),
+		RunDir: filepath.Join(dir, "run"),
+		Socket: filepath.Join(dir, "cri.sock"),
+		t:      t,
+	}
+	d.Endpoint = "unix://" + d.Socket
+	d.args = []string{"--root", d.Root, "--run-dir", d.RunDir, "--listen", d.Socket, "--log-level", "debug",
+		"--cni-conf-dir", filepath.Join(dir, "cni")}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
+}
+
+// StartDaemon starts a daemon, waits until it answers, and stops it at the end of the test.
+func StartDaemon(t testing.TB, opts ...DaemonOption) *Daemon {
+	t.Helper()
+	d := NewDaemon(t, opts...)
+	d.Start()
+	return d
+}
+
+// Start runs the daemon and connects the clients; the test fails if it does
+// not answer within 20 s.
+func (d *Daemon) Start() {
+	d.t.Helper()
+	d.stderr = &syncBuffer{}
+	d.cmd = exec.Command(filepath.Join(binDir, "minicri"), d.args...)
+	d.cmd.Stderr = d.stderr
+	d.cmd.Stdout = d.stderr
+	d.cmd.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"))
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatalf("start daemon: %v", err)
+	}
+	d.exited = make(chan struct{})
+	go func() { _ = d.cmd.Wait(); close(d.exited) }()
+	d.t.Cleanup(d.stopAndReport)
+
+	if err := d.waitForSocket(20 * time.Second); err != nil {
+		d.t.Fatalf("daemon did not come up: %v\n--- daemon output ---\n%s", err, d.stderr.String())
+	}
+	ctx := context.Background()
+	rt, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(d.Endpoint).WithConnectionTimeout(10*time.Second).WithTracerProvider(nil).WithUseStreaming(false).Build(ctx)
+	if err != nil {
+		d.t.Fatalf("connect runtime service: %v\n%s", err, d.stderr.String())
+	}
+	img, err := remote.NewRemoteImageServiceBuilder().WithEndpoint(d.Endpoint).WithConnectionTimeout(10*time.Second).WithTracerProvider(nil).Build(ctx)
+	if err != nil {
+		d.t.Fatalf("connect image service: %v\n%s", err, d.stderr.String())
+	}
+	d.Runtime, d.Images = rt, img
+}
+
+func (d *Daemon) waitForSocket(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.exited:
+			return fmt.Errorf("daemon exited: %v", d.cmd.ProcessState)
+		default:
+		}
+		if fi, err := os.Stat(d.Socket); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("no socket at %s after %s", d.Socket, timeout)
+}
+
+// Signal sends sig to the daemon.
+func (d *Daemon) Signal(sig syscall.Signal) {
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		d.t.Fatalf("signal daemon: %v", err)
+	}
+}
+
+// Wait waits for the daemon to exit and returns its exit code.
+func (d *Daemon) Wait(timeout time.Duration) int {
+	d.t.Helper()
+	select {
+	case <-d.exited:
+		return d.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		d.t.Fatalf("daemon still running %s after being asked to stop\n%s", timeout, d.stderr.String())
+		return -1
+	}
+}
+
+// Output is what the daemon has logged so far.
+func (d *Daemon) Output() string { return d.stderr.String() }
+
+// stopAndReport stops the daemon (TERM, then KILL after 10 s) and shows its
+// log when the test failed.
+func (d *Daemon) stopAndReport() {
+	select {
+	case <-d.exited:
+	default:
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(10 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.exited
+		}
+	}
+	if d.t.Failed() {
+		d.t.Logf("--- daemon output ---\n%s", d.stderr.String())
+	}
+}
+
+// runMinicri runs the minicri binary to completion and returns its exit code
+// and combined output; it fails the test if it runs longer than 20 s.
+func runMinicri(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "minicri"), args...).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("minicri %v did not finish in 20 s:\n%s", args, out)
+	}
+	if exitErr, ok := err.(*exec.ExitError); ok {
+		return exitErr.ExitCode(), string(out)
+	}
+	if err != nil {
+		t.Fatalf("minicri %v: %v", args, err)
+	}
+	return 0, string(out)
+}
+
+// syncBuffer is a bytes.Buffer safe for the daemon's output goroutine and the test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

@@ -177,4 +177,3 @@ func notifySystemd(state string) {
 	defer conn.Close()
 	_, _ = conn.Write([]byte(state))
 }
-

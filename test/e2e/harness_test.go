@@ -192,11 +192,11 @@ func (d *Daemon) Start() {
 		d.t.Fatalf("daemon did not come up: %v\n--- daemon output ---\n%s", err, d.stderr.String())
 	}
 	ctx := context.Background()
-	rt, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(d.Endpoint).WithConnectionTimeout(10*time.Second).WithTracerProvider(nil).WithUseStreaming(false).Build(ctx)
+	rt, err := remote.NewRemoteRuntimeServiceBuilder().WithEndpoint(d.Endpoint).WithConnectionTimeout(10 * time.Second).WithTracerProvider(nil).WithUseStreaming(false).Build(ctx)
 	if err != nil {
 		d.t.Fatalf("connect runtime service: %v\n%s", err, d.stderr.String())
 	}
-	img, err := remote.NewRemoteImageServiceBuilder().WithEndpoint(d.Endpoint).WithConnectionTimeout(10*time.Second).WithTracerProvider(nil).Build(ctx)
+	img, err := remote.NewRemoteImageServiceBuilder().WithEndpoint(d.Endpoint).WithConnectionTimeout(10 * time.Second).WithTracerProvider(nil).Build(ctx)
 	if err != nil {
 		d.t.Fatalf("connect image service: %v\n%s", err, d.stderr.String())
 	}

@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/minicri/minicri/store"
 )
 
 // errInvalid marks a malformed request; invalidf names the field.
@@ -25,6 +27,9 @@ var codeMappings = []struct {
 	code   codes.Code
 }{
 	{errInvalid, codes.InvalidArgument},
+	{store.ErrAmbiguousID, codes.InvalidArgument},
+	{store.ErrNameReserved, codes.AlreadyExists},
+	{store.ErrNotFound, codes.NotFound},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{os.ErrNotExist, codes.NotFound},

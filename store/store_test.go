@@ -1,0 +1,129 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+type record struct {
+	Name  string
+	Count int
+}
+
+func TestTablePersistsAcrossOpen(t *testing.T) {
+	dir := t.TempDir()
+	tab, _, err := Open[record](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.Put("abc123", record{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.Put("abd456", record{Name: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.Delete("abd456"); err != nil {
+		t.Fatal(err)
+	}
+	// What a crash mid-write leaves: a temp file, and a torn record elsewhere.
+	if err := os.WriteFile(filepath.Join(dir, tempPrefix+"x.json-1"), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "torn.json"), []byte("{\"Na"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	again, corrupt, err := Open[record](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := again.Get("abc123"); err != nil || got.Name != "a" {
+		t.Fatalf("Get after reopen = %+v, %v", got, err)
+	}
+	if _, err := again.Get("abd456"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted record came back: %v", err)
+	}
+	if len(corrupt) != 1 || filepath.Base(corrupt[0].Path) != "torn.json" {
+		t.Fatalf("corrupt = %+v, want torn.json", corrupt)
+	}
+	if _, err := os.Stat(filepath.Join(dir, tempPrefix+"x.json-1")); !os.IsNotExist(err) {
+		t.Fatalf("temp file of an interrupted write survived Open: %v", err)
+	}
+}
+
+func TestResolvePrefix(t *testing.T) {
+	tab, _, _ := Open[record](t.TempDir())
+	_ = tab.Put("abc123", record{})
+	_ = tab.Put("abd456", record{})
+	cases := []struct {
+		in      string
+		want    string
+		wantErr error
+	}{
+		{"abc123", "abc123", nil},
+		{"abc", "abc123", nil},
+		{"ab", "", ErrAmbiguousID},
+		{"zz", "", ErrNotFound},
+		{"", "", ErrNotFound},
+	}
+	for _, c := range cases {
+		got, err := tab.Resolve(c.in)
+		if got != c.want || !errors.Is(err, c.wantErr) {
+			t.Errorf("Resolve(%q) = %q, %v; want %q, %v", c.in, got, err, c.want, c.wantErr)
+		}
+	}
+}
+
+func TestUpdateIsAtomicUnderConcurrency(t *testing.T) {
+	tab, _, _ := Open[record](t.TempDir())
+	_ = tab.Put("id", record{})
+	var wg sync.WaitGroup
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = tab.Update("id", func(r *record) error { r.Count++; return nil })
+		}()
+	}
+	wg.Wait()
+	if got, _ := tab.Get("id"); got.Count != 20 {
+		t.Fatalf("count = %d after 20 concurrent updates, want 20", got.Count)
+	}
+	failing := fmt.Errorf("refused")
+	if _, err := tab.Update("id", func(r *record) error { r.Count = -1; return failing }); !errors.Is(err, failing) {
+		t.Fatalf("Update error = %v", err)
+	}
+	if got, _ := tab.Get("id"); got.Count != 20 {
+		t.Fatalf("a failed update changed the record: %d", got.Count)
+	}
+	if _, err := tab.Update("missing", func(*record) error { return nil }); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Update of a missing record: %v", err)
+	}
+}
+
+func TestNames(t *testing.T) {
+	n := NewNames()
+	if err := n.Reserve("pod_ns_uid_0", "id1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Reserve("pod_ns_uid_0", "id1"); err != nil {
+		t.Fatalf("re-reserving for the same ID: %v", err)
+	}
+	err := n.Reserve("pod_ns_uid_0", "id2")
+	var reserved *ReservedError
+	if !errors.Is(err, ErrNameReserved) || !errors.As(err, &reserved) || reserved.Owner != "id1" {
+		t.Fatalf("Reserve by another ID = %v, want ErrNameReserved naming id1", err)
+	}
+	n.Release("pod_ns_uid_0", "id2") // not the owner: no effect
+	if err := n.Reserve("pod_ns_uid_0", "id2"); err == nil {
+		t.Fatal("a release by a non-owner freed the name")
+	}
+	n.Release("pod_ns_uid_0", "id1")
+	if err := n.Reserve("pod_ns_uid_0", "id2"); err != nil {
+		t.Fatalf("name not free after release: %v", err)
+	}
+}

@@ -1,0 +1,184 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// ErrNotFound is returned for an ID no record has.
+var ErrNotFound = errors.New("not found")
+
+// ErrAmbiguousID is returned for an ID prefix that matches several records.
+var ErrAmbiguousID = errors.New("ambiguous ID prefix")
+
+// Table is the set of records of one kind: a JSON file per record under one
+// directory, and an in-memory copy of all of them so that reads never touch
+// the disk. Every method is safe for concurrent use; the table's lock is held
+// only for the map and the file write of one record, never across calls.
+//
+// Records are values: Get and List return copies of the struct, but slices and
+// maps inside a record are shared, so callers replace them and never mutate
+// them in place.
+type Table[T any] struct {
+	dir   string
+	mu    sync.RWMutex
+	items map[string]T
+}
+
+// Corrupt describes a record file that could not be read at Open.
+type Corrupt struct {
+	Path string
+	Err  error
+}
+
+// Open loads every record under dir, creating dir if needed. Temp files of
+// interrupted writes are removed. Records that do not parse are returned as
+// corrupt (and left on disk for the operator) rather than failing the open:
+// one bad file must not keep the node's runtime from starting.
+func Open[T any](dir string) (*Table[T], []Corrupt, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	t := &Table[T]{dir: dir, items: map[string]T{}}
+	var corrupt []Corrupt
+	for _, e := range entries {
+		name := e.Name()
+		path := filepath.Join(dir, name)
+		if strings.HasPrefix(name, tempPrefix) {
+			_ = os.Remove(path)
+			continue
+		}
+		id, ok := strings.CutSuffix(name, ".json")
+		if !ok || e.IsDir() {
+			continue
+		}
+		var v T
+		data, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(data, &v)
+		}
+		if err != nil {
+			corrupt = append(corrupt, Corrupt{Path: path, Err: err})
+			continue
+		}
+		t.items[id] = v
+	}
+	return t, corrupt, nil
+}
+
+// Put writes a record, replacing any with the same ID.
+func (t *Table[T]) Put(id string, v T) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode record %s: %w", id, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := WriteFileAtomic(t.path(id), data, 0o600); err != nil {
+		return fmt.Errorf("store record %s: %w", id, err)
+	}
+	t.items[id] = v
+	return nil
+}
+
+// Update reads a record, lets fn change it, and writes it back, all under the
+// table's lock so that two updates of one record cannot lose each other's
+// change. fn must be quick: it must not call into the table or block.
+func (t *Table[T]) Update(id string, fn func(*T) error) (T, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.items[id]
+	if !ok {
+		var zero T
+		return zero, fmt.Errorf("record %s: %w", id, ErrNotFound)
+	}
+	if err := fn(&v); err != nil {
+		return t.items[id], err
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return t.items[id], fmt.Errorf("encode record %s: %w", id, err)
+	}
+	if err := WriteFileAtomic(t.path(id), data, 0o600); err != nil {
+		return t.items[id], fmt.Errorf("store record %s: %w", id, err)
+	}
+	t.items[id] = v
+	return v, nil
+}
+
+// Get returns the record with exactly this ID.
+func (t *Table[T]) Get(id string) (T, error) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	v, ok := t.items[id]
+	if !ok {
+		return v, fmt.Errorf("record %s: %w", id, ErrNotFound)
+	}
+	return v, nil
+}
+
+// Resolve turns a full ID or a unique prefix of one (crictl shows truncated
+// IDs, and users paste them) into the full ID.
+func (t *Table[T]) Resolve(idOrPrefix string) (string, error) {
+	if idOrPrefix == "" {
+		return "", fmt.Errorf("empty ID: %w", ErrNotFound)
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if _, ok := t.items[idOrPrefix]; ok {
+		return idOrPrefix, nil
+	}
+	found := ""
+	for id := range t.items {
+		if strings.HasPrefix(id, idOrPrefix) {
+			if found != "" {
+				return "", fmt.Errorf("%q: %w", idOrPrefix, ErrAmbiguousID)
+			}
+			found = id
+		}
+	}
+	if found == "" {
+		return "", fmt.Errorf("%q: %w", idOrPrefix, ErrNotFound)
+	}
+	return found, nil
+}
+
+// Delete removes a record. Deleting one that is not there succeeds: removal
+// is retried by the kubelet and by start-up repair.
+func (t *Table[T]) Delete(id string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err := os.Remove(t.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("delete record %s: %w", id, err)
+	}
+	delete(t.items, id)
+	return syncDir(t.dir)
+}
+
+// List returns every record, ordered by ID so that answers are stable.
+func (t *Table[T]) List() []T {
+	t.mu.RLock()
+	ids := make([]string, 0, len(t.items))
+	for id := range t.items {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]T, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, t.items[id])
+	}
+	t.mu.RUnlock()
+	return out
+}
+
+func (t *Table[T]) path(id string) string { return filepath.Join(t.dir, id+".json") }

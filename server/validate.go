@@ -1,0 +1,436 @@
+package server
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"unicode"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Limits on what a request may carry. They are generous for any real pod and
+// stop a caller from making the daemon write huge records or paths.
+const (
+	maxNameLen     = 253 // a Kubernetes DNS subdomain
+	maxHostnameLen = 64  // the kernel's limit
+	maxValueLen    = 4096
+	maxListLen     = 1024
+)
+
+// validateName checks a metadata name, namespace or UID: the parts of the
+// reserved name and of the kubelet's log directory.
+func validateName(field, v string) error {
+	if v == "" {
+		return invalidf(field, "must not be empty")
+	}
+	if len(v) > maxNameLen {
+		return invalidf(field, "is %d bytes, longer than %d", len(v), maxNameLen)
+	}
+	if strings.ContainsAny(v, "/\\") || v == "." || v == ".." {
+		return invalidf(field, "%q must not contain a path separator or be a dot name", v)
+	}
+	if err := validatePrintable(field, v); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validatePrintable refuses control characters, which would break log lines,
+// generated files (/etc/hosts) and record names.
+func validatePrintable(field, v string) error {
+	if len(v) > maxValueLen {
+		return invalidf(field, "is %d bytes, longer than %d", len(v), maxValueLen)
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return invalidf(field, "must not contain control characters (found %q)", r)
+		}
+	}
+	return nil
+}
+
+// validateHostPath checks an absolute path on the node named by a request.
+func validateHostPath(field, p string) error {
+	if !filepath.IsAbs(p) {
+		return invalidf(field, "%q must be an absolute path", p)
+	}
+	return validateCleanPath(field, p)
+}
+
+// validateCleanPath refuses ".." components: no request may reach outside
+// the directory it names by walking up.
+func validateCleanPath(field, p string) error {
+	if err := validatePrintable(field, p); err != nil {
+		return err
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return invalidf(field, "%q must not contain \"..\"", p)
+		}
+	}
+	return nil
+}
+
+func validateStrings(field string, values []string) error {
+	if len(values) > maxListLen {
+		return invalidf(field, "has %d entries, more than %d", len(values), maxListLen)
+	}
+	for _, v := range values {
+		if err := validatePrintable(field, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateMap(field string, m map[string]string) error {
+	if len(m) > maxListLen {
+		return invalidf(field, "has %d entries, more than %d", len(m), maxListLen)
+	}
+	for k, v := range m {
+		if k == "" {
+			return invalidf(field, "has an empty key")
+		}
+		if err := validatePrintable(field+"["+k+"]", k+v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateNamespaceMode(field string, m runtime.NamespaceMode) error {
+	if _, ok := runtime.NamespaceMode_name[int32(m)]; !ok {
+		return invalidf(field, "unknown namespace mode %d", m)
+	}
+	return nil
+}
+
+func validateNamespaceOptions(field string, o *runtime.NamespaceOption) error {
+	if o == nil {
+		return nil
+	}
+	for _, c := range []struct {
+		name string
+		mode runtime.NamespaceMode
+	}{{"network", o.GetNetwork()}, {"pid", o.GetPid()}, {"ipc", o.GetIpc()}} {
+		if err := validateNamespaceMode(field+"."+c.name, c.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateSecurityProfile(field string, p *runtime.SecurityProfile) error {
+	if p == nil {
+		return nil
+	}
+	switch p.GetProfileType() {
+	case runtime.SecurityProfile_RuntimeDefault, runtime.SecurityProfile_Unconfined:
+		return nil
+	case runtime.SecurityProfile_Localhost:
+		if p.GetLocalhostRef() == "" {
+			return invalidf(field+".localhost_ref", "must name a profile for a Localhost profile")
+		}
+		return validatePrintable(field+".localhost_ref", p.GetLocalhostRef())
+	default:
+		return invalidf(field+".profile_type", "unknown profile type %d", p.GetProfileType())
+	}
+}
+
+// validateSandboxConfig checks every field of a RunPodSandbox config that
+// minicri reads, naming the first bad one.
+func validateSandboxConfig(c *runtime.PodSandboxConfig) error {
+	if c == nil {
+		return invalidf("config", "is required")
+	}
+	m := c.GetMetadata()
+	if m == nil {
+		return invalidf("config.metadata", "is required")
+	}
+	for _, f := range []struct{ name, v string }{
+		{"config.metadata.name", m.GetName()},
+		{"config.metadata.namespace", m.GetNamespace()},
+		{"config.metadata.uid", m.GetUid()},
+	} {
+		if err := validateName(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if h := c.GetHostname(); len(h) > maxHostnameLen {
+		return invalidf("config.hostname", "is %d bytes, longer than %d", len(h), maxHostnameLen)
+	} else if strings.ContainsAny(h, " /\t\n\x00") {
+		return invalidf("config.hostname", "%q is not a host name", h)
+	}
+	if d := c.GetLogDirectory(); d != "" {
+		if err := validateHostPath("config.log_directory", d); err != nil {
+			return err
+		}
+	}
+	if dns := c.GetDnsConfig(); dns != nil {
+		for _, l := range []struct {
+			name   string
+			values []string
+		}{{"config.dns_config.servers", dns.GetServers()}, {"config.dns_config.searches", dns.GetSearches()}, {"config.dns_config.options", dns.GetOptions()}} {
+			if err := validateStrings(l.name, l.values); err != nil {
+				return err
+			}
+			for _, v := range l.values {
+				if strings.ContainsAny(v, " \t") && l.name != "config.dns_config.options" {
+					return invalidf(l.name, "%q must not contain spaces", v)
+				}
+			}
+		}
+	}
+	for _, p := range c.GetPortMappings() {
+		if err := validatePortMapping(p); err != nil {
+			return err
+		}
+	}
+	if err := validateMap("config.labels", c.GetLabels()); err != nil {
+		return err
+	}
+	if err := validateMap("config.annotations", c.GetAnnotations()); err != nil {
+		return err
+	}
+	return validateLinuxSandboxConfig(c.GetLinux())
+}
+
+func validatePortMapping(p *runtime.PortMapping) error {
+	if p == nil {
+		return invalidf("config.port_mappings", "has a null entry")
+	}
+	if _, ok := runtime.Protocol_name[int32(p.GetProtocol())]; !ok {
+		return invalidf("config.port_mappings.protocol", "unknown protocol %d", p.GetProtocol())
+	}
+	if p.GetContainerPort() <= 0 || p.GetContainerPort() > 65535 {
+		return invalidf("config.port_mappings.container_port", "%d is not a port", p.GetContainerPort())
+	}
+	if p.GetHostPort() < 0 || p.GetHostPort() > 65535 {
+		return invalidf("config.port_mappings.host_port", "%d is not a port", p.GetHostPort())
+	}
+	return validatePrintable("config.port_mappings.host_ip", p.GetHostIp())
+}
+
+func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
+	if l == nil {
+		return nil
+	}
+	if p := l.GetCgroupParent(); p != "" {
+		if err := validateCleanPath("config.linux.cgroup_parent", p); err != nil {
+			return err
+		}
+	}
+	for k, v := range l.GetSysctls() {
+		if k == "" || strings.ContainsAny(k, " /\x00\n=") {
+			return invalidf("config.linux.sysctls", "%q is not a sysctl name", k)
+		}
+		if err := validatePrintable("config.linux.sysctls["+k+"]", v); err != nil {
+			return err
+		}
+	}
+	sc := l.GetSecurityContext()
+	if err := validateNamespaceOptions("config.linux.security_context.namespace_options", sc.GetNamespaceOptions()); err != nil {
+		return err
+	}
+	if err := validateSecurityProfile("config.linux.security_context.seccomp", sc.GetSeccomp()); err != nil {
+		return err
+	}
+	if err := validateResources("config.linux.resources", l.GetResources()); err != nil {
+		return err
+	}
+	return validateResources("config.linux.overhead", l.GetOverhead())
+}
+
+// validateResources refuses negative limits; zero means "not set" in the CRI.
+func validateResources(field string, r *runtime.LinuxContainerResources) error {
+	if r == nil {
+		return nil
+	}
+	for _, v := range []struct {
+		name string
+		v    int64
+	}{
+		{"cpu_period", r.GetCpuPeriod()}, {"cpu_shares", r.GetCpuShares()},
+		{"memory_limit_in_bytes", r.GetMemoryLimitInBytes()},
+	} {
+		if v.v < 0 {
+			return invalidf(field+"."+v.name, "must not be negative (%d)", v.v)
+		}
+	}
+	if q := r.GetCpuQuota(); q < -1 {
+		return invalidf(field+".cpu_quota", "must be -1 (unlimited) or more (%d)", q)
+	}
+	if s := r.GetMemorySwapLimitInBytes(); s < -1 {
+		return invalidf(field+".memory_swap_limit_in_bytes", "must be -1 (unlimited) or more (%d)", s)
+	}
+	if a := r.GetOomScoreAdj(); a < -1000 || a > 1000 {
+		return invalidf(field+".oom_score_adj", "%d is outside -1000..1000", a)
+	}
+	for _, s := range []struct{ name, v string }{{"cpuset_cpus", r.GetCpusetCpus()}, {"cpuset_mems", r.GetCpusetMems()}} {
+		if strings.Trim(s.v, "0123456789,-") != "" {
+			return invalidf(field+"."+s.name, "%q is not a CPU or node list like 0-3,5", s.v)
+		}
+	}
+	for _, h := range r.GetHugepageLimits() {
+		if h.GetPageSize() == "" || strings.ContainsAny(h.GetPageSize(), "/.") {
+			return invalidf(field+".hugepage_limits.page_size", "%q is not a page size like 2MB", h.GetPageSize())
+		}
+	}
+	return validateMap(field+".unified", r.GetUnified())
+}
+
+// validateContainerConfig checks every field of a CreateContainer config that
+// minicri reads.
+func validateContainerConfig(c *runtime.ContainerConfig) error {
+	if c == nil {
+		return invalidf("config", "is required")
+	}
+	if c.GetMetadata() == nil {
+		return invalidf("config.metadata", "is required")
+	}
+	if err := validateName("config.metadata.name", c.GetMetadata().GetName()); err != nil {
+		return err
+	}
+	if c.GetImage().GetImage() == "" {
+		return invalidf("config.image.image", "must name an image")
+	}
+	if err := validatePrintable("config.image.image", c.GetImage().GetImage()); err != nil {
+		return err
+	}
+	if lp := c.GetLogPath(); lp != "" {
+		if filepath.IsAbs(lp) {
+			return invalidf("config.log_path", "%q must be relative to the sandbox's log_directory", lp)
+		}
+		if err := validateCleanPath("config.log_path", lp); err != nil {
+			return err
+		}
+	}
+	for _, l := range []struct {
+		name   string
+		values []string
+	}{{"config.command", c.GetCommand()}, {"config.args", c.GetArgs()}} {
+		if err := validateStrings(l.name, l.values); err != nil {
+			return err
+		}
+	}
+	if wd := c.GetWorkingDir(); wd != "" && !filepath.IsAbs(wd) {
+		return invalidf("config.working_dir", "%q must be an absolute path", wd)
+	}
+	for _, e := range c.GetEnvs() {
+		if e.GetKey() == "" || strings.ContainsAny(e.GetKey(), "=\x00") {
+			return invalidf("config.envs", "%q is not a variable name", e.GetKey())
+		}
+		if bytes.IndexByte(e.GetValue(), 0) >= 0 {
+			return invalidf("config.envs["+e.GetKey()+"]", "must not contain NUL")
+		}
+	}
+	for _, m := range c.GetMounts() {
+		if err := validateMount(m); err != nil {
+			return err
+		}
+	}
+	for _, d := range c.GetDevices() {
+		if err := validateHostPath("config.devices.host_path", d.GetHostPath()); err != nil {
+			return err
+		}
+		if err := validateHostPath("config.devices.container_path", d.GetContainerPath()); err != nil {
+			return err
+		}
+		if strings.Trim(d.GetPermissions(), "rwm") != "" {
+			return invalidf("config.devices.permissions", "%q must be made of r, w and m", d.GetPermissions())
+		}
+	}
+	if err := validateMap("config.labels", c.GetLabels()); err != nil {
+		return err
+	}
+	if err := validateMap("config.annotations", c.GetAnnotations()); err != nil {
+		return err
+	}
+	if _, ok := runtime.Signal_name[int32(c.GetStopSignal())]; !ok {
+		return invalidf("config.stop_signal", "unknown signal %d", c.GetStopSignal())
+	}
+	return validateLinuxContainerConfig(c.GetLinux())
+}
+
+func validateMount(m *runtime.Mount) error {
+	if m == nil {
+		return invalidf("config.mounts", "has a null entry")
+	}
+	if err := validateHostPath("config.mounts.container_path", m.GetContainerPath()); err != nil {
+		return err
+	}
+	if m.GetImage().GetImage() == "" {
+		if err := validateHostPath("config.mounts.host_path", m.GetHostPath()); err != nil {
+			return err
+		}
+	}
+	if _, ok := runtime.MountPropagation_name[int32(m.GetPropagation())]; !ok {
+		return invalidf("config.mounts.propagation", "unknown propagation %d", m.GetPropagation())
+	}
+	return nil
+}
+
+func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
+	if l == nil {
+		return nil
+	}
+	if err := validateResources("config.linux.resources", l.GetResources()); err != nil {
+		return err
+	}
+	sc := l.GetSecurityContext()
+	if sc == nil {
+		return nil
+	}
+	if err := validateNamespaceOptions("config.linux.security_context.namespace_options", sc.GetNamespaceOptions()); err != nil {
+		return err
+	}
+	for _, p := range []struct {
+		name string
+		p    *runtime.SecurityProfile
+	}{{"config.linux.security_context.seccomp", sc.GetSeccomp()}, {"config.linux.security_context.apparmor", sc.GetApparmor()}} {
+		if err := validateSecurityProfile(p.name, p.p); err != nil {
+			return err
+		}
+	}
+	for _, l := range []struct {
+		name   string
+		values []string
+	}{
+		{"config.linux.security_context.masked_paths", sc.GetMaskedPaths()},
+		{"config.linux.security_context.readonly_paths", sc.GetReadonlyPaths()},
+		{"config.linux.security_context.capabilities.add_capabilities", sc.GetCapabilities().GetAddCapabilities()},
+		{"config.linux.security_context.capabilities.drop_capabilities", sc.GetCapabilities().GetDropCapabilities()},
+	} {
+		if err := validateStrings(l.name, l.values); err != nil {
+			return err
+		}
+	}
+	if u := sc.GetRunAsUser(); u != nil && u.GetValue() < 0 {
+		return invalidf("config.linux.security_context.run_as_user", "must not be negative (%d)", u.GetValue())
+	}
+	if g := sc.GetRunAsGroup(); g != nil && g.GetValue() < 0 {
+		return invalidf("config.linux.security_context.run_as_group", "must not be negative (%d)", g.GetValue())
+	}
+	for _, g := range sc.GetSupplementalGroups() {
+		if g < 0 {
+			return invalidf("config.linux.security_context.supplemental_groups", "must not be negative (%d)", g)
+		}
+	}
+	return nil
+}
+
+// validateID checks an object ID from a request before it is looked up: an ID
+// is used in file names, so anything but a plain token is refused.
+func validateID(field, id string) error {
+	if id == "" {
+		return invalidf(field, "must not be empty")
+	}
+	if len(id) > 128 {
+		return invalidf(field, "is %d bytes, longer than an ID", len(id))
+	}
+	if strings.Trim(id, "0123456789abcdefABCDEF") != "" {
+		return invalidf(field, "%q is not an ID (hexadecimal)", id)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+package server
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func goodSandboxConfig() *runtime.PodSandboxConfig {
+	return &runtime.PodSandboxConfig{
+		Metadata:     &runtime.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "8e1c0f", Attempt: 1},
+		Hostname:     "web",
+		LogDirectory: "/var/log/pods/default_web_8e1c0f",
+		DnsConfig:    &runtime.DNSConfig{Servers: []string{"10.96.0.10"}, Searches: []string{"default.svc.cluster.local"}, Options: []string{"ndots:5"}},
+		PortMappings: []*runtime.PortMapping{{ContainerPort: 80, HostPort: 8080}},
+		Linux: &runtime.LinuxPodSandboxConfig{
+			CgroupParent: "/kubepods/besteffort/pod8e1c0f",
+			Sysctls:      map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"},
+		},
+	}
+}
+
+func goodContainerConfig() *runtime.ContainerConfig {
+	return &runtime.ContainerConfig{
+		Metadata: &runtime.ContainerMetadata{Name: "app"},
+		Image:    &runtime.ImageSpec{Image: "busybox"},
+		Command:  []string{"sh", "-c", "echo hi"},
+		LogPath:  "app/0.log",
+		Envs:     []*runtime.KeyValue{{Key: "A", Value: []byte("b")}},
+		Mounts:   []*runtime.Mount{{ContainerPath: "/data", HostPath: "/srv/data"}},
+		Linux: &runtime.LinuxContainerConfig{
+			Resources: &runtime.LinuxContainerResources{MemoryLimitInBytes: 64 << 20, CpuQuota: -1, CpusetCpus: "0-1"},
+		},
+	}
+}
+
+func TestValidateSandboxConfig(t *testing.T) {
+	cases := []struct {
+		name   string
+		modify func(c *runtime.PodSandboxConfig)
+		field  string // "" means valid
+	}{
+		{"valid", func(c *runtime.PodSandboxConfig) {}, ""},
+		{"no metadata", func(c *runtime.PodSandboxConfig) { c.Metadata = nil }, "config.metadata"},
+		{"empty name", func(c *runtime.PodSandboxConfig) { c.Metadata.Name = "" }, "config.metadata.name"},
+		{"huge name", func(c *runtime.PodSandboxConfig) { c.Metadata.Name = strings.Repeat("a", 300) }, "config.metadata.name"},
+		{"slash in namespace", func(c *runtime.PodSandboxConfig) { c.Metadata.Namespace = "../etc" }, "config.metadata.namespace"},
+		{"newline in uid", func(c *runtime.PodSandboxConfig) { c.Metadata.Uid = "a\nb" }, "config.metadata.uid"},
+		{"log dir traversal", func(c *runtime.PodSandboxConfig) { c.LogDirectory = "/var/log/../../etc" }, "config.log_directory"},
+		{"relative log dir", func(c *runtime.PodSandboxConfig) { c.LogDirectory = "var/log" }, "config.log_directory"},
+		{"dns injection", func(c *runtime.PodSandboxConfig) { c.DnsConfig.Servers = []string{"1.1.1.1\nnameserver 6.6.6.6"} }, "config.dns_config.servers"},
+		{"bad port", func(c *runtime.PodSandboxConfig) { c.PortMappings[0].ContainerPort = 70000 }, "config.port_mappings.container_port"},
+		{"bad protocol", func(c *runtime.PodSandboxConfig) { c.PortMappings[0].Protocol = 9 }, "config.port_mappings.protocol"},
+		{"bad ns mode", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Network: 42}}
+		}, "config.linux.security_context.namespace_options.network"},
+		{"bad sysctl", func(c *runtime.PodSandboxConfig) { c.Linux.Sysctls = map[string]string{"a/b": "1"} }, "config.linux.sysctls"},
+		{"negative memory", func(c *runtime.PodSandboxConfig) {
+			c.Linux.Resources = &runtime.LinuxContainerResources{MemoryLimitInBytes: -5}
+		}, "config.linux.resources.memory_limit_in_bytes"},
+		{"hostname too long", func(c *runtime.PodSandboxConfig) { c.Hostname = strings.Repeat("h", 65) }, "config.hostname"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := goodSandboxConfig()
+			c.modify(cfg)
+			checkValidation(t, validateSandboxConfig(cfg), c.field)
+		})
+	}
+}
+
+func TestValidateContainerConfig(t *testing.T) {
+	cases := []struct {
+		name   string
+		modify func(c *runtime.ContainerConfig)
+		field  string
+	}{
+		{"valid", func(c *runtime.ContainerConfig) {}, ""},
+		{"no image", func(c *runtime.ContainerConfig) { c.Image = nil }, "config.image.image"},
+		{"absolute log path", func(c *runtime.ContainerConfig) { c.LogPath = "/etc/shadow" }, "config.log_path"},
+		{"log path traversal", func(c *runtime.ContainerConfig) { c.LogPath = "../../etc/cron.d/x" }, "config.log_path"},
+		{"relative mount", func(c *runtime.ContainerConfig) { c.Mounts[0].ContainerPath = "data" }, "config.mounts.container_path"},
+		{"mount traversal", func(c *runtime.ContainerConfig) { c.Mounts[0].HostPath = "/srv/../etc" }, "config.mounts.host_path"},
+		{"bad propagation", func(c *runtime.ContainerConfig) { c.Mounts[0].Propagation = 7 }, "config.mounts.propagation"},
+		{"env without key", func(c *runtime.ContainerConfig) { c.Envs[0].Key = "" }, "config.envs"},
+		{"negative quota", func(c *runtime.ContainerConfig) { c.Linux.Resources.CpuQuota = -7 }, "config.linux.resources.cpu_quota"},
+		{"bad cpuset", func(c *runtime.ContainerConfig) { c.Linux.Resources.CpusetCpus = "all" }, "config.linux.resources.cpuset_cpus"},
+		{"oom adj out of range", func(c *runtime.ContainerConfig) { c.Linux.Resources.OomScoreAdj = 5000 }, "config.linux.resources.oom_score_adj"},
+		{"bad device perms", func(c *runtime.ContainerConfig) {
+			c.Devices = []*runtime.Device{{HostPath: "/dev/null", ContainerPath: "/dev/n", Permissions: "rwx"}}
+		}, "config.devices.permissions"},
+		{"negative uid", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: -1}}
+		}, "config.linux.security_context.run_as_user"},
+		{"localhost seccomp without ref", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{Seccomp: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_Localhost}}
+		}, "config.linux.security_context.seccomp.localhost_ref"},
+		{"unknown stop signal", func(c *runtime.ContainerConfig) { c.StopSignal = 999 }, "config.stop_signal"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := goodContainerConfig()
+			c.modify(cfg)
+			checkValidation(t, validateContainerConfig(cfg), c.field)
+		})
+	}
+}
+
+func TestValidateID(t *testing.T) {
+	for id, ok := range map[string]bool{"abc123": true, "": false, "../x": false, strings.Repeat("a", 200): false, "ABCdef09": true} {
+		if err := validateID("container_id", id); (err == nil) != ok {
+			t.Errorf("validateID(%q) = %v, want ok=%v", id, err, ok)
+		}
+	}
+}
+
+func checkValidation(t *testing.T, err error, field string) {
+	t.Helper()
+	if field == "" {
+		if err != nil {
+			t.Fatalf("valid config refused: %v", err)
+		}
+		return
+	}
+	if err == nil || !errors.Is(err, errInvalid) {
+		t.Fatalf("error = %v, want invalid argument naming %s", err, field)
+	}
+	if !strings.Contains(err.Error(), field+":") {
+		t.Fatalf("error %q does not name field %s", err, field)
+	}
+}
+
+// FuzzValidateContainerConfig feeds arbitrary protobuf bytes through the
+// validator: it must never panic, whatever the kubelet (or anyone on the
+// socket) sends.
+func FuzzValidateContainerConfig(f *testing.F) {
+	for _, c := range []*runtime.ContainerConfig{goodContainerConfig(), {}, {Metadata: &runtime.ContainerMetadata{}}} {
+		b, _ := proto.Marshal(c)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c runtime.ContainerConfig
+		if proto.Unmarshal(data, &c) != nil {
+			return
+		}
+		_ = validateContainerConfig(&c)
+	})
+}
+
+func FuzzValidateSandboxConfig(f *testing.F) {
+	for _, c := range []*runtime.PodSandboxConfig{goodSandboxConfig(), {}, {Metadata: &runtime.PodSandboxMetadata{}}} {
+		b, _ := proto.Marshal(c)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var c runtime.PodSandboxConfig
+		if proto.Unmarshal(data, &c) != nil {
+			return
+		}
+		_ = validateSandboxConfig(&c)
+	})
+}

@@ -1,0 +1,111 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/sirupsen/logrus"
+)
+
+// maxIndexDepth bounds manifest lists inside manifest lists.
+const maxIndexDepth = 3
+
+// Pull fetches ref ("busybox", "127.0.0.1:5000/app:v1", "repo@sha256:…")
+// from its registry or the registry's mirrors, with auth (may be nil), and
+// returns the image. A manifest list resolves to this machine's platform
+// (linux/amd64 here). The image's tags and repo digests name the reference
+// asked for, never the mirror. A pull that fails leaves no image; blobs it
+// completed stay (until the next garbage collection) so that a retry
+// resumes with what is missing.
+func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error) {
+	named, err := parseReference(ref)
+	if err != nil {
+		return Image{}, err
+	}
+	if s.opts.PullTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.PullTimeout)
+		defer cancel()
+	}
+	start := time.Now()
+	s.log.WithField("image", named.String()).Info("pulling image")
+	img, err := s.pull(ctx, named, auth)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && s.opts.PullTimeout > 0 && time.Since(start) >= s.opts.PullTimeout {
+			err = fmt.Errorf("pull timeout of %v reached: %w", s.opts.PullTimeout, err)
+		}
+		return Image{}, fmt.Errorf("pull %s: %w", named, err)
+	}
+	s.log.WithFields(logrus.Fields{
+		"image": named.String(), "id": img.ID, "size": formatBytes(int64(img.Size)),
+		"duration": time.Since(start).Round(time.Millisecond).String(),
+	}).Info("image pulled")
+	return img, nil
+}
+
+func (s *Store) pull(ctx context.Context, named reference, auth *Auth) (Image, error) {
+	release, err := s.holdContent()
+	if err != nil {
+		return Image{}, err
+	}
+	defer release()
+	eps, err := s.endpoints(named, auth)
+	if err != nil {
+		return Image{}, err
+	}
+	log := s.log.WithField("image", named.String())
+	src := &remoteSource{eps: eps, log: log}
+	identifier := named.tag
+	if named.digest != "" {
+		identifier = named.digest
+	}
+	top, err := src.manifest(ctx, identifier)
+	if err != nil {
+		return Image{}, err
+	}
+	m, err := s.resolvePlatform(ctx, src, top)
+	if err != nil {
+		return Image{}, err
+	}
+	progress := newPullProgress(log)
+	defer progress.stop()
+	req := ingestRequest{
+		manifest:    m.raw,
+		mediaType:   m.mediaType,
+		open:        src.blob,
+		repoDigests: []string{named.withDigest(top.digest.String())},
+		progress:    progress,
+	}
+	if named.tag != "" {
+		req.tags = []string{named.String()}
+	}
+	return s.ingest(ctx, req)
+}
+
+// resolvePlatform follows manifest lists down to this platform's image manifest.
+func (s *Store) resolvePlatform(ctx context.Context, src *remoteSource, m manifest) (manifest, error) {
+	for depth := 0; m.mediaType.IsIndex(); depth++ {
+		if depth == maxIndexDepth {
+			return manifest{}, fmt.Errorf("manifest lists nested deeper than %d", maxIndexDepth)
+		}
+		idx, err := v1.ParseIndexManifest(bytes.NewReader(m.raw))
+		if err != nil {
+			return manifest{}, fmt.Errorf("parse manifest list %s: %w", m.digest, err)
+		}
+		child, err := choosePlatform(idx, wantPlatform())
+		if err != nil {
+			return manifest{}, err
+		}
+		if err := checkDigest(child.Digest); err != nil {
+			return manifest{}, err
+		}
+		if m, err = src.manifest(ctx, child.Digest.String()); err != nil {
+			return manifest{}, err
+		}
+	}
+	return m, nil
+}

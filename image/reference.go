@@ -1,0 +1,138 @@
+package image
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+)
+
+// dockerHub is the registry name references show for Docker Hub; the
+// registry library calls it index.docker.io.
+const dockerHub = "docker.io"
+
+// reference is a normalised image reference: "busybox" is
+// docker.io/library/busybox:latest, as crictl and the kubelet show it.
+type reference struct {
+	host   string // "docker.io", "127.0.0.1:5000"
+	path   string // "library/busybox"
+	tag    string // "latest"; "" when digest is set
+	digest string // "sha256:…"; "" for a tag reference
+}
+
+// parseReference normalises ref. A reference with both a tag and a digest
+// ("busybox:1.36@sha256:…") is a digest reference: the digest decides.
+func parseReference(ref string) (reference, error) {
+	if ref == "" || strings.TrimSpace(ref) != ref {
+		return reference{}, fmt.Errorf("%w: %q", ErrInvalidReference, ref)
+	}
+	r, err := name.ParseReference(ref, name.WeakValidation)
+	if err != nil {
+		return reference{}, fmt.Errorf("%w: %q: %v", ErrInvalidReference, ref, err)
+	}
+	out := reference{host: displayHost(r.Context().RegistryStr()), path: r.Context().RepositoryStr()}
+	switch r := r.(type) {
+	case name.Digest:
+		out.digest = r.DigestStr()
+		if !strings.HasPrefix(out.digest, "sha256:") {
+			return reference{}, fmt.Errorf("%w: %q: only sha256 digests are supported", ErrInvalidReference, ref)
+		}
+	case name.Tag:
+		out.tag = r.TagStr()
+	}
+	return out, nil
+}
+
+func displayHost(registry string) string {
+	if registry == name.DefaultRegistry {
+		return dockerHub
+	}
+	return registry
+}
+
+// repo is "docker.io/library/busybox".
+func (r reference) repo() string { return r.host + "/" + r.path }
+
+// String is "docker.io/library/busybox:latest" or "…/busybox@sha256:…".
+func (r reference) String() string {
+	if r.digest != "" {
+		return r.repo() + "@" + r.digest
+	}
+	return r.repo() + ":" + r.tag
+}
+
+// withDigest is the repo digest of this reference's repository.
+func (r reference) withDigest(digest string) string { return r.repo() + "@" + digest }
+
+// isHex reports whether s is non-empty lowercase hex.
+func isHex(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// minIDPrefix is the shortest ID prefix Get accepts, so that a short image
+// name made of hex letters ("abc" is one) is not taken for an ID by accident.
+const minIDPrefix = 3
+
+// resolve finds the image ref names in images (sorted by ID): a full ID
+// ("sha256:<hex>" or "<hex>"), a tag or repo digest (normalised), or a
+// unique ID prefix.
+func resolve(images []Image, ref string) (*Image, error) {
+	hexPart := strings.TrimPrefix(ref, "sha256:")
+	if len(hexPart) == 64 && isHex(hexPart) {
+		for i := range images {
+			if images[i].ID == "sha256:"+hexPart {
+				return &images[i], nil
+			}
+		}
+		return nil, fmt.Errorf("image %s: %w", ref, ErrNotFound)
+	}
+	if named, err := parseReference(ref); err == nil {
+		if img := findNamed(images, named); img != nil {
+			return img, nil
+		}
+	}
+	if len(hexPart) >= minIDPrefix && isHex(hexPart) {
+		return findPrefix(images, "sha256:"+hexPart)
+	}
+	return nil, fmt.Errorf("image %s: %w", ref, ErrNotFound)
+}
+
+func findNamed(images []Image, named reference) *Image {
+	want := named.String()
+	for i := range images {
+		list := images[i].RepoTags
+		if named.digest != "" {
+			list = images[i].RepoDigests
+		}
+		for _, n := range list {
+			if n == want {
+				return &images[i]
+			}
+		}
+	}
+	return nil
+}
+
+func findPrefix(images []Image, prefix string) (*Image, error) {
+	var found *Image
+	for i := range images {
+		if strings.HasPrefix(images[i].ID, prefix) {
+			if found != nil {
+				return nil, fmt.Errorf("%w: %s", ErrAmbiguous, strings.TrimPrefix(prefix, "sha256:"))
+			}
+			found = &images[i]
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("image %s: %w", strings.TrimPrefix(prefix, "sha256:"), ErrNotFound)
+	}
+	return found, nil
+}

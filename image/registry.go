@@ -1,0 +1,279 @@
+package image
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/sirupsen/logrus"
+)
+
+// retryBackoff retries a failed request twice, soon: a registry that is down
+// should fail the pull (or move it to the next endpoint) within seconds.
+var retryBackoff = remote.Backoff{Duration: 250 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}
+
+const userAgent = "minicri"
+
+// endpoint is one place to pull a repository from: a mirror or the registry.
+type endpoint struct {
+	label  string // "mirror http://127.0.0.1:5001", "registry docker.io"
+	repo   name.Repository
+	puller *remote.Puller
+}
+
+// endpoints lists the mirrors of the reference's registry, in order, then
+// the registry itself. Credentials go to the registry only: a mirror is
+// another host, and the kubelet's credentials are for the registry.
+func (s *Store) endpoints(ref reference, auth *Auth) ([]*endpoint, error) {
+	cfg := s.registryConfig(ref.host)
+	var eps []*endpoint
+	for _, m := range cfg.Mirrors {
+		host, plainHTTP, err := parseMirror(m)
+		if err != nil {
+			return nil, err
+		}
+		insecure := plainHTTP || s.registryConfig(host).Insecure
+		ep, err := s.newEndpoint("mirror "+m, host, ref.path, insecure, authn.Anonymous)
+		if err != nil {
+			return nil, err
+		}
+		eps = append(eps, ep)
+	}
+	ep, err := s.newEndpoint("registry "+ref.host, ref.host, ref.path, cfg.Insecure, authenticator(auth))
+	if err != nil {
+		return nil, err
+	}
+	return append(eps, ep), nil
+}
+
+// registryConfig finds a host's configuration; Docker Hub answers to both
+// of its names.
+func (s *Store) registryConfig(host string) RegistryConfig {
+	if cfg, ok := s.opts.Registries[host]; ok {
+		return cfg
+	}
+	if host == dockerHub {
+		return s.opts.Registries[name.DefaultRegistry]
+	}
+	if host == name.DefaultRegistry {
+		return s.opts.Registries[dockerHub]
+	}
+	return RegistryConfig{}
+}
+
+// parseMirror reads "http://host:port", "https://host:port" or "host:port".
+func parseMirror(m string) (host string, plainHTTP bool, err error) {
+	if !strings.Contains(m, "://") {
+		m = "https://" + m
+	}
+	u, err := url.Parse(m)
+	if err != nil {
+		return "", false, fmt.Errorf("mirror %q: %w", m, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", false, fmt.Errorf("mirror %q: scheme must be http or https", m)
+	}
+	if u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+		return "", false, fmt.Errorf("mirror %q: want [http[s]://]host[:port] and nothing more", m)
+	}
+	return u.Host, u.Scheme == "http", nil
+}
+
+func (s *Store) newEndpoint(label, host, path string, insecure bool, auth authn.Authenticator) (*endpoint, error) {
+	var opts []name.Option
+	t := s.secureTransport
+	if insecure {
+		// Insecure: HTTPS without verification, or plain HTTP.
+		opts = append(opts, name.Insecure)
+		t = s.insecureTransport
+	}
+	reg, err := name.NewRegistry(host, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	puller, err := remote.NewPuller(
+		remote.WithAuth(auth),
+		remote.WithTransport(t),
+		remote.WithRetryBackoff(retryBackoff),
+		remote.WithUserAgent(userAgent),
+		remote.WithJobs(s.opts.MaxConcurrentDownloads),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	return &endpoint{label: label, repo: reg.Repo(path), puller: puller}, nil
+}
+
+func authenticator(a *Auth) authn.Authenticator {
+	if a == nil || *a == (Auth{}) {
+		return authn.Anonymous
+	}
+	return authn.FromConfig(authn.AuthConfig{
+		Username:      a.Username,
+		Password:      a.Password,
+		Auth:          a.Auth,
+		IdentityToken: a.IdentityToken,
+		RegistryToken: a.RegistryToken,
+	})
+}
+
+// remoteSource fetches one pull's manifests and blobs over its endpoints.
+// Blobs are asked first of the endpoint that served the manifest, then of
+// the ones after it.
+type remoteSource struct {
+	eps   []*endpoint
+	first int // set while resolving manifests, before any blob is fetched
+	log   logrus.FieldLogger
+}
+
+// manifest is a fetched manifest (or index) and its digest.
+type manifest struct {
+	raw       []byte
+	mediaType types.MediaType
+	digest    v1.Hash
+}
+
+// manifest fetches the manifest named by a tag or a digest.
+func (r *remoteSource) manifest(ctx context.Context, identifier string) (manifest, error) {
+	var errs []error
+	for i := r.first; i < len(r.eps); i++ {
+		ep := r.eps[i]
+		desc, err := ep.puller.Get(ctx, refIn(ep.repo, identifier))
+		if err == nil {
+			r.first = i
+			return checkManifest(desc, identifier)
+		}
+		if ctx.Err() != nil {
+			return manifest{}, ctx.Err()
+		}
+		errs = append(errs, endpointError(ep, err))
+		if i < len(r.eps)-1 {
+			r.log.WithError(err).WithField("endpoint", ep.label).Info("pull: endpoint failed, trying the next")
+		}
+	}
+	return manifest{}, joinErrors(errs)
+}
+
+func refIn(repo name.Repository, identifier string) name.Reference {
+	if strings.HasPrefix(identifier, "sha256:") {
+		return repo.Digest(identifier)
+	}
+	return repo.Tag(identifier)
+}
+
+// checkManifest verifies what the registry sent: its size, and its digest
+// when a digest named it.
+func checkManifest(desc *remote.Descriptor, identifier string) (manifest, error) {
+	if len(desc.Manifest) > maxManifestSize {
+		return manifest{}, fmt.Errorf("manifest of %d bytes is larger than the %d allowed", len(desc.Manifest), maxManifestSize)
+	}
+	sum := sha256.Sum256(desc.Manifest)
+	d := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
+	if strings.HasPrefix(identifier, "sha256:") && d.String() != identifier {
+		return manifest{}, fmt.Errorf("manifest %s hashes to %s: %w", identifier, d, ErrDigestMismatch)
+	}
+	return manifest{raw: desc.Manifest, mediaType: desc.MediaType, digest: d}, nil
+}
+
+// blob opens a blob stream from the first endpoint that has it.
+func (r *remoteSource) blob(ctx context.Context, desc v1.Descriptor) (io.ReadCloser, error) {
+	var errs []error
+	for i := r.first; i < len(r.eps); i++ {
+		ep := r.eps[i]
+		l, err := ep.puller.Layer(ctx, ep.repo.Digest(desc.Digest.String()))
+		if err == nil {
+			var rc io.ReadCloser
+			if rc, err = l.Compressed(); err == nil {
+				return rc, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		errs = append(errs, endpointError(ep, err))
+	}
+	return nil, joinErrors(errs)
+}
+
+// endpointError names the endpoint, and marks refused credentials.
+func endpointError(ep *endpoint, err error) error {
+	var terr *transport.Error
+	if errors.As(err, &terr) && (terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden) {
+		return fmt.Errorf("%s: %w: %w", ep.label, ErrUnauthorized, err)
+	}
+	return fmt.Errorf("%s: %w", ep.label, err)
+}
+
+// endpointErrors is the failure of every endpoint, on one line.
+type endpointErrors []error
+
+func (e endpointErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e endpointErrors) Unwrap() []error { return e }
+
+func joinErrors(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return endpointErrors(errs)
+}
+
+// wantPlatform is the platform picked from manifest lists.
+func wantPlatform() v1.Platform {
+	p := v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
+	if runtime.GOARCH == "arm64" {
+		p.Variant = "v8"
+	}
+	return p
+}
+
+// choosePlatform picks the manifest of want from an index; a matching
+// variant beats an unspecified one.
+func choosePlatform(idx *v1.IndexManifest, want v1.Platform) (v1.Descriptor, error) {
+	best, bestScore := -1, 0
+	var seen []string
+	for i, m := range idx.Manifests {
+		if m.Platform == nil {
+			continue
+		}
+		p := m.Platform
+		seen = append(seen, platformString(p.OS, p.Architecture, p.Variant))
+		if p.OS != want.OS || p.Architecture != want.Architecture {
+			continue
+		}
+		score := 1
+		if p.Variant == want.Variant {
+			score = 2
+		} else if p.Variant != "" && want.Variant != "" {
+			continue
+		}
+		if score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	if best < 0 {
+		return v1.Descriptor{}, fmt.Errorf("no image for %s in the manifest list (it has %s)",
+			platformString(want.OS, want.Architecture, want.Variant), strings.Join(seen, ", "))
+	}
+	return idx.Manifests[best], nil
+}

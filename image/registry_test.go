@@ -1,0 +1,127 @@
+package image
+
+import (
+	"encoding/base64"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/minicri/minicri/test/registry"
+	tim "github.com/minicri/minicri/test/testimage"
+)
+
+func TestEndpoints(t *testing.T) {
+	s := newTestStore(t, Options{Registries: map[string]RegistryConfig{
+		"docker.io":             {Mirrors: []string{"https://mirror.internal:5000", "http://10.1.2.3:5001", "plain.internal:443"}},
+		"insecure.example:5000": {Insecure: true},
+		"self-signed.internal":  {Insecure: true},
+		"quay.io":               {Mirrors: []string{"self-signed.internal"}},
+	}})
+	type ep struct{ label, registry, repo, scheme string }
+	for _, tc := range []struct {
+		ref  string
+		want []ep
+	}{
+		{"busybox", []ep{
+			{"mirror https://mirror.internal:5000", "mirror.internal:5000", "library/busybox", "https"},
+			{"mirror http://10.1.2.3:5001", "10.1.2.3:5001", "library/busybox", "http"},
+			{"mirror plain.internal:443", "plain.internal:443", "library/busybox", "https"},
+			{"registry docker.io", "index.docker.io", "library/busybox", "https"},
+		}},
+		{"insecure.example:5000/app:1", []ep{{"registry insecure.example:5000", "insecure.example:5000", "app", "http"}}},
+		{"quay.io/org/app", []ep{
+			{"mirror self-signed.internal", "self-signed.internal", "org/app", "http"},
+			{"registry quay.io", "quay.io", "org/app", "https"},
+		}},
+		{"secure.example/app", []ep{{"registry secure.example", "secure.example", "app", "https"}}},
+	} {
+		named, err := parseReference(tc.ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eps, err := s.endpoints(named, nil)
+		if err != nil {
+			t.Fatalf("endpoints(%s): %v", tc.ref, err)
+		}
+		var got []ep
+		for _, e := range eps {
+			// Scheme "http" means insecure: HTTPS without verification first, then HTTP.
+			got = append(got, ep{e.label, e.repo.RegistryStr(), e.repo.RepositoryStr(), e.repo.Scheme()})
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("endpoints(%s)\n got %v\nwant %v", tc.ref, got, tc.want)
+		}
+	}
+	for _, bad := range []string{"ftp://m", "https://m/path", "https://user@m"} {
+		if _, _, err := parseMirror(bad); err == nil {
+			t.Errorf("parseMirror(%q) accepted", bad)
+		}
+	}
+}
+
+func TestPullWithBase64Auth(t *testing.T) {
+	reg := registry.Start(t, registry.Options{Users: map[string]string{"bob": "pw"}})
+	img := tim.Busybox(t)
+	ref := reg.Host() + "/private:1"
+	tim.Push(t, img, ref, remoteAuth("bob", "pw"))
+	s := newTestStore(t, Options{})
+	auth := &Auth{Auth: base64.StdEncoding.EncodeToString([]byte("bob:pw"))}
+	if got, err := s.Pull(testContext(t), ref, auth); err != nil || got.ID != tim.ConfigDigest(t, img) {
+		t.Fatalf("pull with a base64 auth: %s, %v", got.ID, err)
+	}
+}
+
+// TestRemoveDuringPullDefersGC removes an image while a pull is running:
+// the removal answers at once, the running pull is not disturbed, and the
+// removed image's content goes when the pull ends.
+func TestRemoveDuringPullDefersGC(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	p := push(t, reg, "slowish:1", tim.MultiLayer(t))
+	px := startProxy(t, reg.Host())
+	started := make(chan struct{}, 8)
+	px.setTamper(func(_ string, body io.ReadCloser) io.ReadCloser {
+		started <- struct{}{}
+		return &pacedReader{ReadCloser: body}
+	})
+	s := newTestStore(t, Options{})
+	old := importImages(t, s, map[string]v1.Image{"example.com/old:1": tim.Busybox(t, tim.WithCmd("old"))})[0]
+
+	pulled := make(chan error, 1)
+	go func() {
+		_, err := s.Pull(testContext(t), px.host()+"/slowish:1", nil)
+		pulled <- err
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the pull did not start downloading within 10s")
+	}
+	if err := s.Remove(old.ID); err != nil {
+		t.Fatalf("remove during a pull: %v", err)
+	}
+	if !blobExists(s, old.ID) {
+		t.Fatal("GC ran while a pull held the content lock")
+	}
+	if err := <-pulled; err != nil {
+		t.Fatalf("pull during a removal: %v", err)
+	}
+	if blobExists(s, old.ID) {
+		t.Fatal("the removed image's config is still there after the pull ended")
+	}
+	got, err := s.Get(px.host() + "/slowish:1")
+	if err != nil || got.ID != p.configID {
+		t.Fatalf("pulled image: %s, %v", got.ID, err)
+	}
+	for _, l := range got.Layers {
+		if !blobExists(s, l.Digest) || !s.hasLayer(mustHash(t, l.ChainID)) {
+			t.Fatalf("layer %s of the pulled image lost", l.Digest)
+		}
+	}
+	if strings.Contains(strings.Join(dirNames(t, s.Root()), " "), gcPendingName) {
+		t.Fatal("gc-pending marker left")
+	}
+}

@@ -1,0 +1,191 @@
+package image
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"golang.org/x/sys/unix"
+
+	tim "github.com/minicri/minicri/test/testimage"
+)
+
+// TestRootfsShowsTheLayerFormat mounts the multi-layer image and looks at
+// the merged tree: whiteouts applied, the opaque dir hiding the layer
+// below, links, devices and modes kept, writes going to the upper dir.
+func TestRootfsShowsTheLayerFormat(t *testing.T) {
+	requireRoot(t)
+	s := newTestStore(t, Options{})
+	img := importImages(t, s, map[string]v1.Image{"example.com/multi:1": tim.MultiLayer(t)})[0]
+	if err := s.PrepareRootfs("ctr1", img.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PrepareRootfs("ctr1", img.ID); err != nil {
+		t.Fatalf("prepare again: %v", err)
+	}
+	root, err := s.MountRootfs("ctr1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := s.MountRootfs("ctr1"); err != nil || again != root {
+		t.Fatalf("mount again: %s, %v", again, err)
+	}
+	p := func(rel string) string { return filepath.Join(root, rel) }
+	for _, gone := range []string{"data/gone", "opq/old"} {
+		if _, err := os.Lstat(p(gone)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is visible (err %v): the whiteout/opaque dir was not applied", gone, err)
+		}
+	}
+	for rel, want := range map[string]string{"data/keep": "keep\n", "opq/new": "new\n", "data/hard": "linked\n", "etc/motd": "hello from the top layer\n"} {
+		if b, err := os.ReadFile(p(rel)); err != nil || string(b) != want {
+			t.Errorf("%s = %q (%v), want %q", rel, b, err, want)
+		}
+	}
+	if target, err := os.Readlink(p("data/link")); err != nil || target != "/etc/motd" {
+		t.Errorf("data/link → %q (%v)", target, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(p("data/null"), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(st.Rdev) != 1 || unix.Minor(st.Rdev) != 3 {
+		t.Errorf("data/null: mode %o rdev %d:%d (%v), want char 1:3", st.Mode, unix.Major(st.Rdev), unix.Minor(st.Rdev), err)
+	}
+	if err := unix.Lstat(p("data/suid"), &st); err != nil || st.Mode&0o7777 != 0o4755 || st.Uid != 1000 {
+		t.Errorf("data/suid: mode %o uid %d (%v), want 4755 uid 1000", st.Mode&0o7777, st.Uid, err)
+	}
+	if target, err := os.Readlink(p("bin/sh")); err != nil || target != "busybox" {
+		t.Errorf("bin/sh → %q (%v)", target, err)
+	}
+	if err := os.WriteFile(p("tmp/written"), []byte("w"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(s.rootfsDir("ctr1"), "upper", "tmp", "written")); err != nil {
+		t.Errorf("a write in the rootfs did not reach the upper dir: %v", err)
+	}
+
+	if err := s.UnmountRootfs("ctr1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.UnmountRootfs("ctr1"); err != nil {
+		t.Fatalf("unmount again: %v", err)
+	}
+	if mounted, _ := isMountpoint(root); mounted {
+		t.Fatal("still mounted after UnmountRootfs")
+	}
+	if ids := s.Rootfses(); len(ids) != 1 || ids[0] != "ctr1" {
+		t.Fatalf("Rootfses = %v, want [ctr1]", ids)
+	}
+	// A mounted rootfs is unmounted by its removal.
+	if _, err := s.MountRootfs("ctr1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveRootfs("ctr1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveRootfs("ctr1"); err != nil {
+		t.Fatalf("remove again: %v", err)
+	}
+	if _, err := os.Lstat(s.rootfsDir("ctr1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("rootfs dir left: %v", err)
+	}
+	if _, err := s.MountRootfs("ctr1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("mount of a removed rootfs = %v, want ErrNotFound", err)
+	}
+}
+
+func TestPrepareRootfsErrors(t *testing.T) {
+	s := newTestStore(t, Options{})
+	imgs := importImages(t, s, map[string]v1.Image{"example.com/a:1": tim.Busybox(t), "example.com/b:1": tim.Busybox(t, tim.WithCmd("b"))})
+	if err := s.PrepareRootfs("c", "example.com/nothing:1"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("prepare for an unknown image = %v, want ErrNotFound", err)
+	}
+	if err := s.PrepareRootfs("c", imgs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PrepareRootfs("c", imgs[1].ID); !errors.Is(err, ErrExists) {
+		t.Errorf("prepare of one ID for another image = %v, want ErrExists", err)
+	}
+	for _, bad := range []string{"", "../x", "a/b", ".hidden", string(make([]byte, 200))} {
+		if err := s.PrepareRootfs(bad, imgs[0].ID); err == nil {
+			t.Errorf("prepare with ID %q succeeded", bad)
+		}
+	}
+}
+
+// TestRootfsOfManyLayers mounts an image of 120 layers (the classic mount
+// options would not fit in a page) and checks every layer shows, the top
+// one winning.
+func TestRootfsOfManyLayers(t *testing.T) {
+	requireRoot(t)
+	const n = 120
+	layers := []v1.Layer{tim.BusyboxLayer(t)}
+	for i := 1; i < n; i++ {
+		layers = append(layers, tim.Layer(t,
+			tim.File(fmt.Sprintf("layers/%03d", i), "x", 0o644),
+			tim.File("layers/top", fmt.Sprint(i), 0o644)))
+	}
+	s := newTestStore(t, Options{})
+	img := importImages(t, s, map[string]v1.Image{"example.com/tall:1": tim.Image(t, layers)})[0]
+	if len(img.Layers) != n {
+		t.Fatalf("image has %d layers, want %d", len(img.Layers), n)
+	}
+	if err := s.PrepareRootfs("tall", img.ID); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.MountRootfs("tall")
+	if err != nil {
+		t.Fatalf("mount %d layers: %v", n, err)
+	}
+	entries, err := os.ReadDir(filepath.Join(root, "layers"))
+	if err != nil || len(entries) != n { // n-1 numbered files and "top"
+		t.Fatalf("layers/ has %d entries (%v), want %d", len(entries), err, n)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "layers/top")); string(b) != fmt.Sprint(n-1) {
+		t.Fatalf("layers/top = %q, want the top layer's %d", b, n-1)
+	}
+}
+
+// TestRootfsLegacyMount forces the classic mount(2) path (kernels before
+// 6.8) and mounts through the short layer links.
+func TestRootfsLegacyMount(t *testing.T) {
+	requireRoot(t)
+	forceLegacyMount = true
+	t.Cleanup(func() { forceLegacyMount = false })
+	s := newTestStore(t, Options{})
+	img := importImages(t, s, map[string]v1.Image{"example.com/multi:1": tim.MultiLayer(t)})[0]
+	if err := s.PrepareRootfs("legacy", img.ID); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.MountRootfs("legacy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "opq/new")); err != nil || string(b) != "new\n" {
+		t.Fatalf("opq/new = %q, %v", b, err)
+	}
+	if _, err := os.Lstat(filepath.Join(root, "data/gone")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("whiteout not applied: %v", err)
+	}
+	if links := dirNames(t, s.path(linksDir)); len(links) != len(img.Layers) {
+		t.Fatalf("short links %v, want one per layer", links)
+	}
+}
+
+// TestRootfsOfEmptyImage: an image without layers still mounts (overlay
+// needs a lower dir).
+func TestRootfsOfEmptyImage(t *testing.T) {
+	requireRoot(t)
+	s := newTestStore(t, Options{})
+	img := importImages(t, s, map[string]v1.Image{"example.com/scratch:1": tim.Image(t, nil)})[0]
+	if err := s.PrepareRootfs("scratch", img.ID); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.MountRootfs("scratch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if entries, err := os.ReadDir(root); err != nil || len(entries) != 0 {
+		t.Fatalf("empty image rootfs: %v entries, %v", len(entries), err)
+	}
+}

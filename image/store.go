@@ -1,0 +1,308 @@
+package image
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/sys/unix"
+)
+
+// The layout of the store's root directory.
+const (
+	metaLockName    = "lock"         // flock: images.json, generation, snapshot records
+	contentLockName = "content.lock" // flock: shared by pulls, imports, exports; exclusive by GC
+	gcPendingName   = "gc-pending"   // a removal asked for a GC that could not run yet
+	generationName  = "generation"   // bumped after every images.json change
+	imagesName      = "images.json"  // every image record
+	blobsDir        = "blobs/sha256" // blobs by digest, verified
+	layersDir       = "layers"       // unpacked layers by chain ID
+	linksDir        = "l"            // short symlinks to layers, for the legacy mount API
+	emptyDirName    = "empty"        // the lower dir of an image without layers
+	snapshotsDir    = "snapshots"    // container root filesystems
+	tmpDir          = "tmp"          // everything half-made; swept by GC
+)
+
+// indexVersion is the format version of images.json.
+const indexVersion = 1
+
+const defaultMaxConcurrentDownloads = 3
+
+// Store is an image store rooted at one directory. Its methods are safe for
+// concurrent use, and several Stores (in one process or several) may share
+// a root.
+type Store struct {
+	root string
+	opts Options
+	log  logrus.FieldLogger
+
+	// transports are shared by all pulls so that connections are reused.
+	secureTransport, insecureTransport http.RoundTripper
+
+	blobFlight  singleflight.Group // one download per blob digest
+	layerFlight singleflight.Group // one unpack per chain ID
+	unpackSlots chan struct{}      // bounds concurrent unpacks (CPU-bound)
+	mountMu     sync.Mutex         // serialises mount checks and mounts
+
+	mu    sync.Mutex
+	cat   *catalog // last catalog read or written; nil until the first read
+	usage *usageCache
+}
+
+// catalog is an immutable snapshot of images.json.
+type catalog struct {
+	gen    uint64
+	images []Image // sorted by ID
+}
+
+type indexFile struct {
+	Version    int     `json:"version"`
+	Generation uint64  `json:"generation"`
+	Images     []Image `json:"images"`
+}
+
+// New opens the store at opts.Root, creating it if needed, and repairs what
+// a crashed pull, import or removal left: temp files, unreferenced blobs and
+// layers (unless another process is pulling into the same root right now;
+// then the last pull to finish does it).
+func New(opts Options) (*Store, error) {
+	if opts.Root == "" {
+		return nil, errors.New("image store: root directory not set")
+	}
+	root, err := filepath.Abs(opts.Root)
+	if err != nil {
+		return nil, fmt.Errorf("image store root: %w", err)
+	}
+	if opts.MaxConcurrentDownloads <= 0 {
+		opts.MaxConcurrentDownloads = defaultMaxConcurrentDownloads
+	}
+	if opts.Log == nil {
+		opts.Log = logrus.StandardLogger()
+	}
+	s := &Store{
+		root:              root,
+		opts:              opts,
+		log:               opts.Log,
+		secureTransport:   newTransport(false),
+		insecureTransport: newTransport(true),
+		unpackSlots:       make(chan struct{}, max(1, runtime.NumCPU())),
+	}
+	if err := s.makeDirs(); err != nil {
+		return nil, err
+	}
+	if err := s.repairGeneration(); err != nil {
+		return nil, err
+	}
+	if err := s.requestGC(); err != nil {
+		return nil, fmt.Errorf("image store repair: %w", err)
+	}
+	return s, nil
+}
+
+// repairGeneration rewrites the generation file when a writer died between
+// writing images.json and the generation: other Stores would not notice the
+// change otherwise.
+func (s *Store) repairGeneration() error {
+	lock, err := lockFile(s.path(metaLockName), unix.LOCK_EX)
+	if err != nil {
+		return fmt.Errorf("image store lock: %w", err)
+	}
+	defer lock.Close()
+	c, err := s.readCatalog()
+	if err != nil {
+		return err
+	}
+	gen, err := readCounter(s.path(generationName))
+	if err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	if gen < c.gen {
+		if err := writeGeneration(s.path(generationName), c.gen); err != nil {
+			return fmt.Errorf("image store: %w", err)
+		}
+	}
+	s.setCatalog(c)
+	return nil
+}
+
+func writeGeneration(path string, gen uint64) error {
+	return writeFileAtomic(path, []byte(strconv.FormatUint(gen, 10)+"\n"), 0o600)
+}
+
+func newTransport(insecure bool) http.RoundTripper {
+	t := remote.DefaultTransport.(*http.Transport).Clone()
+	if insecure {
+		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the registry is configured insecure
+	}
+	return t
+}
+
+func (s *Store) makeDirs() error {
+	if err := os.MkdirAll(s.root, 0o700); err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	for _, dir := range []string{blobsDir, layersDir, linksDir, snapshotsDir, tmpDir} {
+		if err := os.MkdirAll(s.path(dir), 0o700); err != nil {
+			return fmt.Errorf("image store: %w", err)
+		}
+	}
+	// Overlay needs at least one lower dir, even for an image with no layers.
+	if err := os.MkdirAll(s.path(emptyDirName), 0o755); err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	return nil
+}
+
+// path joins elements below the root.
+func (s *Store) path(elem ...string) string {
+	return filepath.Join(append([]string{s.root}, elem...)...)
+}
+
+// Root returns the store's root directory (absolute).
+func (s *Store) Root() string { return s.root }
+
+// Get returns the image ref names: an ID ("sha256:<hex>" or "<hex>"), a
+// unique ID prefix (3 hex digits or more), a tag ("busybox" is
+// docker.io/library/busybox:latest) or a repo digest. ErrNotFound if none.
+func (s *Store) Get(ref string) (Image, error) {
+	c, err := s.current()
+	if err != nil {
+		return Image{}, err
+	}
+	img, err := resolve(c.images, ref)
+	if err != nil {
+		return Image{}, err
+	}
+	return img.clone(), nil
+}
+
+// List returns every image, sorted by ID. If the image list cannot be read
+// it logs why and returns the last list it read.
+func (s *Store) List() []Image {
+	c, err := s.current()
+	if err != nil {
+		s.log.WithError(err).Warn("image store: cannot re-read the image list")
+		s.mu.Lock()
+		c = s.cat
+		s.mu.Unlock()
+	}
+	if c == nil {
+		return nil
+	}
+	out := make([]Image, len(c.images))
+	for i := range c.images {
+		out[i] = c.images[i].clone()
+	}
+	return out
+}
+
+// current returns the catalog, re-reading images.json only when another
+// Store (or process) changed it since the last read.
+func (s *Store) current() (*catalog, error) {
+	gen, err := readCounter(s.path(generationName))
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	s.mu.Lock()
+	c := s.cat
+	s.mu.Unlock()
+	if c != nil && c.gen >= gen {
+		return c, nil
+	}
+	lock, err := lockFile(s.path(metaLockName), unix.LOCK_SH)
+	if err != nil {
+		return nil, fmt.Errorf("image store lock: %w", err)
+	}
+	defer lock.Close()
+	c, err = s.readCatalog()
+	if err != nil {
+		return nil, err
+	}
+	s.setCatalog(c)
+	return c, nil
+}
+
+func (s *Store) setCatalog(c *catalog) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cat == nil || c.gen >= s.cat.gen {
+		s.cat = c
+	}
+}
+
+// readCatalog reads images.json; the caller holds the meta lock.
+func (s *Store) readCatalog() (*catalog, error) {
+	b, err := os.ReadFile(s.path(imagesName))
+	if errors.Is(err, os.ErrNotExist) {
+		return &catalog{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	var f indexFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("image store: %s: %w", imagesName, err)
+	}
+	if f.Version != indexVersion {
+		return nil, fmt.Errorf("image store: %s has version %d, want %d", imagesName, f.Version, indexVersion)
+	}
+	sortImages(f.Images)
+	return &catalog{gen: f.Generation, images: f.Images}, nil
+}
+
+// update changes the image records under the exclusive meta lock, from a
+// fresh read of images.json, and writes them back atomically.
+func (s *Store) update(edit func(images []Image) ([]Image, error)) (*catalog, error) {
+	lock, err := lockFile(s.path(metaLockName), unix.LOCK_EX)
+	if err != nil {
+		return nil, fmt.Errorf("image store lock: %w", err)
+	}
+	defer lock.Close()
+	return s.updateLocked(edit)
+}
+
+func (s *Store) updateLocked(edit func(images []Image) ([]Image, error)) (*catalog, error) {
+	c, err := s.readCatalog()
+	if err != nil {
+		return nil, err
+	}
+	images := make([]Image, len(c.images))
+	for i := range c.images {
+		images[i] = c.images[i].clone()
+	}
+	images, err = edit(images)
+	if err != nil {
+		return nil, err
+	}
+	sortImages(images)
+	next := &catalog{gen: c.gen + 1, images: images}
+	b, err := json.Marshal(indexFile{Version: indexVersion, Generation: next.gen, Images: images})
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(s.path(imagesName), b, 0o600); err != nil {
+		return nil, fmt.Errorf("image store: write %s: %w", imagesName, err)
+	}
+	// The generation goes last: a reader that sees it finds images.json ready.
+	if err := writeGeneration(s.path(generationName), next.gen); err != nil {
+		return nil, fmt.Errorf("image store: write %s: %w", generationName, err)
+	}
+	s.setCatalog(next)
+	s.invalidateUsage()
+	return next, nil
+}
+
+func sortImages(images []Image) {
+	sort.Slice(images, func(i, j int) bool { return images[i].ID < images[j].ID })
+}

@@ -1,0 +1,299 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+
+	tim "github.com/minicri/minicri/test/testimage"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (ownership, device nodes, trusted xattrs, mounts)")
+	}
+}
+
+// tarOf builds an uncompressed tar of entries.
+func tarOf(t *testing.T, entries ...tim.Entry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := e.Header
+		h.Format = tar.FormatPAX
+		if h.ModTime.IsZero() {
+			h.ModTime = tim.Epoch
+		}
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatalf("tar header %s: %v", h.Name, err)
+		}
+		if _, err := tw.Write(e.Body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func writeBlobFile(t *testing.T, content []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "blob")
+	if err := os.WriteFile(p, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func gzipped(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(b)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func zstded(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw, err := zstd.NewWriter(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(b)
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestUnpackRefusesHostileLayers unpacks crafted layers into box/a/dest and
+// checks that each is refused and that nothing appears outside dest.
+func TestUnpackRefusesHostileLayers(t *testing.T) {
+	requireRoot(t)
+	xattrEntry := tim.File("x", "x", 0o644)
+	xattrEntry.Header.PAXRecords = map[string]string{"SCHILY.xattr.trusted.overlay.redirect": "/etc"}
+	cases := []struct {
+		name    string
+		entries []tim.Entry
+		outside string // a path (relative to box) that must not exist afterwards
+	}{
+		{"dot-dot", []tim.Entry{tim.File("../../pwned", "x", 0o644)}, "pwned"},
+		{"dot-dot inside", []tim.Entry{tim.Dir("d", 0o755), tim.File("d/../../pwned", "x", 0o644)}, "a/pwned"},
+		{"absolute", []tim.Entry{tim.File("/pwned", "x", 0o644)}, "pwned"},
+		{"symlink escape", []tim.Entry{tim.Symlink("evil", "../.."), tim.File("evil/pwned", "x", 0o644)}, "pwned"},
+		{"absolute symlink escape", []tim.Entry{tim.Symlink("evil", "/"), tim.Dir("evil/tmp", 0o755), tim.File("evil/tmp/pwned", "x", 0o644)}, "pwned"},
+		{"symlink then file below", []tim.Entry{tim.Symlink("etc", "/etc"), tim.File("etc/pwned", "x", 0o644)}, "pwned"},
+		{"hardlink outside", []tim.Entry{tim.Hardlink("hl", "../../secret")}, "a/dest/hl"},
+		{"hardlink absolute", []tim.Entry{tim.Hardlink("hl", "/etc/passwd")}, "a/dest/hl"},
+		{"hardlink through symlink", []tim.Entry{tim.Symlink("evil", "../.."), tim.Hardlink("hl", "evil/secret")}, "a/dest/hl"},
+		{"whiteout of dot-dot", []tim.Entry{tim.File(".wh..", "", 0o644)}, ""},
+		{"opaque marker with dot-dot", []tim.Entry{tim.File("a/../../.wh..wh..opq", "", 0o644)}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			box := t.TempDir()
+			dest := filepath.Join(box, "a", "dest")
+			if err := os.MkdirAll(dest, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			secret := filepath.Join(box, "secret")
+			if err := os.WriteFile(secret, []byte("secret"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			blob := writeBlobFile(t, tarOf(t, tc.entries...))
+			_, err := unpackLayerFile(t.Context(), blob, dest)
+			if !errors.Is(err, errUnsafeEntry) {
+				t.Fatalf("unpack = %v, want an unsafe-entry error", err)
+			}
+			if tc.outside != "" {
+				if _, err := os.Lstat(filepath.Join(box, tc.outside)); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("%s exists after a refused unpack (lstat: %v)", tc.outside, err)
+				}
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(secret, &st); err != nil || st.Nlink != 1 {
+				t.Fatalf("secret outside the layer: nlink %d, err %v", st.Nlink, err)
+			}
+		})
+	}
+	t.Run("overlay xattrs dropped", func(t *testing.T) {
+		dest := t.TempDir()
+		if _, err := unpackLayerFile(t.Context(), writeBlobFile(t, tarOf(t, xattrEntry)), dest); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Lgetxattr(filepath.Join(dest, "x"), "trusted.overlay.redirect", make([]byte, 64)); !errors.Is(err, unix.ENODATA) {
+			t.Fatalf("trusted.overlay.redirect from the layer was applied (err %v)", err)
+		}
+	})
+}
+
+// TestUnpackKeepsEverything checks modes, owners, xattrs, times, links,
+// devices and the overlay form of whiteouts, for each compression.
+func TestUnpackKeepsEverything(t *testing.T) {
+	requireRoot(t)
+	mtime := time.Date(2020, 2, 3, 4, 5, 6, 0, time.UTC)
+	owned := tim.File("dir/owned", "owned", 0o640)
+	owned.Header.Uid, owned.Header.Gid = 1000, 1001
+	owned.Header.ModTime = mtime
+	owned.Header.PAXRecords = map[string]string{"SCHILY.xattr.user.note": "hello"}
+	suid := tim.File("dir/suid", "#!", 0o4755)
+	dir := tim.Dir("dir", 0o750)
+	dir.Header.ModTime = mtime
+	fifo := tim.Entry{Header: tar.Header{Typeflag: tar.TypeFifo, Name: "dir/fifo", Mode: 0o600}}
+	raw := tarOf(t,
+		dir, owned, suid,
+		tim.Symlink("dir/link", "/etc/passwd"),
+		tim.Hardlink("dir/hard", "dir/owned"),
+		tim.CharDevice("dir/null", 1, 3),
+		fifo,
+		tim.File("implicit/parent/file", "x", 0o644),
+		tim.Whiteout("dir/gone"),
+		tim.Dir("opq", 0o755),
+		tim.Opaque("opq"),
+		tim.File("replaced", "first", 0o644),
+		tim.File("replaced", "second", 0o644),
+	)
+	sum := sha256.Sum256(raw)
+	wantDiffID := "sha256:" + hex.EncodeToString(sum[:])
+	for _, comp := range []struct {
+		name string
+		blob []byte
+	}{{"plain", raw}, {"gzip", gzipped(t, raw)}, {"zstd", zstded(t, raw)}} {
+		t.Run(comp.name, func(t *testing.T) {
+			dest := t.TempDir()
+			diffID, err := unpackLayerFile(t.Context(), writeBlobFile(t, comp.blob), dest)
+			if err != nil {
+				t.Fatalf("unpack: %v", err)
+			}
+			if diffID.String() != wantDiffID {
+				t.Fatalf("diff ID %s, want %s", diffID, wantDiffID)
+			}
+			checkUnpacked(t, dest, mtime)
+		})
+	}
+}
+
+func checkUnpacked(t *testing.T, dest string, mtime time.Time) {
+	t.Helper()
+	p := func(rel string) string { return filepath.Join(dest, rel) }
+	var st unix.Stat_t
+	mustLstat := func(rel string) unix.Stat_t {
+		t.Helper()
+		if err := unix.Lstat(p(rel), &st); err != nil {
+			t.Fatalf("lstat %s: %v", rel, err)
+		}
+		return st
+	}
+	if s := mustLstat("dir/owned"); s.Uid != 1000 || s.Gid != 1001 || s.Mode&0o7777 != 0o640 || s.Nlink != 2 {
+		t.Errorf("dir/owned: uid %d gid %d mode %o nlink %d, want 1000 1001 640 2", s.Uid, s.Gid, s.Mode&0o7777, s.Nlink)
+	}
+	if s := mustLstat("dir/owned"); time.Unix(s.Mtim.Unix()).UTC() != mtime {
+		t.Errorf("dir/owned mtime %v, want %v", time.Unix(s.Mtim.Unix()).UTC(), mtime)
+	}
+	if s := mustLstat("dir"); s.Mode&0o7777 != 0o750 || time.Unix(s.Mtim.Unix()).UTC() != mtime {
+		t.Errorf("dir: mode %o mtime %v, want 750 %v (set after its children)", s.Mode&0o7777, time.Unix(s.Mtim.Unix()).UTC(), mtime)
+	}
+	if s := mustLstat("dir/suid"); s.Mode&0o7777 != 0o4755 {
+		t.Errorf("dir/suid mode %o, want 4755", s.Mode&0o7777)
+	}
+	if target, err := os.Readlink(p("dir/link")); err != nil || target != "/etc/passwd" {
+		t.Errorf("dir/link → %q (%v), want /etc/passwd", target, err)
+	}
+	if a, b := mustLstat("dir/owned").Ino, mustLstat("dir/hard").Ino; a != b {
+		t.Errorf("dir/hard is not a hard link of dir/owned")
+	}
+	if s := mustLstat("dir/null"); s.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(s.Rdev) != 1 || unix.Minor(s.Rdev) != 3 {
+		t.Errorf("dir/null: mode %o rdev %d:%d, want a 1:3 char device", s.Mode, unix.Major(s.Rdev), unix.Minor(s.Rdev))
+	}
+	if s := mustLstat("dir/fifo"); s.Mode&unix.S_IFMT != unix.S_IFIFO {
+		t.Errorf("dir/fifo is not a fifo (mode %o)", s.Mode)
+	}
+	if s := mustLstat("dir/gone"); s.Mode&unix.S_IFMT != unix.S_IFCHR || s.Rdev != 0 {
+		t.Errorf("whiteout dir/gone: mode %o rdev %d, want a 0:0 char device", s.Mode, s.Rdev)
+	}
+	buf := make([]byte, 16)
+	if n, err := unix.Lgetxattr(p("opq"), opaqueXattr, buf); err != nil || string(buf[:n]) != "y" {
+		t.Errorf("opq: %s = %q (%v), want y", opaqueXattr, buf[:n], err)
+	}
+	if _, err := os.Lstat(p("opq/.wh..wh..opq")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the opaque marker itself was written")
+	}
+	if n, err := unix.Lgetxattr(p("dir/owned"), "user.note", buf); err != nil || string(buf[:n]) != "hello" {
+		t.Errorf("dir/owned xattr user.note = %q (%v), want hello", buf[:n], err)
+	}
+	if b, err := os.ReadFile(p("implicit/parent/file")); err != nil || string(b) != "x" {
+		t.Errorf("file under implicit parents: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(p("replaced")); err != nil || string(b) != "second" {
+		t.Errorf("replaced = %q (%v), want the later entry", b, err)
+	}
+}
+
+// TestUnpackStreamsLargeFiles unpacks a layer holding a 128 MiB file and
+// checks that memory did not grow with it.
+func TestUnpackStreamsLargeFiles(t *testing.T) {
+	requireRoot(t)
+	const size = 128 << 20
+	var raw bytes.Buffer
+	zw := gzip.NewWriter(&raw)
+	tw := tar.NewWriter(zw)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "big", Mode: 0o644, Size: size})
+	zero := make([]byte, 1<<20)
+	for range size / len(zero) {
+		tw.Write(zero)
+	}
+	tw.Close()
+	zw.Close()
+	blob := writeBlobFile(t, raw.Bytes())
+	dest := t.TempDir()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if _, err := unpackLayerFile(t.Context(), blob, dest); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 16<<20 {
+		t.Fatalf("unpacking a %d MiB file allocated %d MiB", size>>20, grown>>20)
+	}
+	if fi, err := os.Stat(filepath.Join(dest, "big")); err != nil || fi.Size() != size {
+		t.Fatalf("big: %v, size %d", err, fi.Size())
+	}
+}
+
+func TestChainIDs(t *testing.T) {
+	d := func(s string) string { sum := sha256.Sum256([]byte(s)); return "sha256:" + hex.EncodeToString(sum[:]) }
+	var diffIDs []v1.Hash
+	for _, s := range []string{d("a"), d("b"), d("c")} {
+		h, err := v1.NewHash(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		diffIDs = append(diffIDs, h)
+	}
+	chains := chainIDs(diffIDs)
+	want1 := d(d("a") + " " + d("b"))
+	want2 := d(want1 + " " + d("c"))
+	if chains[0] != diffIDs[0] || chains[1].String() != want1 || chains[2].String() != want2 {
+		t.Fatalf("chain IDs %v, want [%s %s %s]", chains, diffIDs[0], want1, want2)
+	}
+}

@@ -1,0 +1,362 @@
+// Package network gives a pod its namespaces and its network: namespaces
+// pinned as bind-mounted nsfs files (no pause process), CNI set-up and
+// teardown with libcni, and the pod's /etc/resolv.conf, /etc/hosts and
+// /etc/hostname.
+package network
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+
+	"golang.org/x/sys/unix"
+)
+
+// NamespaceKind is a namespace a pod can pin. Its value is both the file name
+// under /proc/PID/ns and the name of the pin file in the pod's directory.
+type NamespaceKind string
+
+// The namespaces a pod shares among its containers.
+const (
+	NamespaceNet NamespaceKind = "net"
+	NamespaceIPC NamespaceKind = "ipc"
+	NamespaceUTS NamespaceKind = "uts"
+)
+
+// pinnableKinds lists every kind with its unshare flag, in the order pins are
+// made and undone.
+var pinnableKinds = []pinnable{
+	{NamespaceNet, unix.CLONE_NEWNET},
+	{NamespaceIPC, unix.CLONE_NEWIPC},
+	{NamespaceUTS, unix.CLONE_NEWUTS},
+}
+
+// Namespaces are the pinned namespace files of one pod. An empty path means
+// the pod was not given its own namespace of that kind (it uses the host's).
+type Namespaces struct {
+	Dir string // directory holding the pin files
+	Net string // Dir/net when pinned
+	IPC string // Dir/ipc when pinned
+	UTS string // Dir/uts when pinned
+}
+
+// Path returns the pin file of kind, or "" when that namespace is not pinned.
+func (ns Namespaces) Path(kind NamespaceKind) string {
+	switch kind {
+	case NamespaceNet:
+		return ns.Net
+	case NamespaceIPC:
+		return ns.IPC
+	case NamespaceUTS:
+		return ns.UTS
+	}
+	return ""
+}
+
+func (ns *Namespaces) setPath(kind NamespaceKind, path string) {
+	switch kind {
+	case NamespaceNet:
+		ns.Net = path
+	case NamespaceIPC:
+		ns.IPC = path
+	case NamespaceUTS:
+		ns.UTS = path
+	}
+}
+
+// PinNamespaces creates new namespaces of the given kinds and keeps them alive
+// by bind-mounting each onto dir/KIND, so that they outlive every process in
+// them, and the daemon itself. In a new UTS namespace the hostname is set to
+// hostname (ignored without one); in a new network namespace lo is brought up.
+// dir should be dedicated to the pins (e.g. RUNDIR/pods/ID/ns): it may itself
+// become a mount (see ensurePrivateMount), which UnpinNamespaces detaches with
+// everything under it. On failure nothing is left behind. Pinning over
+// existing pins fails with an error matching fs.ErrExist; run UnpinNamespaces
+// first to recover a half-made pod.
+func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (_ Namespaces, retErr error) {
+	if dir == "" {
+		return Namespaces{}, errors.New("pin namespaces: empty directory")
+	}
+	flags, err := unshareFlags(kinds)
+	if err != nil {
+		return Namespaces{}, err
+	}
+	if flags == 0 {
+		return Namespaces{Dir: dir}, nil
+	}
+	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
+		// sethostname(2) would refuse it too; say why before making anything.
+		return Namespaces{}, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
+	}
+
+	p := &pinning{ns: Namespaces{Dir: dir}}
+	defer func() {
+		if retErr != nil {
+			p.undo()
+		}
+	}()
+	if err := p.prepare(flags); err != nil {
+		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
+	}
+	if err := onThrowawayThread(func() error { return unshareAndPin(flags, p.ns, hostname) }); err != nil {
+		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
+	}
+	return p.ns, nil
+}
+
+// hostNameMax is HOST_NAME_MAX: the longest name sethostname(2) takes.
+const hostNameMax = 64
+
+// pinning remembers what one PinNamespaces call made, so that a failure undoes
+// exactly that and not pins or directories that existed before the call.
+type pinning struct {
+	ns        Namespaces
+	madeDir   bool
+	madeMount bool
+	madeFiles []string
+}
+
+// prepare makes dir, a private mount of it if needed, and the empty pin files.
+func (p *pinning) prepare(flags int) error {
+	dir := p.ns.Dir
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		p.madeDir = true
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	var err error
+	if p.madeMount, err = ensurePrivateMount(dir); err != nil {
+		return err
+	}
+	for _, k := range pinnableKinds {
+		if flags&k.flag == 0 {
+			continue
+		}
+		path := filepath.Join(dir, string(k.kind))
+		if err := createPinFile(path); err != nil {
+			return fmt.Errorf("pin %s namespace: %w", k.kind, err)
+		}
+		p.madeFiles = append(p.madeFiles, path)
+		p.ns.setPath(k.kind, path)
+	}
+	return nil
+}
+
+// undo is best effort: what it cannot remove, UnpinNamespaces at recovery does.
+func (p *pinning) undo() {
+	for _, path := range p.madeFiles {
+		_ = unpinFile(path)
+	}
+	if p.madeMount {
+		_ = unmountAll(p.ns.Dir)
+	}
+	if p.madeDir {
+		_ = os.Remove(p.ns.Dir)
+	}
+}
+
+// pinnable is a namespace kind with the unshare(2) flag that makes one.
+type pinnable struct {
+	kind NamespaceKind
+	flag int
+}
+
+func unshareFlags(kinds []NamespaceKind) (int, error) {
+	flags := 0
+	for _, kind := range kinds {
+		i := slices.IndexFunc(pinnableKinds, func(p pinnable) bool { return p.kind == kind })
+		if i < 0 {
+			return 0, fmt.Errorf("pin namespaces: cannot pin a %q namespace (only net, ipc, uts)", kind)
+		}
+		flags |= pinnableKinds[i].flag
+	}
+	return flags, nil
+}
+
+// createPinFile makes the empty file a namespace is bind-mounted onto. O_EXCL
+// stops a second PinNamespaces from stacking a mount on a live pin.
+func createPinFile(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o400)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// onThrowawayThread runs fn on an OS thread that is never given back to the Go
+// scheduler. fn changes the thread's namespaces; since the goroutine returns
+// while still locked, the runtime ends the thread instead of letting another
+// goroutine inherit a foreign network or UTS namespace.
+//
+// The main thread is the exception: the runtime cannot end it and parks it
+// for good instead, which would keep the pod's namespaces alive forever (and
+// show them in /proc/self/ns). So when the goroutine lands there it holds the
+// main thread and hands fn to a nested goroutine, which then cannot be
+// scheduled on it.
+//
+// This is preferred over re-executing the daemon as a small helper: it costs
+// a thread instead of a process (microseconds rather than milliseconds),
+// needs no hidden subcommand in the binary, and has been safe since Go 1.10
+// made locked-thread exit terminate the thread. Namespaces that one thread of
+// a multi-threaded process cannot unshare (mount, user, pid) are never asked
+// for here.
+func onThrowawayThread(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			defer runtime.UnlockOSThread()
+			errc <- onThrowawayThread(fn)
+			return
+		}
+		// No UnlockOSThread: see above.
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// unshareAndPin runs on a throwaway thread: it moves the thread into new
+// namespaces and bind-mounts them onto the prepared pin files. The mount
+// namespace is the process's own, so the pins are visible to the whole host.
+func unshareAndPin(flags int, ns Namespaces, hostname string) error {
+	if err := unix.Unshare(flags); err != nil {
+		return fmt.Errorf("unshare: %w", err)
+	}
+	for _, k := range pinnableKinds {
+		target := ns.Path(k.kind)
+		if target == "" {
+			continue
+		}
+		source := "/proc/thread-self/ns/" + string(k.kind)
+		if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s onto %s: %w", source, target, err)
+		}
+	}
+	if ns.UTS != "" && hostname != "" {
+		if err := unix.Sethostname([]byte(hostname)); err != nil {
+			return fmt.Errorf("set hostname %q: %w", hostname, err)
+		}
+	}
+	if ns.Net != "" {
+		if err := bringUpLoopback(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bringUpLoopback sets IFF_UP on lo of the calling thread's network
+// namespace: a socket belongs to the namespace it was created in.
+func bringUpLoopback() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("bring up lo: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring up lo: get flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring up lo: set flags: %w", err)
+	}
+	return nil
+}
+
+// UnpinNamespaces unmounts and removes a pod's pin files, undoes the private
+// mount PinNamespaces may have made of ns.Dir, and removes ns.Dir when empty.
+// The namespaces die once no process uses them. It is idempotent, returns nil
+// for pins already gone, and needs only ns.Dir: the files Dir/net, Dir/ipc and
+// Dir/uts are always looked at, so recovery after a crash can call
+// UnpinNamespaces(Namespaces{Dir: dir}).
+func UnpinNamespaces(ns Namespaces) error {
+	var errs []error
+	for _, path := range ns.pinPaths() {
+		if err := unpinFile(path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ns.Dir != "" && len(errs) == 0 {
+		if err := unmountAll(ns.Dir); err != nil {
+			errs = append(errs, err)
+		} else if err := os.Remove(ns.Dir); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
+			errs = append(errs, fmt.Errorf("remove %s: %w", ns.Dir, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pinPaths is the set of files to unpin: those recorded in ns plus the
+// standard names under Dir, in case ns was rebuilt from Dir alone.
+func (ns Namespaces) pinPaths() []string {
+	var paths []string
+	for _, k := range pinnableKinds {
+		for _, p := range []string{ns.Path(k.kind), ns.dirPath(k.kind)} {
+			if p != "" && !slices.Contains(paths, p) {
+				paths = append(paths, p)
+			}
+		}
+	}
+	return paths
+}
+
+func (ns Namespaces) dirPath(kind NamespaceKind) string {
+	if ns.Dir == "" {
+		return ""
+	}
+	return filepath.Join(ns.Dir, string(kind))
+}
+
+func unpinFile(path string) error {
+	if err := unmountAll(path); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove pin %s: %w", path, err)
+	}
+	return nil
+}
+
+// maxStackedMounts bounds unmountAll: more mounts than this on one path is
+// not something this package makes, and looping forever would hide it.
+const maxStackedMounts = 8
+
+// unmountAll detaches every mount stacked on path. EINVAL (not a mount point)
+// and ENOENT mean there is nothing (more) to undo.
+func unmountAll(path string) error {
+	for range maxStackedMounts {
+		err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+			return nil
+		default:
+			return fmt.Errorf("unmount %s: %w", path, err)
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted after %d unmounts", path, maxStackedMounts)
+}
+
+// NamespacePinned reports whether path is a live namespace file: a pin made
+// by PinNamespaces (or /proc/PID/ns/KIND). After a restart this tells a pod
+// whose namespaces survived from one whose pins are gone (e.g. after a reboot).
+func NamespacePinned(path string) bool {
+	if path == "" {
+		return false
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false
+	}
+	return st.Type == unix.NSFS_MAGIC
+}

@@ -1,0 +1,287 @@
+package network
+
+import (
+	"errors"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func nsInode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatalf("stat %s: %v", path, err)
+	}
+	return st.Ino
+}
+
+func TestPinAndUnpinNamespaces(t *testing.T) {
+	requireRoot(t)
+	dir := filepath.Join(t.TempDir(), "ns")
+	ownHostname, _ := os.Hostname()
+
+	ns, err := PinNamespaces(dir, []NamespaceKind{NamespaceNet, NamespaceIPC, NamespaceUTS}, "pod-host")
+	if err != nil {
+		t.Fatalf("PinNamespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = UnpinNamespaces(ns) })
+
+	for _, kind := range []NamespaceKind{NamespaceNet, NamespaceIPC, NamespaceUTS} {
+		path := ns.Path(kind)
+		if want := filepath.Join(dir, string(kind)); path != want {
+			t.Errorf("%s pinned at %q, want %q", kind, path, want)
+		}
+		if !NamespacePinned(path) {
+			t.Errorf("%s: NamespacePinned(%s) = false", kind, path)
+		}
+		if nsInode(t, path) == nsInode(t, "/proc/self/ns/"+string(kind)) {
+			t.Errorf("%s: pinned namespace is the daemon's own", kind)
+		}
+	}
+	if h, _ := os.Hostname(); h != ownHostname {
+		t.Errorf("own hostname changed to %q: the unshared thread leaked", h)
+	}
+
+	var uts unix.Utsname
+	if err := inNamespace(t, ns.UTS, unix.CLONE_NEWUTS, func() error { return unix.Uname(&uts) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := unix.ByteSliceToString(uts.Nodename[:]); got != "pod-host" {
+		t.Errorf("hostname in pod UTS namespace = %q, want pod-host", got)
+	}
+
+	var loFlags net.Flags
+	if err := inNamespace(t, ns.Net, unix.CLONE_NEWNET, func() error {
+		lo, err := net.InterfaceByName("lo")
+		if err == nil {
+			loFlags = lo.Flags
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if loFlags&net.FlagUp == 0 {
+		t.Errorf("lo in pod network namespace is down (flags %v)", loFlags)
+	}
+
+	if err := UnpinNamespaces(ns); err != nil {
+		t.Fatalf("UnpinNamespaces: %v", err)
+	}
+	assertUnpinned(t, ns)
+	if err := UnpinNamespaces(ns); err != nil {
+		t.Errorf("second UnpinNamespaces: %v", err)
+	}
+}
+
+func assertUnpinned(t *testing.T, ns Namespaces) {
+	t.Helper()
+	for _, p := range ns.pinPaths() {
+		if NamespacePinned(p) {
+			t.Errorf("%s still pinned", p)
+		}
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still exists (err %v)", p, err)
+		}
+	}
+	if _, err := os.Lstat(ns.Dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s still exists (err %v)", ns.Dir, err)
+	}
+	if m := mountsUnder(t, ns.Dir); len(m) > 0 {
+		t.Errorf("mounts left under %s: %v", ns.Dir, m)
+	}
+}
+
+// Recovery after a crash knows only the directory of a pod.
+func TestUnpinNamespacesFromDirAlone(t *testing.T) {
+	requireRoot(t)
+	dir := filepath.Join(t.TempDir(), "ns")
+	ns, err := PinNamespaces(dir, []NamespaceKind{NamespaceNet, NamespaceUTS}, "h")
+	if err != nil {
+		t.Fatalf("PinNamespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = UnpinNamespaces(ns) })
+
+	if err := UnpinNamespaces(Namespaces{Dir: dir}); err != nil {
+		t.Fatalf("UnpinNamespaces(dir only): %v", err)
+	}
+	assertUnpinned(t, ns)
+}
+
+func TestPinNamespacesRefusesLivePins(t *testing.T) {
+	requireRoot(t)
+	dir := filepath.Join(t.TempDir(), "ns")
+	first, err := PinNamespaces(dir, []NamespaceKind{NamespaceNet}, "")
+	if err != nil {
+		t.Fatalf("PinNamespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = UnpinNamespaces(first) })
+	inode := nsInode(t, first.Net)
+
+	_, err = PinNamespaces(dir, []NamespaceKind{NamespaceNet, NamespaceUTS}, "h")
+	if !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("second PinNamespaces on live pins: err = %v, want fs.ErrExist", err)
+	}
+	if !NamespacePinned(first.Net) || nsInode(t, first.Net) != inode {
+		t.Errorf("failed second pin disturbed the first one")
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "uts")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("failed pin left %s/uts (err %v)", dir, err)
+	}
+	if m := mountsUnder(t, dir); len(m) != 1 {
+		t.Errorf("mounts under %s = %v, want only the first net pin", dir, m)
+	}
+}
+
+func TestPinNamespacesFailsCleanly(t *testing.T) {
+	requireRoot(t)
+	for _, tc := range []struct {
+		name     string
+		kinds    []NamespaceKind
+		hostname string
+	}{
+		{"unknown kind", []NamespaceKind{NamespaceNet, "pid"}, ""},
+		{"hostname too long", []NamespaceKind{NamespaceNet, NamespaceUTS}, strings.Repeat("h", hostNameMax+1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ns")
+			ns, err := PinNamespaces(dir, tc.kinds, tc.hostname)
+			if err == nil {
+				_ = UnpinNamespaces(ns)
+				t.Fatalf("PinNamespaces succeeded, want an error")
+			}
+			if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("failed PinNamespaces left %s (err %v)", dir, err)
+			}
+		})
+	}
+}
+
+// A failure after the pins are mounted (the last step of PinNamespaces) is
+// undone by pinning.undo: run the steps by hand and undo them.
+func TestPinningUndoAfterMount(t *testing.T) {
+	requireRoot(t)
+	dir := filepath.Join(t.TempDir(), "ns")
+	flags := unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
+	p := &pinning{ns: Namespaces{Dir: dir}}
+	t.Cleanup(func() { _ = UnpinNamespaces(p.ns) })
+	if err := p.prepare(flags); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if err := onThrowawayThread(func() error { return unshareAndPin(flags, p.ns, "h") }); err != nil {
+		t.Fatalf("unshareAndPin: %v", err)
+	}
+	if !NamespacePinned(p.ns.Net) {
+		t.Fatalf("%s not pinned before undo", p.ns.Net)
+	}
+	p.undo()
+	assertUnpinned(t, p.ns)
+}
+
+func TestPinNamespacesNothingToPin(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ns")
+	ns, err := PinNamespaces(dir, nil, "host")
+	if err != nil {
+		t.Fatalf("PinNamespaces(no kinds): %v", err)
+	}
+	if ns.Net != "" || ns.IPC != "" || ns.UTS != "" {
+		t.Errorf("host-namespace pod got pins: %+v", ns)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("PinNamespaces(no kinds) made %s", dir)
+	}
+}
+
+// On a shared mount (every systemd host) the pin directory becomes a private
+// mount of its own, and unpinning leaves no mount behind.
+func TestPinNamespacesOnSharedMount(t *testing.T) {
+	requireRoot(t)
+	shared := t.TempDir()
+	if err := unix.Mount(shared, shared, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind %s: %v", shared, err)
+	}
+	t.Cleanup(func() { _ = unmountAll(shared) })
+	if err := unix.Mount("", shared, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatalf("make %s shared: %v", shared, err)
+	}
+
+	dir := filepath.Join(shared, "pod", "ns")
+	ns, err := PinNamespaces(dir, []NamespaceKind{NamespaceNet, NamespaceIPC}, "")
+	if err != nil {
+		t.Fatalf("PinNamespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = UnpinNamespaces(ns) })
+	if isShared, err := onSharedMount(ns.Net); err != nil || isShared {
+		t.Errorf("pin %s on a shared mount (err %v)", ns.Net, err)
+	}
+	if got := mountsUnder(t, dir); len(got) != 3 {
+		t.Errorf("mounts under %s = %v, want the private dir and 2 pins", dir, got)
+	}
+
+	if err := UnpinNamespaces(ns); err != nil {
+		t.Fatalf("UnpinNamespaces: %v", err)
+	}
+	assertUnpinned(t, ns)
+}
+
+func TestParseMountInfoLine(t *testing.T) {
+	for _, tc := range []struct {
+		line, mountPoint, optional string
+		ok                         bool
+	}{
+		{"27 1 254:0 / / rw,relatime - ext4 /dev/vda rw", "/", "", true},
+		{"41 31 0:38 / /sys/fs/cgroup/unified rw shared:9 master:2 - cgroup2 cgroup2 rw", "/sys/fs/cgroup/unified", "shared:9 master:2", true},
+		{`50 27 0:40 / /mnt/with\040space rw shared:3 - tmpfs tmpfs rw`, "/mnt/with space", "shared:3", true},
+		{"garbage", "", "", false},
+	} {
+		mp, opt, ok := parseMountInfoLine(tc.line)
+		if mp != tc.mountPoint || opt != tc.optional || ok != tc.ok {
+			t.Errorf("parseMountInfoLine(%q) = %q, %q, %v; want %q, %q, %v", tc.line, mp, opt, ok, tc.mountPoint, tc.optional, tc.ok)
+		}
+	}
+}
+
+// A throwaway thread that happened to be the main thread could not be ended:
+// the runtime would park it for good, in the pod's namespaces, and
+// /proc/self/ns would show them. Pin often enough to land there.
+func TestPinNamespacesLeavesMainThreadAlone(t *testing.T) {
+	requireRoot(t)
+	kinds := []NamespaceKind{NamespaceNet, NamespaceIPC, NamespaceUTS}
+	before := map[NamespaceKind]uint64{}
+	for _, k := range kinds {
+		before[k] = nsInode(t, "/proc/self/ns/"+string(k))
+	}
+	root := t.TempDir()
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ns, err := PinNamespaces(filepath.Join(root, strconv.Itoa(i)), kinds, "h")
+			if err == nil {
+				err = UnpinNamespaces(ns)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	for _, k := range kinds {
+		if got := nsInode(t, "/proc/self/ns/"+string(k)); got != before[k] {
+			t.Errorf("main thread's %s namespace changed (%d -> %d)", k, before[k], got)
+		}
+	}
+}

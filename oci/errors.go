@@ -1,0 +1,25 @@
+package oci
+
+import "errors"
+
+var (
+	// ErrNotFound reports that the runtime does not know the container, or that
+	// its cgroup is gone.
+	ErrNotFound = errors.New("not found")
+
+	// ErrInvalid reports a configuration that cannot become a valid spec: a bad
+	// capability name, a relative mount path, a malformed user. The server
+	// answers InvalidArgument.
+	ErrInvalid = errors.New("invalid container configuration")
+
+	// ErrNoCommand reports that neither the container nor its image gives a
+	// command to run.
+	ErrNoCommand = errors.New("no command specified")
+
+	// ErrRunAsRoot reports that runAsNonRoot is asked and the container would
+	// run as root, or as an image user whose uid cannot be verified.
+	ErrRunAsRoot = errors.New("container would run as root")
+
+	// ErrUnknownHandler reports a RuntimeClass handler with no configured runtime.
+	ErrUnknownHandler = errors.New("unknown runtime handler")
+)

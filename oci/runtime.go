@@ -1,0 +1,258 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Runtime drives one OCI runtime binary (runc, or crun, which takes the same
+// command line) with its global options. Every call runs one runtime process
+// and is bounded by its context: a context that ends kills the process.
+// Use a Runtime by pointer and do not copy it after first use.
+type Runtime struct {
+	// Name is the runtime handler's name, used in messages; "" uses the
+	// binary's base name.
+	Name string
+	// Path is the runtime binary; a bare name is looked up in PATH once.
+	Path string
+	// Root is the runtime's state directory (--root); "" is the runtime's own
+	// default. Give each handler its own, e.g. /run/minicri/runc.
+	Root string
+	// SystemdCgroup makes the runtime manage cgroups through systemd; spec
+	// cgroup paths must then be slice:prefix:name (see CgroupsPath).
+	SystemdCgroup bool
+
+	resolveOnce sync.Once
+	resolved    string
+	resolveErr  error
+}
+
+// Status is a container's state as the runtime reports it.
+type Status string
+
+const (
+	StatusCreating Status = "creating"
+	StatusCreated  Status = "created"
+	StatusRunning  Status = "running"
+	StatusPaused   Status = "paused"
+	StatusStopped  Status = "stopped"
+)
+
+// State is the runtime's view of a container.
+type State struct {
+	ID          string            `json:"id"`
+	Status      Status            `json:"status"`
+	Pid         int               `json:"pid"`
+	Bundle      string            `json:"bundle"`
+	Rootfs      string            `json:"rootfs"`
+	Created     time.Time         `json:"created"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// maxRuntimeOutput bounds what is kept of a runtime's stdout or stderr.
+const maxRuntimeOutput = 1 << 20
+
+// waitDelay bounds the wait for a killed runtime's output pipes to close.
+const waitDelay = 2 * time.Second
+
+// Binary returns the runtime's executable, resolved from PATH for a bare name.
+func (r *Runtime) Binary() (string, error) {
+	r.resolveOnce.Do(func() {
+		path := r.Path
+		if path == "" {
+			path = "runc"
+		}
+		r.resolved, r.resolveErr = exec.LookPath(path)
+		if r.resolveErr != nil {
+			r.resolveErr = fmt.Errorf("runtime %s: %w", r.name(), r.resolveErr)
+		}
+	})
+	return r.resolved, r.resolveErr
+}
+
+func (r *Runtime) name() string {
+	if r.Name != "" {
+		return r.Name
+	}
+	if r.Path != "" {
+		return filepath.Base(r.Path)
+	}
+	return "runc"
+}
+
+// globalArgs are the options before the subcommand; logPath adds --log in
+// JSON form, for calls whose stderr belongs to the container.
+func (r *Runtime) globalArgs(logPath string) []string {
+	var args []string
+	if r.Root != "" {
+		args = append(args, "--root", r.Root)
+	}
+	if r.SystemdCgroup {
+		args = append(args, "--systemd-cgroup")
+	}
+	if logPath != "" {
+		args = append(args, "--log", logPath, "--log-format", "json")
+	}
+	return args
+}
+
+// command builds the runtime command for a call whose stdio the caller owns.
+func (r *Runtime) command(ctx context.Context, logPath string, args ...string) (*exec.Cmd, error) {
+	bin, err := r.Binary()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, append(r.globalArgs(logPath), args...)...)
+	cmd.WaitDelay = waitDelay
+	return cmd, nil
+}
+
+// run runs a call whose output is the runtime's own and returns its stdout; a
+// failure carries the runtime's message from stderr.
+func (r *Runtime) run(ctx context.Context, stdin []byte, op, id string, args ...string) ([]byte, error) {
+	cmd, err := r.command(ctx, "", args...)
+	if err != nil {
+		return nil, err
+	}
+	var stdout, stderr cappedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	if err := cmd.Run(); err != nil {
+		return nil, r.failure(ctx, op, id, runtimeMessage(stderr.Bytes()), err)
+	}
+	return stdout.Bytes(), nil
+}
+
+// Start runs the container's process, created earlier by Create.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	_, err := r.run(ctx, nil, "start", id, "start", id)
+	return err
+}
+
+// State reports the container's status, pid and bundle; ErrNotFound when the
+// runtime does not know it.
+func (r *Runtime) State(ctx context.Context, id string) (State, error) {
+	out, err := r.run(ctx, nil, "state", id, "state", id)
+	if err != nil {
+		return State{}, err
+	}
+	var st State
+	if err := json.Unmarshal(out, &st); err != nil {
+		return State{}, fmt.Errorf("%s state %s: decode %q: %w", r.name(), id, truncate(out, 200), err)
+	}
+	return st, nil
+}
+
+// List reports every container the runtime knows under its root.
+func (r *Runtime) List(ctx context.Context) ([]State, error) {
+	out, err := r.run(ctx, nil, "list", "", "list", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	var states []State
+	if len(bytes.TrimSpace(out)) == 0 {
+		return nil, nil
+	}
+	if err := json.Unmarshal(out, &states); err != nil {
+		return nil, fmt.Errorf("%s list: decode %q: %w", r.name(), truncate(out, 200), err)
+	}
+	return states, nil
+}
+
+// Kill sends sig to the container's init, or with all to every process in it.
+func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error {
+	args := []string{"kill"}
+	if all {
+		args = append(args, "--all")
+	}
+	args = append(args, id, strconv.Itoa(int(sig)))
+	_, err := r.run(ctx, nil, "kill", id, args...)
+	return err
+}
+
+// Delete removes the container's runtime state and cgroup; force kills it
+// first if it still runs. Deleting an unknown container succeeds, so that a
+// retry after a partial failure is safe.
+func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
+	args := []string{"delete"}
+	if force {
+		args = append(args, "--force")
+	}
+	_, err := r.run(ctx, nil, "delete", id, append(args, id)...)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// Update changes a running container's cgroup limits.
+func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+	if res == nil {
+		return nil
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("encode resources for %s: %w", id, err)
+	}
+	// Both runc and crun read --resources from a file; /dev/stdin names our
+	// pipe and saves a temp file.
+	_, err = r.run(ctx, data, "update", id, "update", "--resources", "/dev/stdin", id)
+	return err
+}
+
+// Pause freezes every process of the container.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	_, err := r.run(ctx, nil, "pause", id, "pause", id)
+	return err
+}
+
+// Resume thaws a paused container.
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	_, err := r.run(ctx, nil, "resume", id, "resume", id)
+	return err
+}
+
+// cappedBuffer keeps the first maxRuntimeOutput bytes written to it and
+// discards the rest, so that a runaway runtime cannot grow the daemon.
+type cappedBuffer struct{ bytes.Buffer }
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := maxRuntimeOutput - b.Len(); room > 0 {
+		b.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "..."
+	}
+	return string(b)
+}
+
+// readPidFile reads a pid written by the runtime's --pid-file.
+func readPidFile(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(data)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s holds %q", path, truncate(data, 32))
+	}
+	return pid, nil
+}

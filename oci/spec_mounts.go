@@ -1,0 +1,203 @@
+package oci
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// DefaultMaskedPaths are hidden from unprivileged containers: they leak host
+// information or let a process poke the kernel.
+var DefaultMaskedPaths = []string{
+	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+	"/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
+// DefaultReadonlyPaths are read-only in unprivileged containers.
+var DefaultReadonlyPaths = []string{
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+}
+
+// shmSize is the size of a private /dev/shm, as Docker and containerd give.
+const shmSize = "size=65536k"
+
+// mountsFor builds the mount list: the standard mounts, the pod's files
+// (/etc/hosts, resolv.conf, hostname), then the CRI mounts, parents before
+// children. A CRI mount on a standard or pod-file path replaces it.
+func mountsFor(c *ContainerSpec) ([]specs.Mount, error) {
+	user, err := userMounts(c.Mounts)
+	if err != nil {
+		return nil, err
+	}
+	taken := make(map[string]bool, len(user))
+	userDev := false
+	for _, m := range user {
+		taken[m.Destination] = true
+		userDev = userDev || m.Destination == "/dev"
+	}
+	var out []specs.Mount
+	for _, m := range append(standardMounts(c), podFileMounts(c)...) {
+		if taken[m.Destination] || (userDev && strings.HasPrefix(m.Destination, "/dev/")) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return append(out, user...), nil
+}
+
+func standardMounts(c *ContainerSpec) []specs.Mount {
+	sysMode := "ro"
+	if c.Security.Privileged {
+		sysMode = "rw"
+	}
+	return []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		shmMount(c),
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", sysMode}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", sysMode}},
+	}
+}
+
+// shmMount shares the host's /dev/shm with a host-IPC container, the pod's with
+// a pod member, else gives a private tmpfs.
+func shmMount(c *ContainerSpec) specs.Mount {
+	source := c.ShmPath
+	if c.Namespaces.IPC.Mode == NamespaceHost {
+		source = "/dev/shm"
+	}
+	if source == "" {
+		return specs.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
+			Options: []string{"nosuid", "noexec", "nodev", "mode=1777", shmSize}}
+	}
+	return specs.Mount{Destination: "/dev/shm", Type: "bind", Source: source,
+		Options: []string{"rbind", "rprivate", "nosuid", "noexec", "nodev", "rw"}}
+}
+
+// podFileMounts binds the files the server wrote for the pod; they are
+// read-only when the root filesystem is, as containerd does.
+func podFileMounts(c *ContainerSpec) []specs.Mount {
+	mode := "rw"
+	if c.Security.ReadonlyRootfs {
+		mode = "ro"
+	}
+	var out []specs.Mount
+	for _, f := range []struct{ dest, source string }{
+		{"/etc/hostname", c.HostnamePath},
+		{"/etc/hosts", c.HostsPath},
+		{"/etc/resolv.conf", c.ResolvConfPath},
+	} {
+		if f.source != "" {
+			out = append(out, specs.Mount{Destination: f.dest, Type: "bind", Source: f.source,
+				Options: []string{"rbind", "rprivate", mode}})
+		}
+	}
+	return out
+}
+
+// userMounts turns CRI mounts into bind mounts, parents before children so
+// that a mount on /data/x is not hidden by a later mount on /data.
+func userMounts(mounts []Mount) ([]specs.Mount, error) {
+	out := make([]specs.Mount, 0, len(mounts))
+	for _, m := range mounts {
+		sm, err := bindMount(m)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sm)
+	}
+	slices.SortStableFunc(out, func(a, b specs.Mount) int {
+		return pathDepth(a.Destination) - pathDepth(b.Destination)
+	})
+	return out, nil
+}
+
+func bindMount(m Mount) (specs.Mount, error) {
+	if !path.IsAbs(m.ContainerPath) {
+		return specs.Mount{}, fmt.Errorf("%w: mount container path %q is not absolute", ErrInvalid, m.ContainerPath)
+	}
+	source, err := prepareMountSource(m.HostPath)
+	if err != nil {
+		return specs.Mount{}, err
+	}
+	propagation, err := propagationOption(m.Propagation)
+	if err != nil {
+		return specs.Mount{}, err
+	}
+	if err := checkSourcePropagation(source, m.Propagation); err != nil {
+		return specs.Mount{}, err
+	}
+	mode := "rw"
+	if m.Readonly {
+		mode = "ro"
+	}
+	return specs.Mount{
+		Destination: path.Clean(m.ContainerPath),
+		Type:        "bind",
+		Source:      source,
+		Options:     []string{"rbind", propagation, mode},
+	}, nil
+}
+
+// prepareMountSource creates a missing host directory, as containerd and the
+// Docker shim did (the kubelet relies on it for some volume types), and
+// resolves symlinks so that the runtime binds what the path means now.
+func prepareMountSource(hostPath string) (string, error) {
+	if !filepath.IsAbs(hostPath) {
+		return "", fmt.Errorf("%w: mount host path %q is not absolute", ErrInvalid, hostPath)
+	}
+	if _, err := os.Stat(hostPath); os.IsNotExist(err) {
+		if err := os.MkdirAll(hostPath, 0o755); err != nil {
+			return "", fmt.Errorf("create mount source %s: %w", hostPath, err)
+		}
+	}
+	resolved, err := filepath.EvalSymlinks(hostPath)
+	if err != nil {
+		return "", fmt.Errorf("resolve mount source %s: %w", hostPath, err)
+	}
+	return resolved, nil
+}
+
+func propagationOption(p Propagation) (string, error) {
+	switch p {
+	case PropagationPrivate:
+		return "rprivate", nil
+	case PropagationHostToContainer:
+		return "rslave", nil
+	case PropagationBidirectional:
+		return "rshared", nil
+	default:
+		return "", fmt.Errorf("%w: unknown mount propagation %d", ErrInvalid, p)
+	}
+}
+
+// rootfsPropagation must let a slave or shared bind mount keep its
+// propagation: the root's propagation bounds the mounts below it.
+func rootfsPropagation(mounts []Mount) string {
+	out := ""
+	for _, m := range mounts {
+		switch m.Propagation {
+		case PropagationBidirectional:
+			return "rshared"
+		case PropagationHostToContainer:
+			out = "rslave"
+		}
+	}
+	return out
+}
+
+func pathDepth(p string) int {
+	p = path.Clean(p)
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
+}

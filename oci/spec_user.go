@@ -1,0 +1,314 @@
+package oci
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"golang.org/x/sys/unix"
+)
+
+// maxAccountsFile bounds how much of an image's /etc/passwd or /etc/group is
+// read: the image is untrusted and a real file is a few KiB.
+const maxAccountsFile = 4 << 20
+
+// ResolveUser works out the uid, gid, groups and home of the container's
+// process, as the kubelet and containerd do:
+//
+//   - runAsUser, else runAsUsername, else the image's USER ("name", "uid",
+//     "uid:gid", "name:group") chooses the user; none means root;
+//   - runAsGroup, else the group part of the image's USER, else the user's
+//     primary group in the image's /etc/passwd (0 when it has no entry) is the gid;
+//   - additional groups are the gid, the image's /etc/group memberships of the
+//     user, and supplementalGroups.
+//
+// /etc/passwd and /etc/group are opened inside rootfs with symlinks resolved
+// inside it, so that an image cannot make the daemon read a host file. A missing
+// file is fine for numeric ids; a name then is an ErrInvalid error.
+func ResolveUser(rootfs, imageUser string, runAsUser *int64, runAsUsername string, runAsGroup *int64, supplementalGroups []int64) (User, error) {
+	userPart, groupPart, err := chooseUserAndGroup(imageUser, runAsUser, runAsUsername, runAsGroup)
+	if err != nil {
+		return User{}, err
+	}
+	accounts, err := readImageAccounts(rootfs)
+	if err != nil {
+		return User{}, err
+	}
+	u, err := accounts.lookupUser(userPart)
+	if err != nil {
+		return User{}, err
+	}
+	if groupPart != "" {
+		if u.GID, err = accounts.lookupGroup(groupPart); err != nil {
+			return User{}, err
+		}
+	}
+	gids := []uint32{u.GID}
+	gids = append(gids, accounts.memberships(u.Username)...)
+	for _, g := range supplementalGroups {
+		id, err := toID("supplemental group", g)
+		if err != nil {
+			return User{}, err
+		}
+		gids = append(gids, id)
+	}
+	u.AdditionalGids = uniqueIDs(gids)
+	u.Resolved = true
+	return u, nil
+}
+
+// chooseUserAndGroup returns the user and group strings that apply, by the
+// precedence described on ResolveUser.
+func chooseUserAndGroup(imageUser string, runAsUser *int64, runAsUsername string, runAsGroup *int64) (user, group string, err error) {
+	switch {
+	case runAsUser != nil:
+		uid, err := toID("run_as_user", *runAsUser)
+		if err != nil {
+			return "", "", err
+		}
+		user = strconv.FormatUint(uint64(uid), 10)
+	case runAsUsername != "":
+		user = runAsUsername
+	default:
+		user, group, _ = strings.Cut(imageUser, ":")
+	}
+	if runAsGroup != nil {
+		gid, err := toID("run_as_group", *runAsGroup)
+		if err != nil {
+			return "", "", err
+		}
+		group = strconv.FormatUint(uint64(gid), 10)
+	}
+	return user, group, nil
+}
+
+func toID(what string, v int64) (uint32, error) {
+	if v < 0 || v > 1<<32-2 { // 2^32-1 is the kernel's "no id"
+		return 0, fmt.Errorf("%w: %s %d is out of range", ErrInvalid, what, v)
+	}
+	return uint32(v), nil
+}
+
+// CheckRunAsNonRoot enforces runAsNonRoot: it refuses uid 0, and an image user
+// given by name that was not resolved to a uid (user.Resolved false), since
+// nothing then shows that the name is not root. The kubelet checks this too;
+// the runtime checks again because it is the one that knows the uid.
+func CheckRunAsNonRoot(user User, runAsNonRoot bool, imageUser string) error {
+	if !runAsNonRoot {
+		return nil
+	}
+	if user.UID == 0 {
+		return fmt.Errorf("%w: runAsNonRoot is set and the container would run as uid 0 (image user %q)", ErrRunAsRoot, imageUser)
+	}
+	name, _, _ := strings.Cut(imageUser, ":")
+	if name != "" && !isNumeric(name) && !user.Resolved {
+		return fmt.Errorf("%w: runAsNonRoot is set and image user %q is not numeric and was not resolved, so it cannot be verified as non-root", ErrRunAsRoot, name)
+	}
+	return nil
+}
+
+func isNumeric(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 32)
+	return err == nil
+}
+
+type passwdEntry struct {
+	name     string
+	uid, gid uint32
+	home     string
+}
+
+type groupEntry struct {
+	name    string
+	gid     uint32
+	members []string
+}
+
+// imageAccounts are an image's /etc/passwd and /etc/group; a nil slice means
+// the file is missing.
+type imageAccounts struct {
+	passwd []passwdEntry
+	groups []groupEntry
+}
+
+func readImageAccounts(rootfs string) (imageAccounts, error) {
+	var a imageAccounts
+	passwd, err := readFileInRoot(rootfs, "/etc/passwd")
+	if err != nil {
+		return a, err
+	}
+	if passwd != nil {
+		a.passwd = parsePasswd(passwd)
+	}
+	group, err := readFileInRoot(rootfs, "/etc/group")
+	if err != nil {
+		return a, err
+	}
+	if group != nil {
+		a.groups = parseGroup(group)
+	}
+	return a, nil
+}
+
+// readFileInRoot reads a regular file at path inside root, resolving every
+// symlink inside root. A missing file returns nil, nil.
+func readFileInRoot(root, path string) ([]byte, error) {
+	handle, err := pathrs.OpenInRoot(root, path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s in rootfs %s: %w", path, root, err)
+	}
+	defer handle.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(handle.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("stat %s in rootfs %s: %w", path, root, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		// A FIFO or device here would block or read the host's device.
+		return nil, fmt.Errorf("%w: %s in the image is not a regular file", ErrInvalid, path)
+	}
+	f, err := pathrs.Reopen(handle, unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("open %s in rootfs %s: %w", path, root, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxAccountsFile))
+	if err != nil {
+		return nil, fmt.Errorf("read %s in rootfs %s: %w", path, root, err)
+	}
+	return data, nil
+}
+
+// lookupUser resolves a user name or uid; "" is root. A numeric uid needs no
+// passwd entry; its gid then is 0.
+func (a imageAccounts) lookupUser(user string) (User, error) {
+	if user == "" {
+		user = "0"
+	}
+	if uid, err := strconv.ParseUint(user, 10, 32); err == nil {
+		u := User{UID: uint32(uid)}
+		for _, p := range a.passwd {
+			if p.uid == u.UID {
+				u.GID, u.Username, u.Home = p.gid, p.name, p.home
+				break
+			}
+		}
+		return u, nil
+	}
+	if a.passwd == nil {
+		return User{}, fmt.Errorf("%w: user %q: the image has no /etc/passwd to look it up", ErrInvalid, user)
+	}
+	for _, p := range a.passwd {
+		if p.name == user {
+			return User{UID: p.uid, GID: p.gid, Username: p.name, Home: p.home}, nil
+		}
+	}
+	return User{}, fmt.Errorf("%w: user %q not found in the image's /etc/passwd", ErrInvalid, user)
+}
+
+// lookupGroup resolves a group name or gid.
+func (a imageAccounts) lookupGroup(group string) (uint32, error) {
+	if gid, err := strconv.ParseUint(group, 10, 32); err == nil {
+		return uint32(gid), nil
+	}
+	if a.groups == nil {
+		return 0, fmt.Errorf("%w: group %q: the image has no /etc/group to look it up", ErrInvalid, group)
+	}
+	for _, g := range a.groups {
+		if g.name == group {
+			return g.gid, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: group %q not found in the image's /etc/group", ErrInvalid, group)
+}
+
+// memberships lists the gids of the groups that name user as a member.
+func (a imageAccounts) memberships(user string) []uint32 {
+	if user == "" {
+		return nil
+	}
+	var gids []uint32
+	for _, g := range a.groups {
+		for _, m := range g.members {
+			if m == user {
+				gids = append(gids, g.gid)
+				break
+			}
+		}
+	}
+	return gids
+}
+
+// parsePasswd reads name:password:uid:gid:gecos:home:shell lines, skipping
+// comments and lines it cannot read (an image's file is not always clean).
+func parsePasswd(data []byte) []passwdEntry {
+	entries := []passwdEntry{}
+	forEachRecord(data, func(fields []string) {
+		if len(fields) < 4 {
+			return
+		}
+		uid, errU := strconv.ParseUint(fields[2], 10, 32)
+		gid, errG := strconv.ParseUint(fields[3], 10, 32)
+		if errU != nil || errG != nil {
+			return
+		}
+		e := passwdEntry{name: fields[0], uid: uint32(uid), gid: uint32(gid)}
+		if len(fields) > 5 {
+			e.home = fields[5]
+		}
+		entries = append(entries, e)
+	})
+	return entries
+}
+
+// parseGroup reads name:password:gid:member,member lines.
+func parseGroup(data []byte) []groupEntry {
+	entries := []groupEntry{}
+	forEachRecord(data, func(fields []string) {
+		if len(fields) < 3 {
+			return
+		}
+		gid, err := strconv.ParseUint(fields[2], 10, 32)
+		if err != nil {
+			return
+		}
+		e := groupEntry{name: fields[0], gid: uint32(gid)}
+		if len(fields) > 3 && fields[3] != "" {
+			e.members = strings.Split(fields[3], ",")
+		}
+		entries = append(entries, e)
+	})
+	return entries
+}
+
+func forEachRecord(data []byte, fn func(fields []string)) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), maxAccountsFile)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' || line[0] == '+' || line[0] == '-' {
+			continue
+		}
+		fn(strings.Split(line, ":"))
+	}
+}
+
+func uniqueIDs(ids []uint32) []uint32 {
+	seen := make(map[uint32]bool, len(ids))
+	out := ids[:0]
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}

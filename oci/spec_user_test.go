@@ -1,0 +1,222 @@
+package oci
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+const testPasswd = `root:x:0:0:root:/root:/bin/sh
+# a comment
+app:x:1000:1000:app user:/home/app:/bin/sh
+broken line
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+`
+
+const testGroup = `root:x:0:
+app:x:1000:
+extra:x:2000:app,other
+audio:x:29:other
+`
+
+func writeRootfs(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func int64p(v int64) *int64 { return &v }
+
+func TestResolveUser(t *testing.T) {
+	rootfs := writeRootfs(t, map[string]string{"etc/passwd": testPasswd, "etc/group": testGroup})
+	tests := []struct {
+		name          string
+		imageUser     string
+		runAsUser     *int64
+		runAsUsername string
+		runAsGroup    *int64
+		supplemental  []int64
+		want          User
+		wantErr       error
+	}{
+		{name: "no user is root", want: User{UID: 0, GID: 0, AdditionalGids: []uint32{0}, Username: "root", Home: "/root"}},
+		{name: "name", imageUser: "app", want: User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000, 2000}, Username: "app", Home: "/home/app"}},
+		{name: "uid in passwd", imageUser: "1000", want: User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000, 2000}, Username: "app", Home: "/home/app"}},
+		{name: "uid not in passwd", imageUser: "4242", want: User{UID: 4242, GID: 0, AdditionalGids: []uint32{0}}},
+		{name: "uid:gid", imageUser: "1000:3000", want: User{UID: 1000, GID: 3000, AdditionalGids: []uint32{3000, 2000}, Username: "app", Home: "/home/app"}},
+		{name: "name:group", imageUser: "app:audio", want: User{UID: 1000, GID: 29, AdditionalGids: []uint32{29, 2000}, Username: "app", Home: "/home/app"}},
+		{name: "name:group that is also a membership", imageUser: "app:extra", want: User{UID: 1000, GID: 2000, AdditionalGids: []uint32{2000}, Username: "app", Home: "/home/app"}},
+		{name: "runAsUser overrides image user and its group", imageUser: "root:29", runAsUser: int64p(1000), want: User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000, 2000}, Username: "app", Home: "/home/app"}},
+		{name: "runAsUsername", imageUser: "root", runAsUsername: "nobody", want: User{UID: 65534, GID: 65534, AdditionalGids: []uint32{65534}, Username: "nobody", Home: "/nonexistent"}},
+		{name: "runAsGroup overrides", imageUser: "app:audio", runAsGroup: int64p(5000), want: User{UID: 1000, GID: 5000, AdditionalGids: []uint32{5000, 2000}, Username: "app", Home: "/home/app"}},
+		{name: "supplemental groups deduplicated", imageUser: "app", supplemental: []int64{7, 7, 1000}, want: User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000, 2000, 7}, Username: "app", Home: "/home/app"}},
+		{name: "unknown name", imageUser: "ghost", wantErr: ErrInvalid},
+		{name: "unknown group", imageUser: "app:ghosts", wantErr: ErrInvalid},
+		{name: "negative runAsUser", runAsUser: int64p(-1), wantErr: ErrInvalid},
+		{name: "runAsGroup beyond 32 bits", runAsGroup: int64p(1 << 33), wantErr: ErrInvalid},
+		{name: "negative supplemental group", supplemental: []int64{-5}, wantErr: ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ResolveUser(rootfs, tt.imageUser, tt.runAsUser, tt.runAsUsername, tt.runAsGroup, tt.supplemental)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			tt.want.Resolved = true
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("user = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolveUserWithoutAccountFiles(t *testing.T) {
+	rootfs := t.TempDir()
+	tests := []struct {
+		name      string
+		imageUser string
+		want      User
+		wantErr   error
+	}{
+		{name: "numeric uid", imageUser: "1000", want: User{UID: 1000, GID: 0, AdditionalGids: []uint32{0}, Resolved: true}},
+		{name: "numeric uid:gid", imageUser: "1000:1000", want: User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000}, Resolved: true}},
+		{name: "name needs passwd", imageUser: "app", wantErr: ErrInvalid},
+		{name: "group name needs group", imageUser: "1000:staff", wantErr: ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ResolveUser(rootfs, tt.imageUser, nil, "", nil, nil)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if err == nil && !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("user = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// An image whose /etc/passwd and /etc/group are symlinks out of the rootfs
+// must not make the daemon read the host's files.
+func TestResolveUserDoesNotFollowSymlinksOutOfRootfs(t *testing.T) {
+	base := t.TempDir()
+	outside := filepath.Join(base, "outside")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "passwd"), []byte("evil:x:0:0::/evil:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "group"), []byte("evilgroup:x:0:evil\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	links := map[string]func(rootfs string) string{
+		"relative": func(string) string { return "../../outside/passwd" },
+		"absolute": func(string) string { return filepath.Join(outside, "passwd") },
+	}
+	for name, target := range links {
+		t.Run(name, func(t *testing.T) {
+			rootfs := filepath.Join(base, "rootfs-"+name)
+			if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(target(rootfs), filepath.Join(rootfs, "etc/passwd")); err != nil {
+				t.Fatal(err)
+			}
+			groupTarget := filepath.Join(filepath.Dir(target(rootfs)), "group")
+			if err := os.Symlink(groupTarget, filepath.Join(rootfs, "etc/group")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ResolveUser(rootfs, "evil", nil, "", nil, nil); !errors.Is(err, ErrInvalid) {
+				t.Errorf("user evil resolved through a symlink out of the rootfs: err = %v", err)
+			}
+			if _, err := ResolveUser(rootfs, "0:evilgroup", nil, "", nil, nil); !errors.Is(err, ErrInvalid) {
+				t.Errorf("group evilgroup resolved through a symlink out of the rootfs: err = %v", err)
+			}
+			u, err := ResolveUser(rootfs, "0", nil, "", nil, nil)
+			if err != nil {
+				t.Fatalf("numeric user with an escaping passwd link: %v", err)
+			}
+			if u.Home == "/evil" || u.Username == "evil" {
+				t.Errorf("uid 0 took the host file's entry: %+v", u)
+			}
+		})
+	}
+}
+
+// A symlink inside the rootfs is followed inside it.
+func TestResolveUserFollowsSymlinksWithinRootfs(t *testing.T) {
+	rootfs := writeRootfs(t, map[string]string{"usr/share/passwd": testPasswd})
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/usr/share/passwd", filepath.Join(rootfs, "etc/passwd")); err != nil {
+		t.Fatal(err)
+	}
+	u, err := ResolveUser(rootfs, "app", nil, "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.UID != 1000 || u.Home != "/home/app" {
+		t.Errorf("user = %+v, want uid 1000 home /home/app", u)
+	}
+}
+
+func TestResolveUserRefusesNonRegularPasswd(t *testing.T) {
+	rootfs := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A FIFO would block the daemon's read forever.
+	if err := unix.Mkfifo(filepath.Join(rootfs, "etc/passwd"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ResolveUser(rootfs, "1000", nil, "", nil, nil); !errors.Is(err, ErrInvalid) {
+		t.Errorf("err = %v, want ErrInvalid for a FIFO /etc/passwd", err)
+	}
+}
+
+func TestCheckRunAsNonRoot(t *testing.T) {
+	tests := []struct {
+		name         string
+		user         User
+		runAsNonRoot bool
+		imageUser    string
+		wantErr      bool
+	}{
+		{name: "not asked", user: User{UID: 0}, runAsNonRoot: false},
+		{name: "root refused", user: User{UID: 0, Resolved: true}, runAsNonRoot: true, wantErr: true},
+		{name: "root by name refused", user: User{UID: 0, Username: "root", Resolved: true}, runAsNonRoot: true, imageUser: "root", wantErr: true},
+		{name: "numeric non-root", user: User{UID: 1000}, runAsNonRoot: true, imageUser: "1000"},
+		{name: "resolved name", user: User{UID: 1000, Username: "app", Resolved: true}, runAsNonRoot: true, imageUser: "app"},
+		{name: "unresolved name", user: User{UID: 1000}, runAsNonRoot: true, imageUser: "app", wantErr: true},
+		{name: "unresolved name with numeric group", user: User{UID: 1000}, runAsNonRoot: true, imageUser: "app:10", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckRunAsNonRoot(tt.user, tt.runAsNonRoot, tt.imageUser)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if err != nil && !errors.Is(err, ErrRunAsRoot) {
+				t.Errorf("err = %v, want ErrRunAsRoot", err)
+			}
+		})
+	}
+}

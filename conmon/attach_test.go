@@ -1,0 +1,157 @@
+package conmon_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/conmon"
+)
+
+// syncBuffer is a bytes.Buffer that Attach can write while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) contains(s string) func() bool {
+	return func() bool { return strings.Contains(b.String(), s) }
+}
+
+// attach runs conmon.Attach in the background; the channel gets its result.
+func attach(c *container, ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, resize <-chan conmon.Size) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- conmon.Attach(ctx, c.opts.SocketDir, stdin, stdout, stderr, resize) }()
+	return done
+}
+
+func waitAttach(t *testing.T, done <-chan error, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		t.Fatalf("Attach did not return within %v", timeout)
+		return nil
+	}
+}
+
+func TestAttachReadsLiveOutput(t *testing.T) {
+	t.Parallel()
+	c := newContainer(t, []string{"sh", "-c", "i=0; while :; do echo out$i; echo err$i >&2; i=$((i+1)); usleep 50000; done"}, nil)
+	c.run()
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := attach(c, ctx, nil, &stdout, &stderr, nil)
+	waitFor(t, "live stdout", 10*time.Second, stdout.contains("out"))
+	waitFor(t, "live stderr", 10*time.Second, stderr.contains("err"))
+	cancel()
+	if err := waitAttach(t, done, 5*time.Second); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Attach after cancel: %v, want context.Canceled", err)
+	}
+	if strings.Contains(stdout.String(), "err") || strings.Contains(stderr.String(), "out") {
+		t.Errorf("streams mixed: stdout %q, stderr %q", stdout.String(), stderr.String())
+	}
+}
+
+func TestAttachStdinOnceEOFEndsCat(t *testing.T) {
+	t.Parallel()
+	c := newContainer(t, []string{"cat"}, func(_ *specs.Spec, o *conmon.Options) { o.Stdin, o.StdinOnce = true, true })
+	c.run()
+	var stdout syncBuffer
+	done := attach(c, context.Background(), strings.NewReader("hello\nworld\n"), &stdout, io.Discard, nil)
+	if err := waitAttach(t, done, 10*time.Second); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if got := stdout.String(); got != "hello\nworld\n" {
+		t.Errorf("cat echoed %q, want %q", got, "hello\nworld\n")
+	}
+	if e := c.waitExit(10 * time.Second); e.Code != 0 {
+		t.Errorf("cat exit code = %d, want 0 after end of stdin", e.Code)
+	}
+	if got := lines(readLog(t, c.opts.LogPath)); strings.Join(got, ",") != "hello,world" {
+		t.Errorf("log lines = %q, want hello, world", got)
+	}
+}
+
+func TestAttachStdinStaysOpenWithoutStdinOnce(t *testing.T) {
+	t.Parallel()
+	c := newContainer(t, []string{"cat"}, func(_ *specs.Spec, o *conmon.Options) { o.Stdin = true })
+	c.run()
+	for _, word := range []string{"first", "second"} {
+		var stdout syncBuffer
+		ctx, cancel := context.WithCancel(context.Background())
+		done := attach(c, ctx, strings.NewReader(word+"\n"), &stdout, io.Discard, nil)
+		waitFor(t, "cat to echo "+word, 10*time.Second, stdout.contains(word))
+		cancel()
+		waitAttach(t, done, 5*time.Second)
+	}
+	if !conmon.Alive(c.created.MonitorPID, c.created.MonitorStartTime) {
+		t.Fatal("the container ended although stdin is not stdin-once")
+	}
+}
+
+func TestAttachTerminalResize(t *testing.T) {
+	t.Parallel()
+	c := newContainer(t, []string{"sh"}, func(s *specs.Spec, o *conmon.Options) {
+		s.Process.Terminal = true
+		o.Terminal, o.Stdin = true, true
+	})
+	c.run()
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	resize := make(chan conmon.Size, 1)
+	resize <- conmon.Size{Rows: 33, Cols: 77}
+	var stdout syncBuffer
+	done := attach(c, context.Background(), stdinR, &stdout, nil, resize)
+	// Resize and stdin travel on separate goroutines: ask until the
+	// answer shows the new size.
+	waitFor(t, "stty size to print 33 77", 10*time.Second, func() bool {
+		io.WriteString(stdinW, "stty size\n")
+		time.Sleep(100 * time.Millisecond)
+		return strings.Contains(stdout.String(), "33 77")
+	})
+	io.WriteString(stdinW, "exit 5\n")
+	if err := waitAttach(t, done, 10*time.Second); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if e := c.waitExit(10 * time.Second); e.Code != 5 {
+		t.Errorf("exit code = %d, want 5", e.Code)
+	}
+	for _, e := range readLog(t, c.opts.LogPath) {
+		if e.stream != "stdout" {
+			t.Fatalf("tty log entry on %s, want stdout only", e.stream)
+		}
+	}
+}
+
+func TestAttachToExitedContainer(t *testing.T) {
+	t.Parallel()
+	c := newContainer(t, []string{"true"}, nil)
+	c.run()
+	c.waitExit(10 * time.Second)
+	err := conmon.Attach(context.Background(), c.opts.SocketDir, nil, io.Discard, io.Discard, nil)
+	if !errors.Is(err, conmon.ErrNotRunning) {
+		t.Fatalf("Attach after exit: %v, want ErrNotRunning", err)
+	}
+}

@@ -1,0 +1,150 @@
+package conmon_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// memory is a process's share of memory from /proc/PID/smaps_rollup, in KiB.
+type memory struct {
+	pss, private, rss int
+}
+
+func readMemory(t *testing.T, pid int) memory {
+	t.Helper()
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		t.Fatalf("smaps_rollup of %d: %v", pid, err)
+	}
+	defer f.Close()
+	var m memory
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.Atoi(fields[1])
+		switch fields[0] {
+		case "Pss:":
+			m.pss = kb
+		case "Rss:":
+			m.rss = kb
+		case "Private_Clean:", "Private_Dirty:":
+			m.private += kb
+		}
+	}
+	return m
+}
+
+func average(t *testing.T, pids []int) memory {
+	var sum memory
+	for _, pid := range pids {
+		m := readMemory(t, pid)
+		sum.pss += m.pss
+		sum.private += m.private
+		sum.rss += m.rss
+	}
+	n := len(pids)
+	return memory{pss: sum.pss / n, private: sum.private / n, rss: sum.rss / n}
+}
+
+func (m memory) String() string {
+	return fmt.Sprintf("PSS %4d KiB  private %4d KiB  RSS %4d KiB", m.pss, m.private, m.rss)
+}
+
+// TestMonitorMemory measures idle monitors with 3 and with 20 containers
+// running, next to Debian's C conmon under the same load when it is
+// installed. It logs the numbers (go test -v -run TestMonitorMemory) and
+// asserts only a generous bound. Not parallel: other tests' monitors would
+// share pages and flatter the numbers.
+func TestMonitorMemory(t *testing.T) {
+	requireRuntime(t)
+	for _, n := range []int{3, 20} {
+		pids := startIdleContainers(t, n)
+		settle(t, pids)
+		m := average(t, pids)
+		t.Logf("minicri-conmon, %2d containers: %v", n, m)
+		if m.pss > 4096 || m.private > 4096 {
+			t.Errorf("minicri-conmon with %d containers uses %v, want under 4 MiB", n, m)
+		}
+		if _, err := os.Stat("/usr/bin/conmon"); err == nil {
+			cpids := startIdleConmons(t, n)
+			settle(t, cpids)
+			t.Logf("C conmon,       %2d containers: %v", n, average(t, cpids))
+		}
+	}
+}
+
+// settle waits until the monitors' memory stops changing: their start-up
+// garbage is returned to the kernel shortly after the create.
+func settle(t *testing.T, pids []int) {
+	deadline := time.Now().Add(3 * time.Second)
+	prev := -1
+	for time.Now().Before(deadline) {
+		total := average(t, pids).pss
+		if total == prev {
+			return
+		}
+		prev = total
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func startIdleContainers(t *testing.T, n int) []int {
+	var pids []int
+	for i := 0; i < n; i++ {
+		c := newContainer(t, []string{"sleep", "1000"}, nil)
+		c.run()
+		pids = append(pids, c.created.MonitorPID)
+	}
+	return pids
+}
+
+// startIdleConmons runs the same containers under Debian's conmon. It
+// double-forks; the test process, a subreaper, adopts it and reaps it.
+func startIdleConmons(t *testing.T, n int) []int {
+	var pids []int
+	for i := 0; i < n; i++ {
+		c := newContainer(t, []string{"sleep", "1000"}, nil)
+		dir := filepath.Dir(c.opts.ExitFile)
+		pidFile := filepath.Join(dir, "conmon.pid")
+		for _, d := range []string{c.opts.SocketDir, filepath.Join(dir, "exits")} {
+			os.MkdirAll(d, 0o700)
+		}
+		cmd := exec.Command("/usr/bin/conmon", "--api-version", "1",
+			"-c", c.id, "-u", c.id, "-n", c.id, "-r", "/usr/sbin/runc", "-b", c.opts.Bundle,
+			"-p", filepath.Join(dir, "container.pid"), "-P", pidFile,
+			"-l", "k8s-file:"+c.opts.LogPath, "--exit-dir", filepath.Join(dir, "exits"),
+			"--socket-dir-path", c.opts.SocketDir, "--runtime-arg", "--root="+c.opts.RuntimeRoot)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("conmon: %v: %s", err, out)
+		}
+		// conmon's first process returns before the runtime's create did.
+		containerPID := filepath.Join(dir, "container.pid")
+		waitFor(t, "conmon's create", 10*time.Second, func() bool { _, err := os.Stat(containerPID); return err == nil })
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			t.Fatalf("conmon pid file: %v", err)
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		c.runc("start", c.id)
+		pids = append(pids, pid)
+		t.Cleanup(func() {
+			exec.Command("runc", "--root", c.opts.RuntimeRoot, "delete", "--force", c.id).Run()
+			waitFor(t, "conmon to exit", 10*time.Second, func() bool { return !running(pid) })
+			var ws unix.WaitStatus
+			unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		})
+	}
+	return pids
+}

@@ -1,0 +1,138 @@
+// Package monitor is the body of minicri-conmon, the process that sits beside
+// each container: it runs the OCI runtime's create, holds the container's
+// stdio, writes the CRI log, serves attach and control sockets, reaps the
+// container as child subreaper and writes its exit file.
+//
+// One process lives as long as its container, one per container, so it is
+// built to stay small: one goroutine runs an epoll loop over raw descriptors,
+// one buffer serves every stream, and the steady state allocates nothing.
+// Only the standard library's smallest packages and x/sys are used.
+package monitor
+
+import (
+	"os"
+	"runtime/debug"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/conmon/wire"
+)
+
+// drainTimeout bounds how long the monitor keeps reading output after the
+// container's init exited: a pipe whose writer is gone ends at once, but a
+// process outside the container's PID namespace may still hold it.
+const drainTimeout = time.Second
+
+// Run creates the container, then hands over to a fresh image of the
+// monitor that serves it until it exits (see handOver). It reports the
+// outcome of the create on syncFD and returns the process's exit code.
+func Run(cfg wire.Config, syncFD int) int {
+	tuneRuntime()
+	m, err := create(cfg)
+	if err != nil {
+		Report(syncFD, wire.FailedMessage(err.Error()))
+		return 1
+	}
+	m.syncFD = syncFD
+	m.handOver()
+	// Still here: the exec failed. Serving from this image works the same,
+	// it only keeps the create's garbage.
+	return m.run()
+}
+
+// Serve is the second image of the monitor: it takes over the descriptors
+// and state that Run's image handed over, and serves the container.
+func Serve(args []string) int {
+	tuneRuntime()
+	m, err := parseHandover(args)
+	if err != nil {
+		Report(-1, wire.FailedMessage("minicri-conmon serve: "+err.Error()))
+		return 2
+	}
+	return m.run()
+}
+
+// run reports the container created once everything is in place to serve
+// it, serves it until it exits, and writes its exit file.
+func (m *monitor) run() int {
+	if err := m.watch(); err != nil {
+		m.abandon()
+		Report(m.syncFD, wire.FailedMessage(err.Error()))
+		return 1
+	}
+	Report(m.syncFD, wire.CreatedMessage(m.containerPID, unix.Getpid()))
+	unix.Close(m.syncFD)
+	m.syncFD = -1
+	m.serve()
+	m.finish()
+	return 0
+}
+
+// abandon undoes a create that succeeded but cannot be served.
+func (m *monitor) abandon() {
+	m.deleteContainer()
+	for _, name := range []string{wire.AttachSocket, wire.ControlSocket, wire.PIDFile, wire.RuntimeLog} {
+		unix.Unlink(name)
+	}
+	if m.logMade {
+		unix.Unlink(m.cfg.LogPath)
+	}
+}
+
+// tuneRuntime keeps the collector from ever running in the common case. A
+// collection is what costs a monitor most: mark bits, work buffers, worker
+// goroutines and threads stay resident after the first cycle. Serving
+// allocates nothing, and start-up leaves far less than the limit, so no
+// cycle runs; the limit still bounds a heap that slow attach clients grew.
+func tuneRuntime() {
+	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(32 << 20)
+}
+
+// Report writes the one message of the sync pipe, or to stderr when there is
+// no sync pipe.
+func Report(syncFD int, msg []byte) {
+	if syncFD < 0 {
+		os.Stderr.Write(msg)
+		return
+	}
+	for len(msg) > 0 {
+		n, err := unix.Write(syncFD, msg)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return // the daemon is gone; it will find the container from its records
+		}
+		msg = msg[n:]
+	}
+}
+
+// SyncFD returns wire.SyncFD when it is the pipe the daemon passed, or -1
+// when the monitor was started some other way (by hand). The pipe is made
+// close-on-exec: were the runtime and its init to inherit it, the daemon
+// would wait for an end of file that comes only with the container's start.
+func SyncFD() int {
+	var st unix.Stat_t
+	if unix.Fstat(wire.SyncFD, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return -1
+	}
+	unix.CloseOnExec(wire.SyncFD)
+	return wire.SyncFD
+}
+
+// CloseInheritedFDs closes every descriptor above stdio except keep (-1 for
+// none), so the monitor holds nothing of the daemon's, whatever the daemon
+// forgot to mark close-on-exec. It must run first thing in main, before
+// anything in the process opens a descriptor of its own.
+func CloseInheritedFDs(keep int) {
+	if keep < 0 {
+		unix.CloseRange(3, ^uint(0), 0)
+		return
+	}
+	if keep > 3 {
+		unix.CloseRange(3, uint(keep-1), 0)
+	}
+	unix.CloseRange(uint(keep+1), ^uint(0), 0)
+}

@@ -1,0 +1,114 @@
+package conmon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// WatchMonitor returns a channel that is closed when the monitor exits,
+// whether it finished its job or was killed. It waits on a pidfd through
+// the runtime's poller: no thread and no polling per monitor. A monitor
+// already gone, or a pid that now belongs to another process (its start
+// time is not started), gives a channel closed at once.
+func WatchMonitor(pid int, started uint64) (<-chan struct{}, error) {
+	done := make(chan struct{})
+	pidfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		close(done)
+		return done, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watch monitor %d: pidfd_open: %w", pid, err)
+	}
+	// Checked after pidfd_open: the fd now pins the process, so a match
+	// cannot go stale.
+	if st, err := startTime(pid); err != nil || st != started {
+		unix.Close(pidfd)
+		close(done)
+		return done, nil
+	}
+	f := os.NewFile(uintptr(pidfd), "pidfd")
+	go func() {
+		defer close(done)
+		defer f.Close()
+		waitExited(f)
+	}()
+	return done, nil
+}
+
+// Alive reports whether the monitor that started at started (clock ticks
+// since boot, Created.MonitorStartTime) still runs as pid.
+func Alive(pid int, started uint64) bool {
+	st, state, err := procStat(pid)
+	return err == nil && st == started && state != 'Z' && state != 'X'
+}
+
+// reapChild waits for the monitor, a child of the daemon, to exit, and reaps
+// it, so that no zombie stays behind; the channel closes then. A daemon that
+// restarted has no such child: its monitors went to the init process.
+func reapChild(pid int) <-chan struct{} {
+	done := make(chan struct{})
+	pidfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		close(done) // cannot happen for an unreaped child; nothing to wait on
+		return done
+	}
+	f := os.NewFile(uintptr(pidfd), "pidfd")
+	go func() {
+		defer close(done)
+		defer f.Close()
+		waitExited(f)
+		var info unix.Siginfo
+		unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOHANG, nil)
+	}()
+	return done
+}
+
+// waitExited parks the goroutine until the pidfd turns readable, which it
+// does when the process exits. The fd is non-blocking, so os registered it
+// with the runtime's poller and RawConn.Read waits there.
+func waitExited(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 0)
+		return n > 0 || (err != nil && err != unix.EINTR)
+	})
+}
+
+// startTime reads when the process started, in clock ticks since boot.
+func startTime(pid int) (uint64, error) {
+	st, _, err := procStat(pid)
+	return st, err
+}
+
+// procStat reads the state (field 3) and start time (field 22) of
+// /proc/PID/stat. The command name (field 2) may hold spaces and
+// parentheses, so fields are counted from its closing parenthesis.
+func procStat(pid int) (start uint64, state byte, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fields := bytes.Fields(b[i+1:])
+	if len(fields) < 20 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fields))
+	}
+	start, err = strconv.ParseUint(string(fields[19]), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	return start, fields[0][0], nil
+}

@@ -1,0 +1,176 @@
+// Package wire is what the daemon and the monitor (minicri-conmon) agree on:
+// the monitor's command line, the names of the files it keeps in its socket
+// directory, the messages on its sync pipe and sockets, and the exit file.
+//
+// It is imported by the monitor binary, which must stay small, so it uses
+// only strconv, time and errors: no fmt, no reflection.
+package wire
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// DefaultLogMaxLine is the longest log line written as one "F" entry; longer
+// lines are split into "P" parts. The kubelet and containerd use 16 KiB too.
+const DefaultLogMaxLine = 16 * 1024
+
+// MaxSocketPath is what fits in sockaddr_un's sun_path with its NUL.
+const MaxSocketPath = 107
+
+// SyncFD is the descriptor number on which the monitor finds its sync pipe:
+// the daemon passes it as the first extra file.
+const SyncFD = 3
+
+// Config is the monitor's command line.
+type Config struct {
+	ID          string   // container ID, as the OCI runtime knows it
+	Bundle      string   // OCI bundle directory
+	Runtime     string   // OCI runtime binary (runc, crun)
+	RuntimeRoot string   // the runtime's --root; empty for its default
+	RuntimeArgs []string // global runtime flags, placed before "create"
+	LogPath     string   // CRI log file; empty discards the output
+	LogMaxLine  int      // see DefaultLogMaxLine; 0 means the default
+	ExitFile    string   // where the exit status is written when the container exits
+	SocketDir   string   // directory for the attach and control sockets
+	Terminal    bool     // container has a pty
+	Stdin       bool     // container's stdin is kept open for attach
+	StdinOnce   bool     // stdin is closed when the first attach session with stdin ends
+}
+
+// Args renders c as minicri-conmon's command line (without the program name).
+func (c Config) Args() []string {
+	args := []string{
+		"--id", c.ID,
+		"--bundle", c.Bundle,
+		"--runtime", c.Runtime,
+		"--exit-file", c.ExitFile,
+		"--socket-dir", c.SocketDir,
+	}
+	if c.RuntimeRoot != "" {
+		args = append(args, "--runtime-root", c.RuntimeRoot)
+	}
+	for _, a := range c.RuntimeArgs {
+		// "=" keeps an argument that starts with "--" from being read as a flag.
+		args = append(args, "--runtime-arg="+a)
+	}
+	if c.LogPath != "" {
+		args = append(args, "--log-path", c.LogPath)
+	}
+	if c.LogMaxLine != 0 {
+		args = append(args, "--log-max-line", strconv.Itoa(c.LogMaxLine))
+	}
+	if c.Terminal {
+		args = append(args, "--terminal")
+	}
+	if c.Stdin {
+		args = append(args, "--stdin")
+	}
+	if c.StdinOnce {
+		args = append(args, "--stdin-once")
+	}
+	return args
+}
+
+// ParseArgs reads a command line written by Args.
+func ParseArgs(args []string) (Config, error) {
+	var c Config
+	for i := 0; i < len(args); i++ {
+		name, value, hasValue := strings.Cut(args[i], "=")
+		if b := c.boolFlag(name); b != nil {
+			if hasValue {
+				return c, errors.New("flag " + name + " takes no value")
+			}
+			*b = true
+			continue
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				return c, errors.New("flag " + name + " needs a value")
+			}
+			i++
+			value = args[i]
+		}
+		if err := c.setFlag(name, value); err != nil {
+			return c, err
+		}
+	}
+	if c.LogMaxLine == 0 {
+		c.LogMaxLine = DefaultLogMaxLine
+	}
+	return c, c.Validate()
+}
+
+func (c *Config) boolFlag(name string) *bool {
+	switch name {
+	case "--terminal":
+		return &c.Terminal
+	case "--stdin":
+		return &c.Stdin
+	case "--stdin-once":
+		return &c.StdinOnce
+	}
+	return nil
+}
+
+func (c *Config) setFlag(name, value string) error {
+	switch name {
+	case "--id":
+		c.ID = value
+	case "--bundle":
+		c.Bundle = value
+	case "--runtime":
+		c.Runtime = value
+	case "--runtime-root":
+		c.RuntimeRoot = value
+	case "--runtime-arg":
+		c.RuntimeArgs = append(c.RuntimeArgs, value)
+	case "--log-path":
+		c.LogPath = value
+	case "--log-max-line":
+		n, err := strconv.Atoi(value)
+		if err != nil || n <= 0 {
+			return errors.New("--log-max-line: not a positive number: " + value)
+		}
+		c.LogMaxLine = n
+	case "--exit-file":
+		c.ExitFile = value
+	case "--socket-dir":
+		c.SocketDir = value
+	default:
+		return errors.New("unknown flag " + name)
+	}
+	return nil
+}
+
+// Validate reports the first missing or malformed field.
+func (c Config) Validate() error {
+	switch {
+	case c.ID == "" || strings.ContainsAny(c.ID, "/\x00") || c.ID == "." || c.ID == "..":
+		return errors.New("id: empty or not a plain name: " + strconv.Quote(c.ID))
+	case c.Runtime == "":
+		return errors.New("runtime: empty")
+	case !isAbs(c.Bundle):
+		return errors.New("bundle: not an absolute path: " + strconv.Quote(c.Bundle))
+	case !isAbs(c.ExitFile):
+		return errors.New("exit file: not an absolute path: " + strconv.Quote(c.ExitFile))
+	case !isAbs(c.SocketDir):
+		return errors.New("socket dir: not an absolute path: " + strconv.Quote(c.SocketDir))
+	case c.LogPath != "" && !isAbs(c.LogPath):
+		return errors.New("log path: not an absolute path: " + strconv.Quote(c.LogPath))
+	case c.LogMaxLine < 0:
+		return errors.New("log max line: negative")
+	case c.StdinOnce && !c.Stdin:
+		return errors.New("stdin once: set without stdin")
+	case c.Terminal && len(c.SocketDir)+1+len(ConsoleSocket) > MaxSocketPath:
+		// runc dials the console socket by its path, after a chdir into
+		// the bundle, so only an absolute path that fits sun_path works.
+		return errors.New("socket dir: too long for runc's console socket: " + strconv.Quote(c.SocketDir))
+	}
+	return nil
+}
+
+// isAbs wants absolute paths because the monitor works from its socket
+// directory, where a relative path would mean something else.
+func isAbs(path string) bool { return strings.HasPrefix(path, "/") }

@@ -9,6 +9,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
 )
 
@@ -30,6 +34,18 @@ var codeMappings = []struct {
 	{store.ErrAmbiguousID, codes.InvalidArgument},
 	{store.ErrNameReserved, codes.AlreadyExists},
 	{store.ErrNotFound, codes.NotFound},
+	{image.ErrNotFound, codes.NotFound},
+	{image.ErrInvalidReference, codes.InvalidArgument},
+	{image.ErrAmbiguous, codes.InvalidArgument},
+	{image.ErrInUse, codes.FailedPrecondition},
+	{image.ErrUnauthorized, codes.Unauthenticated},
+	{oci.ErrInvalid, codes.InvalidArgument},
+	{oci.ErrNoCommand, codes.InvalidArgument},
+	{oci.ErrRunAsRoot, codes.FailedPrecondition},
+	{oci.ErrUnknownHandler, codes.InvalidArgument},
+	{oci.ErrNotFound, codes.NotFound},
+	{network.ErrNotReady, codes.FailedPrecondition},
+	{conmon.ErrNotRunning, codes.FailedPrecondition},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{os.ErrNotExist, codes.NotFound},

@@ -5,11 +5,21 @@
 package server
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/store"
 )
 
 // RuntimeName is what Version reports as the runtime's name.
@@ -31,15 +41,106 @@ type Server struct {
 	cfg     config.Config
 	version string
 	log     *logrus.Entry
+
+	sandboxes      *store.Table[sandboxRecord]
+	containers     *store.Table[containerRecord]
+	sandboxNames   *store.Names
+	containerNames *store.Names
+	locks          *keyedLocks // see keyedLocks for the lock discipline
+	exits          exitWatches
+	cni            *network.CNI
+	images         *image.Store
+	runtimes       *oci.Handlers
+	monitorPath    string
 }
 
 // New builds the server. It does not start anything that outlives it.
 func New(opts Options) (*Server, error) {
-	return &Server{
-		cfg:     opts.Config,
-		version: opts.Version,
-		log:     opts.Log,
-	}, nil
+	cfg := opts.Config
+	s := &Server{
+		cfg:            cfg,
+		version:        opts.Version,
+		log:            opts.Log,
+		sandboxNames:   store.NewNames(),
+		containerNames: store.NewNames(),
+		locks:          newKeyedLocks(),
+		cni:            network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")),
+	}
+	var err error
+	if s.images, err = openImages(cfg, opts.Log); err != nil {
+		return nil, err
+	}
+	s.runtimes = runtimeHandlers(cfg)
+	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
+		return nil, err
+	}
+	if s.sandboxes, err = openTable[sandboxRecord](s, "sandboxes"); err != nil {
+		return nil, err
+	}
+	if s.containers, err = openTable[containerRecord](s, "containers"); err != nil {
+		return nil, err
+	}
+	s.recover()
+	return s, nil
+}
+
+func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
+	registries := make(map[string]image.RegistryConfig, len(cfg.Image.Registries))
+	for host, r := range cfg.Image.Registries {
+		registries[host] = image.RegistryConfig{Mirrors: r.Mirrors, Insecure: r.Insecure}
+	}
+	st, err := image.New(image.Options{
+		Root:                   filepath.Join(cfg.Root, "image"),
+		Registries:             registries,
+		PullTimeout:            cfg.Image.PullTimeout.Std(),
+		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
+		Log:                    log.WithField("component", "image"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open image store: %w", err)
+	}
+	return st, nil
+}
+
+func runtimeHandlers(cfg config.Config) *oci.Handlers {
+	h := &oci.Handlers{Default: cfg.Runtime.DefaultHandler, Runtimes: map[string]*oci.Runtime{}}
+	for name, rc := range cfg.Runtime.Handlers {
+		h.Runtimes[name] = &oci.Runtime{Name: name, Path: rc.Path, Root: rc.Root, SystemdCgroup: cfg.CgroupDriver == "systemd"}
+	}
+	return h
+}
+
+// findMonitor resolves the monitor binary: a path as given, a bare name next
+// to the daemon's own binary first (where make install and make build put
+// it), then in PATH.
+func findMonitor(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		beside := filepath.Join(filepath.Dir(self), name)
+		if _, err := os.Stat(beside); err == nil {
+			return beside, nil
+		}
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("monitor binary %q: not next to minicri nor in PATH (runtime.monitor_path)", name)
+	}
+	return path, nil
+}
+
+// openTable opens one kind of record under the state root. A corrupt record
+// is logged and left for the operator, not fatal.
+func openTable[T any](s *Server, name string) (*store.Table[T], error) {
+	t, corrupt, err := store.Open[T](filepath.Join(s.cfg.Root, name))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	for _, c := range corrupt {
+		s.log.WithField("path", c.Path).WithError(c.Err).Error("corrupt record ignored; move it away once inspected")
+	}
+	return t, nil
 }
 
 // Register attaches both CRI services to a gRPC server.

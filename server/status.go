@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -38,16 +36,7 @@ func (s *Server) Status(ctx context.Context, req *runtime.StatusRequest) (*runti
 
 // networkReady says why pods cannot get a network, or nil.
 func (s *Server) networkReady() error {
-	dir := s.cfg.CNI.ConfDir
-	for _, pattern := range []string{"*.conflist", "*.conf", "*.json"} {
-		if matches, _ := filepath.Glob(filepath.Join(dir, pattern)); len(matches) > 0 {
-			return nil
-		}
-	}
-	if _, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("no CNI configuration: %w", err)
-	}
-	return fmt.Errorf("no CNI configuration file (.conflist, .conf, .json) in %s", dir)
+	return s.cni.Ready()
 }
 
 func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {

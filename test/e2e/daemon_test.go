@@ -43,7 +43,7 @@ func TestStatusReportsConditions(t *testing.T) {
 		t.Errorf("RuntimeReady = %+v, want true", c)
 	}
 	// The daemon's CNI conf dir is empty: the network cannot be ready, and it must say why.
-	if c := conditions[runtime.NetworkReady]; c.GetStatus() || c.GetReason() == "" || !strings.Contains(c.GetMessage(), "CNI") {
+	if c := conditions[runtime.NetworkReady]; c.GetStatus() || c.GetReason() == "" || !strings.Contains(strings.ToLower(c.GetMessage()), "cni") {
 		t.Errorf("NetworkReady = %+v, want false with a reason naming CNI", c)
 	}
 	var cfg struct{ Root string }

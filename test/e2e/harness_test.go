@@ -54,8 +54,14 @@ func runSuite(m *testing.M) int {
 		}
 		binDir = dir
 	}
+	ipForward, _ := os.ReadFile(ipForwardPath)
 	code := m.Run()
-	if leaks := findLeaks(); len(leaks) > 0 {
+	// The bridge plugin turns forwarding on for the whole host: put it back.
+	if len(ipForward) > 0 {
+		_ = os.WriteFile(ipForwardPath, ipForward, 0o644)
+	}
+	leaks := append(findLeaks(), removeTestCgroups()...)
+	if len(leaks) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: the suite left things behind:\n  %s\n", strings.Join(leaks, "\n  "))
 		if code == 0 {
 			code = 1
@@ -82,6 +88,8 @@ func buildBinaries(dir string) error {
 	}
 	return nil
 }
+
+const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 
 // findLeaks lists mounts and processes that still refer to this run's temp dirs.
 func findLeaks() []string {

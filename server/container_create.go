@@ -1,0 +1,233 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/store"
+)
+
+// CreateContainer makes a container in a ready sandbox: its root filesystem,
+// its OCI bundle, and its monitor, which runs the runtime's create. The
+// container then waits for StartContainer.
+func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContainerRequest) (*runtime.CreateContainerResponse, error) {
+	cfg := req.GetConfig()
+	if err := validateContainerConfig(cfg); err != nil {
+		return nil, toStatus(err)
+	}
+	sbID, err := s.sandboxes.Resolve(req.GetPodSandboxId())
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("pod sandbox %q: %w", req.GetPodSandboxId(), err))
+	}
+	// The sandbox's lock keeps it from being stopped or removed under us.
+	unlockSandbox := s.locks.lock(sbID)
+	defer unlockSandbox()
+	sb, err := s.sandboxes.Get(sbID)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if sb.State != stateReady {
+		return nil, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready (%s)", sbID, sb.State)
+	}
+	img, err := s.images.Get(cfg.GetImage().GetImage())
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
+	}
+	id := newID()
+	name := containerName(sbID, cfg.GetMetadata())
+	if err := s.containerNames.Reserve(name, id); err != nil {
+		var reserved *store.ReservedError
+		if errors.As(err, &reserved) {
+			return nil, status.Errorf(codes.AlreadyExists, "container %q (attempt %d) of sandbox %s is already taken by container %s",
+				cfg.GetMetadata().GetName(), cfg.GetMetadata().GetAttempt(), sbID, reserved.Owner)
+		}
+		return nil, toStatus(err)
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	if err := s.createContainer(ctx, id, name, sb, cfg, img); err != nil {
+		s.containerNames.Release(name, id)
+		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
+	}
+	return &runtime.CreateContainerResponse{ContainerId: id}, nil
+}
+
+func (s *Server) createContainer(ctx context.Context, id, name string, sb sandboxRecord, cfg *runtime.ContainerConfig, img image.Image) (retErr error) {
+	sbCfg, err := sb.config()
+	if err != nil {
+		return err
+	}
+	raw, err := proto.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("encode config: %w", err)
+	}
+	rec := containerRecord{
+		ID:          id,
+		Name:        name,
+		SandboxID:   sb.ID,
+		Metadata:    containerMetadata{Name: cfg.GetMetadata().GetName(), Attempt: cfg.GetMetadata().GetAttempt()},
+		Labels:      cfg.GetLabels(),
+		Annotations: cfg.GetAnnotations(),
+		Image:       imageName(img, cfg.GetImage().GetImage()),
+		ImageID:     img.ID,
+		ImageRef:    imageRef(img),
+		CreatedAt:   time.Now().UnixNano(),
+		State:       stateCreating,
+		LogPath:     containerLogPath(sbCfg, cfg),
+		Bundle:      filepath.Join(s.cfg.RunDir, "containers", id),
+		Handler:     sb.Handler,
+		StopSignal:  stopSignal(cfg, img),
+		Config:      raw,
+	}
+	// Recorded before anything is made: a crash from here on is rolled back
+	// at start from this record.
+	if err := s.containers.Put(id, rec); err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			if err := s.discardContainer(context.WithoutCancel(ctx), rec); err != nil {
+				s.log.WithField("container", id).WithError(err).Warn("cleanup of a failed container left something; start-up repair will retry")
+			}
+		}
+	}()
+	rt, err := s.runtimes.Get(sb.Handler)
+	if err != nil {
+		return err
+	}
+	spec, err := s.writeBundle(rec, sb, sbCfg, cfg, img)
+	if err != nil {
+		return err
+	}
+	rec.CgroupsPath = spec.Linux.CgroupsPath
+	created, err := s.startMonitor(ctx, rec, rt, cfg)
+	if err != nil {
+		return err
+	}
+	rec.Monitor = monitorRef{PID: created.MonitorPID, StartTime: created.MonitorStartTime}
+	rec.State = stateCreated
+	if err := s.containers.Put(id, rec); err != nil {
+		return err
+	}
+	s.watchMonitor(rec)
+	return nil
+}
+
+// writeBundle mounts the container's root filesystem and writes config.json.
+func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image) (*specs.Spec, error) {
+	if err := os.MkdirAll(rec.Bundle, 0o700); err != nil {
+		return nil, fmt.Errorf("create bundle: %w", err)
+	}
+	if err := s.images.PrepareRootfs(rec.ID, img.ID); err != nil {
+		return nil, fmt.Errorf("prepare rootfs: %w", err)
+	}
+	rootfs, err := s.images.MountRootfs(rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("mount rootfs: %w", err)
+	}
+	cs, err := s.containerSpec(rec.ID, rootfs, sb, sbCfg, cfg, img)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := oci.GenerateSpec(cs)
+	if err != nil {
+		return nil, err
+	}
+	if err := oci.WriteSpec(rec.Bundle, spec); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}
+
+func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt *oci.Runtime, cfg *runtime.ContainerConfig) (conmon.Created, error) {
+	if rec.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
+			return conmon.Created{}, fmt.Errorf("create log dir: %w", err)
+		}
+	}
+	bin, err := rt.Binary()
+	if err != nil {
+		return conmon.Created{}, err
+	}
+	var runtimeArgs []string
+	if rt.SystemdCgroup {
+		runtimeArgs = append(runtimeArgs, "--systemd-cgroup")
+	}
+	return conmon.Create(ctx, conmon.Options{
+		ID:          rec.ID,
+		Bundle:      rec.Bundle,
+		Runtime:     bin,
+		RuntimeRoot: rt.Root,
+		RuntimeArgs: runtimeArgs,
+		LogPath:     rec.LogPath,
+		ExitFile:    exitFile(rec),
+		SocketDir:   rec.Bundle,
+		Terminal:    cfg.GetTty(),
+		Stdin:       cfg.GetStdin(),
+		StdinOnce:   cfg.GetStdinOnce(),
+		Binary:      s.monitorPath,
+	})
+}
+
+func exitFile(rec containerRecord) string { return filepath.Join(rec.Bundle, "exit") }
+
+// containerLogPath is where the kubelet wants the container's log: the
+// sandbox's log directory joined with the container's relative log path.
+func containerLogPath(sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig) string {
+	if sbCfg.GetLogDirectory() == "" || cfg.GetLogPath() == "" {
+		return ""
+	}
+	return filepath.Join(sbCfg.GetLogDirectory(), cfg.GetLogPath())
+}
+
+// imageName is the name the container's status shows: the image's first tag,
+// else what the kubelet asked for.
+func imageName(img image.Image, requested string) string {
+	if len(img.RepoTags) > 0 {
+		return img.RepoTags[0]
+	}
+	return requested
+}
+
+// imageRef is the image's repo digest when it has one, else its ID.
+func imageRef(img image.Image) string {
+	if len(img.RepoDigests) > 0 {
+		return img.RepoDigests[0]
+	}
+	return img.ID
+}
+
+// discardContainer removes everything a container has and its record: the
+// undo of a failed create and the end of a removal. Each step is idempotent.
+func (s *Server) discardContainer(ctx context.Context, rec containerRecord) error {
+	var errs []error
+	if rt, err := s.runtimes.Get(rec.Handler); err == nil {
+		if err := rt.Delete(ctx, rec.ID, true); err != nil {
+			errs = append(errs, fmt.Errorf("delete from runtime: %w", err))
+		}
+	}
+	if err := s.images.RemoveRootfs(rec.ID); err != nil {
+		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
+	}
+	if err := os.RemoveAll(rec.Bundle); err != nil {
+		errs = append(errs, fmt.Errorf("remove bundle: %w", err))
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	s.forgetWatch(rec.ID)
+	return s.containers.Delete(rec.ID)
+}

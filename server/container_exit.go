@@ -1,0 +1,115 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/store"
+)
+
+// exitWatches holds, per container, a channel closed once the container's
+// exit is recorded. StopContainer waits on it instead of polling.
+type exitWatches struct {
+	mu      sync.Mutex
+	watches map[string]chan struct{}
+}
+
+// exited returns the channel of a container, made on first use.
+func (w *exitWatches) exited(id string) chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.watches == nil {
+		w.watches = map[string]chan struct{}{}
+	}
+	ch, ok := w.watches[id]
+	if !ok {
+		ch = make(chan struct{})
+		w.watches[id] = ch
+	}
+	return ch
+}
+
+func (w *exitWatches) forget(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.watches, id)
+}
+
+func (s *Server) forgetWatch(id string) { s.exits.forget(id) }
+
+// watchMonitor records the container's exit when its monitor ends: the
+// monitor exits right after writing the exit file, so a wait on the
+// monitor's pidfd is a wait on the container, with no polling.
+func (s *Server) watchMonitor(rec containerRecord) {
+	done, err := conmon.WatchMonitor(rec.Monitor.PID, rec.Monitor.StartTime)
+	if err != nil {
+		s.log.WithField("container", rec.ID).WithError(err).Warn("cannot watch the container's monitor; treating it as gone")
+		s.recordExit(rec.ID)
+		return
+	}
+	go func() {
+		<-done
+		s.recordExit(rec.ID)
+	}()
+}
+
+// recordExit writes a container's end into its record, from the monitor's
+// exit file. A monitor that died without one (killed) leaves a container
+// that nobody reaps or logs for: it is killed and recorded as failed, so it
+// never shows as running when it is not watched.
+func (s *Server) recordExit(id string) {
+	rec, err := s.containers.Get(id)
+	if err != nil {
+		return // removed meanwhile
+	}
+	exit, ok, err := conmon.ReadExit(exitFile(rec))
+	if err != nil || !ok {
+		s.killOrphan(rec)
+		exit = conmon.Exit{Code: 128 + int(syscall.SIGKILL), At: time.Now()}
+	}
+	_, err = s.containers.Update(id, func(r *containerRecord) error {
+		if r.State == stateExited {
+			return nil
+		}
+		r.State = stateExited
+		r.ExitCode = int32(exit.Code)
+		r.FinishedAt = exit.At.UnixNano()
+		r.Reason, r.Message = exitReason(exit, ok)
+		return nil
+	})
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		s.log.WithField("container", id).WithError(err).Error("record container exit")
+	}
+	close(s.exits.exited(id))
+}
+
+// exitReason is the CRI reason and message of an exit.
+func exitReason(exit conmon.Exit, monitorFinished bool) (reason, message string) {
+	switch {
+	case !monitorFinished:
+		return "Error", "the container's monitor died; the container was killed"
+	case exit.Reason != "":
+		return exit.Reason, ""
+	case exit.Code == 0:
+		return "Completed", ""
+	default:
+		return "Error", ""
+	}
+}
+
+// killOrphan kills a container whose monitor is gone.
+func (s *Server) killOrphan(rec containerRecord) {
+	rt, err := s.runtimes.Get(rec.Handler)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rt.Kill(ctx, rec.ID, syscall.SIGKILL, true); err != nil {
+		s.log.WithField("container", rec.ID).WithError(err).Debug("kill orphaned container")
+	}
+}

@@ -1,0 +1,43 @@
+package server
+
+import (
+	"context"
+	"strings"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ListContainers lists containers, filtered by ID (or prefix), state,
+// sandbox and labels, from the in-memory records.
+func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainersRequest) (*runtime.ListContainersResponse, error) {
+	f := req.GetFilter()
+	var out []*runtime.Container
+	for _, rec := range s.containers.List() {
+		if f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()) {
+			continue
+		}
+		if f.GetPodSandboxId() != "" && !strings.HasPrefix(rec.SandboxID, f.GetPodSandboxId()) {
+			continue
+		}
+		state := containerState(rec)
+		if f.GetState() != nil && f.GetState().GetState() != state {
+			continue
+		}
+		if !labelsMatch(rec.Labels, f.GetLabelSelector()) {
+			continue
+		}
+		out = append(out, &runtime.Container{
+			Id:           rec.ID,
+			PodSandboxId: rec.SandboxID,
+			Metadata:     &runtime.ContainerMetadata{Name: rec.Metadata.Name, Attempt: rec.Metadata.Attempt},
+			Image:        &runtime.ImageSpec{Image: rec.Image},
+			ImageRef:     rec.ImageRef,
+			ImageId:      rec.ImageID,
+			State:        state,
+			CreatedAt:    rec.CreatedAt,
+			Labels:       rec.Labels,
+			Annotations:  rec.Annotations,
+		})
+	}
+	return &runtime.ListContainersResponse{Containers: out}, nil
+}

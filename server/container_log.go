@@ -1,0 +1,32 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/conmon"
+)
+
+// ReopenContainerLog makes the container's monitor start a new log file at
+// the log path, after the kubelet renamed the old one for rotation.
+func (s *Server) ReopenContainerLog(ctx context.Context, req *runtime.ReopenContainerLogRequest) (*runtime.ReopenContainerLogResponse, error) {
+	id, err := s.containers.Resolve(req.GetContainerId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	rec, err := s.containers.Get(id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if rec.State != stateRunning {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s: only a running container's log can be reopened", id, rec.State)
+	}
+	if err := conmon.ReopenLog(ctx, rec.Bundle); err != nil {
+		return nil, toStatus(fmt.Errorf("reopen log of container %s: %w", id, err))
+	}
+	return &runtime.ReopenContainerLogResponse{}, nil
+}

@@ -1,0 +1,229 @@
+package server
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/oci"
+)
+
+// containerSpec translates a CRI container config, its sandbox and its image
+// into the plain description the oci package turns into config.json.
+func (s *Server) containerSpec(id, rootfs string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image) (oci.ContainerSpec, error) {
+	args, err := oci.ResolveArgs(img.Config.Entrypoint, img.Config.Cmd, cfg.GetCommand(), cfg.GetArgs())
+	if err != nil {
+		return oci.ContainerSpec{}, err
+	}
+	sc := cfg.GetLinux().GetSecurityContext()
+	user, err := resolveUser(rootfs, img, sc)
+	if err != nil {
+		return oci.ContainerSpec{}, err
+	}
+	cwd := cfg.GetWorkingDir()
+	if cwd == "" {
+		cwd = img.Config.WorkingDir
+	}
+	env := make([]oci.KeyValue, 0, len(cfg.GetEnvs()))
+	for _, e := range cfg.GetEnvs() {
+		env = append(env, oci.KeyValue{Key: e.GetKey(), Value: string(e.GetValue())})
+	}
+	spec := oci.ContainerSpec{
+		ID:             id,
+		Rootfs:         rootfs,
+		Args:           args,
+		Env:            oci.MergeEnv(img.Config.Env, env),
+		Cwd:            cwd,
+		User:           user,
+		Terminal:       cfg.GetTty(),
+		Stdin:          cfg.GetStdin(),
+		Hostname:       podHostname(sbCfg),
+		Mounts:         ociMounts(cfg.GetMounts()),
+		Devices:        ociDevices(cfg.GetDevices()),
+		Resources:      ociResources(cfg.GetLinux().GetResources()),
+		Security:       ociSecurity(sc),
+		Namespaces:     containerNamespaces(sb, sbCfg, sc),
+		Sysctls:        sbCfg.GetLinux().GetSysctls(),
+		Annotations:    cfg.GetAnnotations(),
+		CgroupParent:   sbCfg.GetLinux().GetCgroupParent(),
+		CgroupDriver:   oci.CgroupDriver(s.cfg.CgroupDriver),
+		HostsPath:      filepath.Join(sb.Dir, "hosts"),
+		ResolvConfPath: filepath.Join(sb.Dir, "resolv.conf"),
+		HostnamePath:   filepath.Join(sb.Dir, "hostname"),
+	}
+	if sb.ShmMounted {
+		spec.ShmPath = filepath.Join(sb.Dir, "shm")
+	} else if hostIPC(sbCfg) {
+		spec.ShmPath = "/dev/shm"
+	}
+	return spec, nil
+}
+
+// resolveUser finds the process's identity in the image.
+func resolveUser(rootfs string, img image.Image, sc *runtime.LinuxContainerSecurityContext) (oci.User, error) {
+	var runAsUser, runAsGroup *int64
+	if v := sc.GetRunAsUser(); v != nil {
+		u := v.GetValue()
+		runAsUser = &u
+	}
+	if v := sc.GetRunAsGroup(); v != nil {
+		g := v.GetValue()
+		runAsGroup = &g
+	}
+	user, err := oci.ResolveUser(rootfs, img.Config.User, runAsUser, sc.GetRunAsUsername(), runAsGroup, sc.GetSupplementalGroups())
+	if err != nil {
+		return oci.User{}, err
+	}
+	// runAsNonRoot is not in the CRI: the kubelet checks it itself, from
+	// the image's user in ImageStatus.
+	return user, nil
+}
+
+func ociMounts(mounts []*runtime.Mount) []oci.Mount {
+	out := make([]oci.Mount, 0, len(mounts))
+	for _, m := range mounts {
+		p := oci.PropagationPrivate
+		switch m.GetPropagation() {
+		case runtime.MountPropagation_PROPAGATION_HOST_TO_CONTAINER:
+			p = oci.PropagationHostToContainer
+		case runtime.MountPropagation_PROPAGATION_BIDIRECTIONAL:
+			p = oci.PropagationBidirectional
+		}
+		out = append(out, oci.Mount{
+			ContainerPath:  m.GetContainerPath(),
+			HostPath:       m.GetHostPath(),
+			Readonly:       m.GetReadonly(),
+			Propagation:    p,
+			SelinuxRelabel: m.GetSelinuxRelabel(),
+		})
+	}
+	return out
+}
+
+func ociDevices(devices []*runtime.Device) []oci.Device {
+	out := make([]oci.Device, 0, len(devices))
+	for _, d := range devices {
+		out = append(out, oci.Device{HostPath: d.GetHostPath(), ContainerPath: d.GetContainerPath(), Permissions: d.GetPermissions()})
+	}
+	return out
+}
+
+func ociResources(r *runtime.LinuxContainerResources) *oci.Resources {
+	if r == nil {
+		return nil
+	}
+	out := &oci.Resources{
+		CPUShares:            r.GetCpuShares(),
+		CPUQuota:             r.GetCpuQuota(),
+		CPUPeriod:            r.GetCpuPeriod(),
+		CpusetCpus:           r.GetCpusetCpus(),
+		CpusetMems:           r.GetCpusetMems(),
+		MemoryLimitBytes:     r.GetMemoryLimitInBytes(),
+		MemorySwapLimitBytes: r.GetMemorySwapLimitInBytes(),
+		OomScoreAdj:          r.GetOomScoreAdj(),
+		Unified:              r.GetUnified(),
+	}
+	for _, h := range r.GetHugepageLimits() {
+		out.HugepageLimits = append(out.HugepageLimits, oci.HugepageLimit{PageSize: h.GetPageSize(), Limit: h.GetLimit()})
+	}
+	return out
+}
+
+func ociSecurity(sc *runtime.LinuxContainerSecurityContext) oci.Security {
+	return oci.Security{
+		Privileged:       sc.GetPrivileged(),
+		AddCapabilities:  sc.GetCapabilities().GetAddCapabilities(),
+		DropCapabilities: sc.GetCapabilities().GetDropCapabilities(),
+		NoNewPrivs:       sc.GetNoNewPrivs(),
+		ReadonlyRootfs:   sc.GetReadonlyRootfs(),
+		MaskedPaths:      sc.GetMaskedPaths(),
+		ReadonlyPaths:    sc.GetReadonlyPaths(),
+		Seccomp:          seccompProfile(sc),
+		AppArmor:         appArmorProfile(sc),
+	}
+}
+
+// seccompProfile reads the structured field, falling back to the deprecated
+// string form older kubelets send.
+func seccompProfile(sc *runtime.LinuxContainerSecurityContext) oci.SeccompProfile {
+	if p := sc.GetSeccomp(); p != nil {
+		switch p.GetProfileType() {
+		case runtime.SecurityProfile_RuntimeDefault:
+			return oci.SeccompProfile{Type: oci.ProfileRuntimeDefault}
+		case runtime.SecurityProfile_Localhost:
+			return oci.SeccompProfile{Type: oci.ProfileLocalhost, LocalhostPath: p.GetLocalhostRef()}
+		}
+		return oci.SeccompProfile{}
+	}
+	switch path := sc.GetSeccompProfilePath(); {
+	case path == "runtime/default" || path == "docker/default":
+		return oci.SeccompProfile{Type: oci.ProfileRuntimeDefault}
+	case strings.HasPrefix(path, "localhost/"):
+		return oci.SeccompProfile{Type: oci.ProfileLocalhost, LocalhostPath: strings.TrimPrefix(path, "localhost/")}
+	}
+	return oci.SeccompProfile{}
+}
+
+func appArmorProfile(sc *runtime.LinuxContainerSecurityContext) oci.AppArmorProfile {
+	if p := sc.GetApparmor(); p != nil {
+		switch p.GetProfileType() {
+		case runtime.SecurityProfile_RuntimeDefault:
+			return oci.AppArmorProfile{Type: oci.ProfileRuntimeDefault}
+		case runtime.SecurityProfile_Localhost:
+			return oci.AppArmorProfile{Type: oci.ProfileLocalhost, LocalhostName: p.GetLocalhostRef()}
+		}
+		return oci.AppArmorProfile{}
+	}
+	switch name := sc.GetApparmorProfile(); {
+	case name == "runtime/default":
+		return oci.AppArmorProfile{Type: oci.ProfileRuntimeDefault}
+	case strings.HasPrefix(name, "localhost/"):
+		return oci.AppArmorProfile{Type: oci.ProfileLocalhost, LocalhostName: strings.TrimPrefix(name, "localhost/")}
+	}
+	return oci.AppArmorProfile{}
+}
+
+// containerNamespaces joins the pod's pinned namespaces, or the host's where
+// the pod asked for them. PID: a container of its own unless the pod shares
+// the host's.
+func containerNamespaces(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, sc *runtime.LinuxContainerSecurityContext) oci.Namespaces {
+	join := func(path string) oci.Namespace {
+		if path == "" {
+			return oci.Namespace{Mode: oci.NamespaceHost}
+		}
+		return oci.Namespace{Mode: oci.NamespaceJoin, Path: path}
+	}
+	ns := oci.Namespaces{
+		Network: join(sb.Namespaces.Net),
+		IPC:     join(sb.Namespaces.IPC),
+		UTS:     join(sb.Namespaces.UTS),
+	}
+	if namespaceOptions(sbCfg).GetPid() == runtime.NamespaceMode_NODE || sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_NODE {
+		ns.PID = oci.Namespace{Mode: oci.NamespaceHost}
+	}
+	return ns
+}
+
+// stopSignal is the signal StopContainer sends first: the config's, the
+// image's, or SIGTERM.
+func stopSignal(cfg *runtime.ContainerConfig, img image.Image) string {
+	if sig := cfg.GetStopSignal(); sig != runtime.Signal_SIGNAL_RUNTIME_DEFAULT {
+		return strings.TrimPrefix(sig.String(), "SIGNAL_")
+	}
+	if s := img.Config.StopSignal; s != "" {
+		if !strings.HasPrefix(s, "SIG") && !isNumber(s) {
+			s = "SIG" + s
+		}
+		return s
+	}
+	return "SIGTERM"
+}
+
+func isNumber(s string) bool {
+	var n int
+	_, err := fmt.Sscanf(s, "%d", &n)
+	return err == nil
+}

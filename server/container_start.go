@@ -1,0 +1,50 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// StartContainer starts a created container's process.
+func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainerRequest) (*runtime.StartContainerResponse, error) {
+	id, err := s.containers.Resolve(req.GetContainerId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	rec, err := s.containers.Get(id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if rec.State != stateCreated {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s, not created", id, rec.State)
+	}
+	rt, err := s.runtimes.Get(rec.Handler)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	// Taken before the start: a short-lived process may exit, and be
+	// recorded, before runc start returns, and started must not follow finished.
+	startedAt := time.Now().UnixNano()
+	if err := rt.Start(ctx, id); err != nil {
+		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
+	}
+	_, err = s.containers.Update(id, func(r *containerRecord) error {
+		// The process may already have exited and been recorded: keep that.
+		if r.State == stateCreated {
+			r.State = stateRunning
+		}
+		r.StartedAt = startedAt
+		return nil
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &runtime.StartContainerResponse{}, nil
+}

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/store"
+)
+
+// killGrace bounds the wait for a container to be reaped after SIGKILL.
+const killGrace = 10 * time.Second
+
+// StopContainer sends the container's stop signal, then SIGKILL after the
+// timeout. Stopping a container that is gone or already stopped succeeds:
+// the kubelet retries.
+func (s *Server) StopContainer(ctx context.Context, req *runtime.StopContainerRequest) (*runtime.StopContainerResponse, error) {
+	id, err := s.containers.Resolve(req.GetContainerId())
+	if errors.Is(err, store.ErrNotFound) {
+		return &runtime.StopContainerResponse{}, nil
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if req.GetTimeout() < 0 {
+		return nil, toStatus(invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	if err := s.stopContainer(ctx, id, time.Duration(req.GetTimeout())*time.Second); err != nil {
+		return nil, toStatus(fmt.Errorf("stop container %s: %w", id, err))
+	}
+	return &runtime.StopContainerResponse{}, nil
+}
+
+// killContainer stops a container at once; the caller holds the sandbox's lock.
+func (s *Server) killContainer(ctx context.Context, id string) error {
+	unlock := s.locks.lock(id)
+	defer unlock()
+	return s.stopContainer(ctx, id, 0)
+}
+
+// stopContainer signals the container and waits for its monitor to record
+// the exit. The caller holds the container's lock.
+func (s *Server) stopContainer(ctx context.Context, id string, timeout time.Duration) error {
+	rec, err := s.containers.Get(id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if rec.State != stateCreated && rec.State != stateRunning {
+		return nil
+	}
+	rt, err := s.runtimes.Get(rec.Handler)
+	if err != nil {
+		return err
+	}
+	exited := s.exits.exited(id)
+	if timeout > 0 {
+		sig, err := parseSignal(rec.StopSignal)
+		if err != nil {
+			sig = syscall.SIGTERM
+		}
+		if err := rt.Kill(ctx, id, sig, false); err != nil && !errors.Is(err, oci.ErrNotFound) {
+			s.log.WithField("container", id).WithError(err).Warn("stop signal not delivered; killing")
+		}
+		if waitClosed(ctx, exited, timeout) {
+			return nil
+		}
+	}
+	// --all: a process the container's init left behind would keep its
+	// cgroup, and its pipes, alive.
+	if err := rt.Kill(ctx, id, syscall.SIGKILL, true); err != nil && !errors.Is(err, oci.ErrNotFound) {
+		return fmt.Errorf("kill: %w", err)
+	}
+	if !waitClosed(ctx, exited, killGrace) {
+		return fmt.Errorf("container did not exit %s after SIGKILL", killGrace)
+	}
+	return nil
+}
+
+// waitClosed waits for ch to close; false when the timeout or ctx ended first.
+func waitClosed(ctx context.Context, ch <-chan struct{}, timeout time.Duration) bool {
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-timer.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// parseSignal reads "SIGTERM", "TERM" or "15".
+func parseSignal(name string) (syscall.Signal, error) {
+	var n int
+	if _, err := fmt.Sscanf(name, "%d", &n); err == nil && n > 0 && n < 65 {
+		return syscall.Signal(n), nil
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	if sig := unix.SignalNum("SIG" + name); sig != 0 {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("unknown signal %q", name)
+}

@@ -1,0 +1,59 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/image"
+)
+
+// ImageStatus describes one image. An image that is not there is answered
+// with an empty status, not an error: that is how the kubelet learns it must
+// pull.
+func (s *Server) ImageStatus(ctx context.Context, req *runtime.ImageStatusRequest) (*runtime.ImageStatusResponse, error) {
+	ref := req.GetImage().GetImage()
+	if ref == "" {
+		return nil, toStatus(invalidf("image.image", "must name an image"))
+	}
+	img, err := s.images.Get(ref)
+	if errors.Is(err, image.ErrNotFound) {
+		return &runtime.ImageStatusResponse{}, nil
+	}
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("image status %q: %w", ref, err))
+	}
+	resp := &runtime.ImageStatusResponse{Image: criImage(img)}
+	if req.GetVerbose() {
+		info, err := json.Marshal(img)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		resp.Info = map[string]string{"info": string(info)}
+	}
+	return resp, nil
+}
+
+// criImage is an image as the CRI describes it, with the user split the way
+// the kubelet's runAsNonRoot check reads it: a numeric uid, else a name.
+func criImage(img image.Image) *runtime.Image {
+	out := &runtime.Image{
+		Id:          img.ID,
+		RepoTags:    img.RepoTags,
+		RepoDigests: img.RepoDigests,
+		Size:        img.Size,
+		Spec:        &runtime.ImageSpec{Image: img.ID},
+	}
+	user, _, _ := strings.Cut(img.Config.User, ":")
+	if uid, err := strconv.ParseInt(user, 10, 64); err == nil {
+		out.Uid = &runtime.Int64Value{Value: uid}
+	} else {
+		out.Username = user
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package server
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/network"
+)
+
+// The states of a sandbox record. A record is written in stateCreating before
+// anything is made for it, so that a daemon killed half-way knows at start
+// what to roll back.
+const (
+	stateCreating = "creating"
+	stateReady    = "ready"
+	stateNotReady = "notready"
+)
+
+// The states of a container record, besides stateCreating.
+const (
+	stateCreated = "created"
+	stateRunning = "running"
+	stateExited  = "exited"
+)
+
+// sandboxRecord is what minicri keeps about a pod sandbox, on disk and in memory.
+type sandboxRecord struct {
+	ID          string
+	Name        string // the reserved name: metadata made unique
+	Metadata    podMetadata
+	Labels      map[string]string
+	Annotations map[string]string
+	Handler     string
+	CreatedAt   int64 // unix nanoseconds
+	State       string
+
+	Dir        string             // RUN_DIR/pods/ID: pod files and pins
+	Namespaces network.Namespaces // pinned namespaces; empty paths for host ones
+	NetworkUp  bool               // CNI ADD done, DEL not yet
+	IPs        []string
+	ShmMounted bool // Dir/shm is a tmpfs of the pod's own
+
+	Config []byte // the PodSandboxConfig, protobuf-encoded
+}
+
+type podMetadata struct {
+	Name, Namespace, UID string
+	Attempt              uint32
+}
+
+// containerRecord is what minicri keeps about a container.
+type containerRecord struct {
+	ID          string
+	Name        string // the reserved name
+	SandboxID   string
+	Metadata    containerMetadata
+	Labels      map[string]string
+	Annotations map[string]string
+	Image       string // as the kubelet asked for it
+	ImageID     string // the image's config digest
+	ImageRef    string // a repo digest of the image, or its ID
+	CreatedAt   int64
+	StartedAt   int64
+	FinishedAt  int64
+	State       string
+	ExitCode    int32
+	Reason      string
+	Message     string
+	LogPath     string // absolute; empty when the kubelet asked for no log
+	Bundle      string
+	Handler     string
+	CgroupsPath string
+	StopSignal  string // the image's or the config's stop signal, e.g. SIGTERM
+	Monitor     monitorRef
+
+	Config []byte // the ContainerConfig, protobuf-encoded
+}
+
+type containerMetadata struct {
+	Name    string
+	Attempt uint32
+}
+
+// monitorRef names a container's monitor process. The start time tells a
+// restarted daemon whether the pid still belongs to that monitor.
+type monitorRef struct {
+	PID       int
+	StartTime uint64
+}
+
+// newID returns a random 64-hex-digit ID, the form the kubelet and crictl expect.
+func newID() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("read random: %v", err)) // the kernel's RNG does not fail
+	}
+	return hex.EncodeToString(b)
+}
+
+// sandboxName is the name the CRI reserves for a sandbox: one per
+// (name, namespace, uid, attempt). Quoting keeps it unambiguous.
+func sandboxName(m *runtime.PodSandboxMetadata) string {
+	return fmt.Sprintf("%q/%q/%q/%d", m.GetName(), m.GetNamespace(), m.GetUid(), m.GetAttempt())
+}
+
+// containerName reserves one container per (name, attempt) in a sandbox.
+func containerName(sandboxID string, m *runtime.ContainerMetadata) string {
+	return fmt.Sprintf("%s/%q/%d", sandboxID, m.GetName(), m.GetAttempt())
+}
+
+func (r *sandboxRecord) config() (*runtime.PodSandboxConfig, error) {
+	var c runtime.PodSandboxConfig
+	if err := proto.Unmarshal(r.Config, &c); err != nil {
+		return nil, fmt.Errorf("decode config of sandbox %s: %w", r.ID, err)
+	}
+	return &c, nil
+}
+
+func (r *containerRecord) config() (*runtime.ContainerConfig, error) {
+	var c runtime.ContainerConfig
+	if err := proto.Unmarshal(r.Config, &c); err != nil {
+		return nil, fmt.Errorf("decode config of container %s: %w", r.ID, err)
+	}
+	return &c, nil
+}

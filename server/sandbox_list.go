@@ -1,0 +1,49 @@
+package server
+
+import (
+	"context"
+	"strings"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ListPodSandbox lists sandboxes, filtered by ID (or ID prefix), state and
+// labels. It reads only the in-memory records: the kubelet calls it every
+// second.
+func (s *Server) ListPodSandbox(ctx context.Context, req *runtime.ListPodSandboxRequest) (*runtime.ListPodSandboxResponse, error) {
+	f := req.GetFilter()
+	var items []*runtime.PodSandbox
+	for _, rec := range s.sandboxes.List() {
+		if f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()) {
+			continue
+		}
+		state := sandboxState(rec)
+		if f.GetState() != nil && f.GetState().GetState() != state {
+			continue
+		}
+		if !labelsMatch(rec.Labels, f.GetLabelSelector()) {
+			continue
+		}
+		m := rec.Metadata
+		items = append(items, &runtime.PodSandbox{
+			Id:             rec.ID,
+			Metadata:       &runtime.PodSandboxMetadata{Name: m.Name, Namespace: m.Namespace, Uid: m.UID, Attempt: m.Attempt},
+			State:          state,
+			CreatedAt:      rec.CreatedAt,
+			Labels:         rec.Labels,
+			Annotations:    rec.Annotations,
+			RuntimeHandler: rec.Handler,
+		})
+	}
+	return &runtime.ListPodSandboxResponse{Items: items}, nil
+}
+
+// labelsMatch reports whether labels has every key and value of selector.
+func labelsMatch(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,43 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/store"
+)
+
+// RemovePodSandbox removes the pod's containers (forcibly when running), its
+// resources and its record, and frees its name. Removing an unknown sandbox
+// succeeds: the CRI makes removal idempotent.
+func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSandboxRequest) (*runtime.RemovePodSandboxResponse, error) {
+	id, err := s.sandboxes.Resolve(req.GetPodSandboxId())
+	if errors.Is(err, store.ErrNotFound) {
+		return &runtime.RemovePodSandboxResponse{}, nil
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	rec, err := s.sandboxes.Get(id)
+	if errors.Is(err, store.ErrNotFound) {
+		return &runtime.RemovePodSandboxResponse{}, nil // removed while we waited for the lock
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	for _, c := range s.containersOf(id) {
+		if err := s.removeContainer(ctx, c.ID); err != nil {
+			return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
+		}
+	}
+	if err := s.removeSandbox(ctx, &rec); err != nil {
+		return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
+	}
+	s.sandboxNames.Release(rec.Name, id)
+	return &runtime.RemovePodSandboxResponse{}, nil
+}

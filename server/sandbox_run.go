@@ -1,0 +1,230 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/store"
+)
+
+// podShmSize is the size of a pod's /dev/shm, as Docker and containerd give it.
+const podShmSize = 64 << 20
+
+// RunPodSandbox makes a pod's shared namespaces, files and network. Nothing
+// runs in a pod yet: namespaces are pinned as files, so no pause process is
+// needed.
+func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRequest) (*runtime.RunPodSandboxResponse, error) {
+	cfg := req.GetConfig()
+	if err := validateSandboxConfig(cfg); err != nil {
+		return nil, toStatus(err)
+	}
+	handler, err := s.handlerName(req.GetRuntimeHandler())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	id := newID()
+	name := sandboxName(cfg.GetMetadata())
+	if err := s.sandboxNames.Reserve(name, id); err != nil {
+		var reserved *store.ReservedError
+		if errors.As(err, &reserved) {
+			return nil, status.Errorf(codes.AlreadyExists, "pod sandbox %s is already taken by sandbox %s", name, reserved.Owner)
+		}
+		return nil, toStatus(err)
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	if err := s.createSandbox(ctx, id, name, handler, cfg); err != nil {
+		s.sandboxNames.Release(name, id)
+		return nil, toStatus(fmt.Errorf("run pod sandbox %s: %w", cfg.GetMetadata().GetName(), err))
+	}
+	return &runtime.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// createSandbox makes the sandbox's record first (so a crash mid-way is
+// repaired at start), then its resources; on failure it undoes them all.
+func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cfg *runtime.PodSandboxConfig) (retErr error) {
+	raw, err := proto.Marshal(cfg)
+	if err != nil {
+		return fmt.Errorf("encode config: %w", err)
+	}
+	m := cfg.GetMetadata()
+	rec := sandboxRecord{
+		ID:          id,
+		Name:        name,
+		Metadata:    podMetadata{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUid(), Attempt: m.GetAttempt()},
+		Labels:      cfg.GetLabels(),
+		Annotations: cfg.GetAnnotations(),
+		Handler:     handler,
+		CreatedAt:   time.Now().UnixNano(),
+		State:       stateCreating,
+		Dir:         filepath.Join(s.cfg.RunDir, "pods", id),
+		Config:      raw,
+	}
+	if err := s.sandboxes.Put(id, rec); err != nil {
+		return err
+	}
+	defer func() {
+		if retErr != nil {
+			s.discardSandbox(context.WithoutCancel(ctx), id)
+		}
+	}()
+	if err := os.MkdirAll(rec.Dir, 0o711); err != nil {
+		return fmt.Errorf("create pod dir: %w", err)
+	}
+	// Each step records what it made before the next one starts: a kill -9
+	// between two steps must leave a record that says what to undo.
+	if err := s.pinSandbox(&rec, cfg); err != nil {
+		return err
+	}
+	if err := s.sandboxes.Put(id, rec); err != nil {
+		return err
+	}
+	if err := writePodFiles(rec, cfg, nil); err != nil {
+		return err
+	}
+	if !hostNetwork(cfg) {
+		if err := s.setUpNetwork(ctx, &rec, cfg); err != nil {
+			return err
+		}
+	}
+	rec.State = stateReady
+	return s.sandboxes.Put(id, rec)
+}
+
+// pinSandbox pins the pod's own namespaces and mounts its /dev/shm, noting
+// in r what it made. Whatever it fails to finish, releaseSandbox undoes.
+func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
+	var kinds []network.NamespaceKind
+	if !hostNetwork(cfg) {
+		// A pod on the host network keeps the host's name too, as the kubelet expects.
+		kinds = append(kinds, network.NamespaceNet, network.NamespaceUTS)
+	}
+	if !hostIPC(cfg) {
+		kinds = append(kinds, network.NamespaceIPC)
+	}
+	if len(kinds) > 0 {
+		ns, err := network.PinNamespaces(filepath.Join(r.Dir, "ns"), kinds, podHostname(cfg))
+		if err != nil {
+			return fmt.Errorf("pin namespaces: %w", err)
+		}
+		r.Namespaces = ns
+	}
+	if hostIPC(cfg) {
+		return nil
+	}
+	shm := filepath.Join(r.Dir, "shm")
+	if err := os.MkdirAll(shm, 0o755); err != nil {
+		return fmt.Errorf("create shm dir: %w", err)
+	}
+	opts := fmt.Sprintf("mode=1777,size=%d", podShmSize)
+	if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+		return fmt.Errorf("mount pod shm: %w", err)
+	}
+	r.ShmMounted = true
+	return nil
+}
+
+func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
+	// Record the intent before ADD: a crash during ADD must still lead to a DEL.
+	rec.NetworkUp = true
+	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
+		return err
+	}
+	result, err := s.cni.Setup(ctx, podNetwork(*rec, cfg))
+	if err != nil {
+		return fmt.Errorf("set up pod network: %w", err)
+	}
+	rec.IPs = nil
+	for _, ip := range result.IPs {
+		rec.IPs = append(rec.IPs, ip.String())
+	}
+	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
+		return err
+	}
+	// /etc/hosts names the pod's own IP, known only now.
+	return writePodFiles(*rec, cfg, result.IPs)
+}
+
+func podNetwork(r sandboxRecord, cfg *runtime.PodSandboxConfig) network.PodNetwork {
+	pn := network.PodNetwork{
+		ID:           r.ID,
+		Name:         r.Metadata.Name,
+		Namespace:    r.Metadata.Namespace,
+		UID:          r.Metadata.UID,
+		NetNS:        r.Namespaces.Net,
+		CgroupParent: cfg.GetLinux().GetCgroupParent(),
+	}
+	for _, p := range cfg.GetPortMappings() {
+		pn.PortMappings = append(pn.PortMappings, network.PortMapping{
+			Protocol:      p.GetProtocol().String(),
+			ContainerPort: p.GetContainerPort(),
+			HostPort:      p.GetHostPort(),
+			HostIP:        p.GetHostIp(),
+		})
+	}
+	return pn
+}
+
+// writePodFiles writes the hostname, hosts and resolv.conf files that every
+// container of the pod bind-mounts.
+func writePodFiles(r sandboxRecord, cfg *runtime.PodSandboxConfig, ips []net.IP) error {
+	if err := network.WriteHostname(filepath.Join(r.Dir, "hostname"), podHostname(cfg)); err != nil {
+		return fmt.Errorf("write hostname: %w", err)
+	}
+	if err := network.WriteHosts(filepath.Join(r.Dir, "hosts"), podHostname(cfg), ips, nil); err != nil {
+		return fmt.Errorf("write hosts: %w", err)
+	}
+	dns := cfg.GetDnsConfig()
+	if err := network.WriteResolvConf(filepath.Join(r.Dir, "resolv.conf"), dns.GetServers(), dns.GetSearches(), dns.GetOptions()); err != nil {
+		return fmt.Errorf("write resolv.conf: %w", err)
+	}
+	return nil
+}
+
+// podHostname is the pod's hostname: the configured one, else the node's for
+// host-network pods, else the pod's name.
+func podHostname(cfg *runtime.PodSandboxConfig) string {
+	if h := cfg.GetHostname(); h != "" {
+		return h
+	}
+	if hostNetwork(cfg) {
+		h, _ := os.Hostname()
+		return h
+	}
+	return cfg.GetMetadata().GetName()
+}
+
+func namespaceOptions(cfg *runtime.PodSandboxConfig) *runtime.NamespaceOption {
+	return cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+}
+
+func hostNetwork(cfg *runtime.PodSandboxConfig) bool {
+	return namespaceOptions(cfg).GetNetwork() == runtime.NamespaceMode_NODE
+}
+
+func hostIPC(cfg *runtime.PodSandboxConfig) bool {
+	return namespaceOptions(cfg).GetIpc() == runtime.NamespaceMode_NODE
+}
+
+// handlerName resolves a RuntimeClass handler; empty means the default one.
+func (s *Server) handlerName(name string) (string, error) {
+	if name == "" {
+		return s.cfg.Runtime.DefaultHandler, nil
+	}
+	if _, ok := s.cfg.Runtime.Handlers[name]; !ok {
+		return "", invalidf("runtime_handler", "no runtime handler %q is configured", name)
+	}
+	return name, nil
+}

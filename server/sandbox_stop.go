@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/store"
+)
+
+// StopPodSandbox stops every container of the pod and releases its network
+// and namespaces. It succeeds for a sandbox that is already stopped or gone:
+// the kubelet calls it again and again until it does.
+func (s *Server) StopPodSandbox(ctx context.Context, req *runtime.StopPodSandboxRequest) (*runtime.StopPodSandboxResponse, error) {
+	id, err := s.sandboxes.Resolve(req.GetPodSandboxId())
+	if errors.Is(err, store.ErrNotFound) {
+		return &runtime.StopPodSandboxResponse{}, nil
+	}
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	if err := s.stopSandbox(ctx, id); err != nil {
+		return nil, toStatus(fmt.Errorf("stop pod sandbox %s: %w", id, err))
+	}
+	return &runtime.StopPodSandboxResponse{}, nil
+}
+
+// stopSandbox kills the sandbox's containers and releases its shared
+// resources. The caller holds the sandbox's lock.
+func (s *Server) stopSandbox(ctx context.Context, id string) error {
+	for _, c := range s.containersOf(id) {
+		if err := s.killContainer(ctx, c.ID); err != nil {
+			return err
+		}
+	}
+	rec, err := s.sandboxes.Get(id)
+	if err != nil {
+		return err
+	}
+	if err := s.releaseSandboxResources(ctx, &rec); err != nil {
+		return err
+	}
+	if rec.State == stateNotReady {
+		return nil
+	}
+	rec.State = stateNotReady
+	return s.sandboxes.Put(id, rec)
+}
+
+// releaseSandboxResources takes down the pod network, the pinned namespaces
+// and the pod's shm. Every step is idempotent and looks at what exists, not
+// only at what the record says, because a crash may have come between making
+// a thing and recording it.
+func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord) error {
+	if rec.NetworkUp {
+		cfg, err := rec.config()
+		if err != nil {
+			return err
+		}
+		if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
+			return fmt.Errorf("tear down pod network: %w", err)
+		}
+		// Recorded at once, so that the DEL takes effect once however many
+		// stops follow, and after a restart too.
+		rec.NetworkUp = false
+		if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
+			return err
+		}
+	}
+	nsDir := filepath.Join(rec.Dir, "ns")
+	pins := network.Namespaces{
+		Dir: nsDir,
+		Net: filepath.Join(nsDir, string(network.NamespaceNet)),
+		IPC: filepath.Join(nsDir, string(network.NamespaceIPC)),
+		UTS: filepath.Join(nsDir, string(network.NamespaceUTS)),
+	}
+	if err := network.UnpinNamespaces(pins); err != nil {
+		return fmt.Errorf("unpin namespaces: %w", err)
+	}
+	if err := unmountIfMounted(filepath.Join(rec.Dir, "shm")); err != nil {
+		return fmt.Errorf("unmount pod shm: %w", err)
+	}
+	rec.ShmMounted = false
+	return nil
+}
+
+// discardSandbox removes everything of a sandbox and its record: the undo of
+// a failed RunPodSandbox and the end of RemovePodSandbox. The caller holds
+// the sandbox's lock and releases its name.
+func (s *Server) discardSandbox(ctx context.Context, id string) {
+	rec, err := s.sandboxes.Get(id)
+	if err != nil {
+		return
+	}
+	if err := s.removeSandbox(ctx, &rec); err != nil {
+		s.log.WithField("pod", id).WithError(err).Warn("cleanup of a sandbox left something; start-up repair will retry")
+	}
+}
+
+func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
+	if err := s.releaseSandboxResources(ctx, rec); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(rec.Dir); err != nil {
+		return fmt.Errorf("remove pod dir: %w", err)
+	}
+	return s.sandboxes.Delete(rec.ID)
+}
+
+// unmountIfMounted detaches a mount; a path that is not a mount point (or is
+// not there) is fine.
+func unmountIfMounted(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}

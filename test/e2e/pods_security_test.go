@@ -1,0 +1,120 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// hostNetworkPod is a pod config that needs no CNI network.
+func (d *Daemon) hostNetworkPod(name string) *runtime.PodSandboxConfig {
+	cfg := d.podConfig(name)
+	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Network: runtime.NamespaceMode_NODE}}
+	return cfg
+}
+
+// ownCapabilities is a capability set of the test process: a privileged
+// container gets all that the daemon itself may hold.
+func ownCapabilities(t *testing.T, field string) string {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":\t"); ok {
+			return v
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return ""
+}
+
+// The security context is checked from inside the container.
+func TestSecurityContextFromInside(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("sec")
+	pod := d.runPod(t, podCfg)
+
+	cases := []struct {
+		name  string
+		cmd   string
+		sc    *runtime.LinuxContainerSecurityContext
+		wants []string
+	}{
+		{
+			name:  "default capabilities, no seccomp",
+			cmd:   "grep -E '^(CapEff|Seccomp):' /proc/self/status",
+			sc:    &runtime.LinuxContainerSecurityContext{},
+			wants: []string{"CapEff:\t00000000a80425fb", "Seccomp:\t0"},
+		},
+		{
+			name: "drop all, add one",
+			cmd:  "grep CapEff /proc/self/status",
+			sc: &runtime.LinuxContainerSecurityContext{Capabilities: &runtime.Capability{
+				DropCapabilities: []string{"ALL"}, AddCapabilities: []string{"NET_BIND_SERVICE"}}},
+			wants: []string{"CapEff:\t0000000000000400"},
+		},
+		{
+			name:  "runtime default seccomp and no_new_privs",
+			cmd:   "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status",
+			sc:    &runtime.LinuxContainerSecurityContext{NoNewPrivs: true, Seccomp: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_RuntimeDefault}},
+			wants: []string{"Seccomp:\t2", "NoNewPrivs:\t1"},
+		},
+		{
+			name:  "read-only rootfs",
+			cmd:   "touch /newfile 2>&1 || echo write-refused; touch /tmp/x 2>&1 || echo tmp-refused",
+			sc:    &runtime.LinuxContainerSecurityContext{ReadonlyRootfs: true},
+			wants: []string{"write-refused", "tmp-refused"},
+		},
+		{
+			name:  "run as user and group",
+			cmd:   "id",
+			sc:    &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1000}, RunAsGroup: &runtime.Int64Value{Value: 3000}, SupplementalGroups: []int64{4000}},
+			wants: []string{"uid=1000(app) gid=3000", "4000"},
+		},
+		{
+			name:  "masked and read-only proc paths",
+			cmd:   "wc -c < /proc/timer_list; echo 1 > /proc/sys/kernel/domainname 2>/dev/null || echo sys-readonly",
+			sc:    &runtime.LinuxContainerSecurityContext{},
+			wants: []string{"0\n", "sys-readonly"},
+		},
+		{
+			name:  "privileged",
+			cmd:   "grep CapEff /proc/self/status",
+			sc:    &runtime.LinuxContainerSecurityContext{Privileged: true},
+			wants: []string{"CapEff:\t" + ownCapabilities(t, "CapBnd")},
+		},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := containerConfig("sec"+string(rune('a'+i)), ref, "sh", "-c", c.cmd)
+			cfg.Linux = &runtime.LinuxContainerConfig{SecurityContext: c.sc}
+			_, log := d.runToExit(t, pod, podCfg, cfg)
+			for _, want := range c.wants {
+				if !strings.Contains(log, want) {
+					t.Errorf("output lacks %q:\n%s", want, log)
+				}
+			}
+		})
+	}
+}
+
+func TestOOMKilledReason(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("oom")
+	pod := d.runPod(t, podCfg)
+	cfg := containerConfig("hog", ref, "sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1")
+	cfg.Linux = &runtime.LinuxContainerConfig{Resources: &runtime.LinuxContainerResources{MemoryLimitInBytes: 16 << 20}}
+	st, log := d.runToExit(t, pod, podCfg, cfg)
+	if st.GetReason() != "OOMKilled" || st.GetExitCode() != 137 {
+		t.Fatalf("reason %q exit %d (log %q), want OOMKilled and 137", st.GetReason(), st.GetExitCode(), log)
+	}
+}

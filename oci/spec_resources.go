@@ -125,3 +125,10 @@ func CgroupsPath(parent, id string, driver CgroupDriver) (string, error) {
 		return "", fmt.Errorf("%w: unknown cgroup driver %q", ErrInvalid, driver)
 	}
 }
+
+// LinuxResources maps Resources onto the runtime-spec limits that
+// `runc update` applies to a running container, with the same host bounds
+// as GenerateSpec.
+func LinuxResources(r *Resources) (*specs.LinuxResources, error) {
+	return resourcesFor(r, currentHost())
+}

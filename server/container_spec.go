@@ -187,8 +187,8 @@ func appArmorProfile(sc *runtime.LinuxContainerSecurityContext) oci.AppArmorProf
 }
 
 // containerNamespaces joins the pod's pinned namespaces, or the host's where
-// the pod asked for them. PID: a container of its own unless the pod shares
-// the host's.
+// the pod asked for them. PID: the host's, the pod's (its infra process's),
+// or one of the container's own.
 func containerNamespaces(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, sc *runtime.LinuxContainerSecurityContext) oci.Namespaces {
 	join := func(path string) oci.Namespace {
 		if path == "" {
@@ -201,8 +201,11 @@ func containerNamespaces(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, sc *
 		IPC:     join(sb.Namespaces.IPC),
 		UTS:     join(sb.Namespaces.UTS),
 	}
-	if namespaceOptions(sbCfg).GetPid() == runtime.NamespaceMode_NODE || sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_NODE {
+	switch {
+	case namespaceOptions(sbCfg).GetPid() == runtime.NamespaceMode_NODE || sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_NODE:
 		ns.PID = oci.Namespace{Mode: oci.NamespaceHost}
+	case sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_POD && sb.Infra.PID > 0:
+		ns.PID = oci.Namespace{Mode: oci.NamespaceJoin, Path: sb.Infra.NamespacePath()}
 	}
 	return ns
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
 )
 
@@ -42,7 +43,8 @@ type sandboxRecord struct {
 	Namespaces network.Namespaces // pinned namespaces; empty paths for host ones
 	NetworkUp  bool               // CNI ADD done, DEL not yet
 	IPs        []string
-	ShmMounted bool // Dir/shm is a tmpfs of the pod's own
+	ShmMounted bool         // Dir/shm is a tmpfs of the pod's own
+	Infra      conmon.Infra // the PID 1 of a pod-wide PID namespace; zero when none
 
 	Config []byte // the PodSandboxConfig, protobuf-encoded
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/store"
 )
@@ -90,6 +91,16 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	}
 	if err := s.sandboxes.Put(id, rec); err != nil {
 		return err
+	}
+	if sharesPIDNamespace(cfg) {
+		infra, err := conmon.StartPause(s.monitorPath)
+		if err != nil {
+			return err
+		}
+		rec.Infra = infra
+		if err := s.sandboxes.Put(id, rec); err != nil {
+			return err
+		}
 	}
 	if err := writePodFiles(rec, cfg, nil); err != nil {
 		return err
@@ -212,6 +223,12 @@ func namespaceOptions(cfg *runtime.PodSandboxConfig) *runtime.NamespaceOption {
 
 func hostNetwork(cfg *runtime.PodSandboxConfig) bool {
 	return namespaceOptions(cfg).GetNetwork() == runtime.NamespaceMode_NODE
+}
+
+// sharesPIDNamespace is true for a pod whose containers see each other's
+// processes (the kubelet's shareProcessNamespace; also the CRI's default).
+func sharesPIDNamespace(cfg *runtime.PodSandboxConfig) bool {
+	return namespaceOptions(cfg).GetPid() == runtime.NamespaceMode_POD
 }
 
 func hostIPC(cfg *runtime.PodSandboxConfig) bool {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/store"
 )
@@ -74,6 +75,9 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 		if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
 			return err
 		}
+	}
+	if err := conmon.StopPause(rec.Infra); err != nil {
+		return err
 	}
 	nsDir := filepath.Join(rec.Dir, "ns")
 	pins := network.Namespaces{

@@ -173,3 +173,28 @@ func TestListFilters(t *testing.T) {
 		t.Errorf("containers after removing pod a: %v", all)
 	}
 }
+
+// A pod that shares its PID namespace (the CRI default) gets an infra
+// process as PID 1; its containers see each other's processes. A container
+// in CONTAINER mode sees only its own.
+func TestSharedPIDNamespace(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("pid")
+	podCfg.Linux.SecurityContext.NamespaceOptions.Pid = runtime.NamespaceMode_POD
+	pod := d.runPod(t, podCfg)
+
+	sleeper := containerConfig("sleeper", ref, "sleep", "300")
+	d.startContainer(t, pod, podCfg, sleeper)
+	_, log := d.runToExit(t, pod, podCfg, containerConfig("looker", ref, "ps", "-o", "pid,args"))
+	if !strings.Contains(log, "sleep 300") || !strings.Contains(log, "    1 ") || !strings.Contains(log, "minicri-conmon pause") {
+		t.Errorf("a container of a PID-sharing pod does not see the pod's processes:\n%s", log)
+	}
+	own := containerConfig("own", ref, "ps", "-o", "pid,args")
+	own.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+		NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER}}}
+	if _, log := d.runToExit(t, pod, podCfg, own); strings.Contains(log, "sleep 300") {
+		t.Errorf("a container with its own PID namespace sees the pod's processes:\n%s", log)
+	}
+}

@@ -3,9 +3,14 @@
 package e2e
 
 import (
+	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -116,5 +121,34 @@ func TestOOMKilledReason(t *testing.T) {
 	st, log := d.runToExit(t, pod, podCfg, cfg)
 	if st.GetReason() != "OOMKilled" || st.GetExitCode() != 137 {
 		t.Fatalf("reason %q exit %d (log %q), want OOMKilled and 137", st.GetReason(), st.GetExitCode(), log)
+	}
+}
+
+func TestUpdateContainerResources(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("update")
+	pod := d.runPod(t, podCfg)
+	cfg := containerConfig("c", ref, "sleep", "300")
+	cfg.Linux = &runtime.LinuxContainerConfig{Resources: &runtime.LinuxContainerResources{MemoryLimitInBytes: 64 << 20}}
+	id := d.startContainer(t, pod, podCfg, cfg)
+	ctx := context.Background()
+	if err := d.Runtime.UpdateContainerResources(ctx, id, &runtime.ContainerResources{Linux: &runtime.LinuxContainerResources{MemoryLimitInBytes: 96 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	limit, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", podCfg.GetLinux().GetCgroupParent(), id, "memory.limit_in_bytes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(limit)); got != "100663296" {
+		t.Errorf("memory.limit_in_bytes = %s after the update, want 100663296", got)
+	}
+	if got := d.status(t, id).GetResources().GetLinux().GetMemoryLimitInBytes(); got != 96<<20 {
+		t.Errorf("status reports memory limit %d, want the updated one", got)
+	}
+	err = d.Runtime.UpdateContainerResources(ctx, id, &runtime.ContainerResources{Linux: &runtime.LinuxContainerResources{CpuShares: -1}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("negative cpu shares: %v, want InvalidArgument", err)
 	}
 }

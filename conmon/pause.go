@@ -1,0 +1,65 @@
+package conmon
+
+import (
+	"fmt"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Infra is a pod's infra process: PID 1 of the PID namespace the pod's
+// containers share.
+type Infra struct {
+	PID       int
+	StartTime uint64
+}
+
+// StartPause starts `minicri-conmon pause` as PID 1 of a new PID namespace,
+// detached like a monitor (own session, stdio on /dev/null) so that it
+// outlives the daemon. Containers join its namespace through
+// /proc/PID/ns/pid; a PID namespace cannot be pinned by a bind mount the way
+// the others are, because it dies with its first process.
+func StartPause(binary string) (Infra, error) {
+	if binary == "" {
+		binary = BinaryName
+	}
+	cmd := exec.Command(binary, "pause")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID}
+	if err := cmd.Start(); err != nil {
+		return Infra{}, fmt.Errorf("start pod infra process: %w", err)
+	}
+	pid := cmd.Process.Pid
+	reapChild(pid)
+	started, err := startTime(pid)
+	if err != nil {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return Infra{}, fmt.Errorf("pod infra process %d: %w", pid, err)
+	}
+	return Infra{PID: pid, StartTime: started}, nil
+}
+
+// StopPause kills the infra process, and with it every process left in its
+// PID namespace. An infra process that is gone already is fine.
+func StopPause(in Infra) error {
+	if in.PID <= 0 || !Alive(in.PID, in.StartTime) {
+		return nil
+	}
+	done, err := WatchMonitor(in.PID, in.StartTime)
+	if err != nil {
+		return err
+	}
+	if err := unix.Kill(in.PID, unix.SIGKILL); err != nil && err != unix.ESRCH {
+		return fmt.Errorf("kill pod infra process %d: %w", in.PID, err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("pod infra process %d still there 10s after SIGKILL", in.PID)
+	}
+}
+
+// NamespacePath is the PID namespace containers of the pod join.
+func (in Infra) NamespacePath() string { return fmt.Sprintf("/proc/%d/ns/pid", in.PID) }

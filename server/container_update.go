@@ -1,0 +1,70 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/oci"
+)
+
+// UpdateContainerResources changes a running or created container's cgroup
+// limits, and records them so that ContainerStatus reports what applies.
+func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.UpdateContainerResourcesRequest) (*runtime.UpdateContainerResourcesResponse, error) {
+	id, err := s.containers.Resolve(req.GetContainerId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	resources := req.GetLinux()
+	if err := validateResources("linux", resources); err != nil {
+		return nil, toStatus(err)
+	}
+	unlock := s.locks.lock(id)
+	defer unlock()
+	rec, err := s.containers.Get(id)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if rec.State != stateCreated && rec.State != stateRunning {
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s: only a created or running container can be updated", id, rec.State)
+	}
+	if resources == nil {
+		return &runtime.UpdateContainerResourcesResponse{}, nil
+	}
+	if err := s.updateResources(ctx, rec, resources); err != nil {
+		return nil, toStatus(fmt.Errorf("update resources of container %s: %w", id, err))
+	}
+	return &runtime.UpdateContainerResourcesResponse{}, nil
+}
+
+func (s *Server) updateResources(ctx context.Context, rec containerRecord, resources *runtime.LinuxContainerResources) error {
+	limits, err := oci.LinuxResources(ociResources(resources))
+	if err != nil {
+		return err
+	}
+	rt, err := s.runtimes.Get(rec.Handler)
+	if err != nil {
+		return err
+	}
+	if err := rt.Update(ctx, rec.ID, limits); err != nil {
+		return err
+	}
+	cfg, err := rec.config()
+	if err != nil {
+		return err
+	}
+	if cfg.Linux == nil {
+		cfg.Linux = &runtime.LinuxContainerConfig{}
+	}
+	cfg.Linux.Resources = resources
+	raw, err := proto.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = s.containers.Update(rec.ID, func(r *containerRecord) error { r.Config = raw; return nil })
+	return err
+}

@@ -26,6 +26,8 @@ func StartPause(binary string) (Infra, error) {
 		binary = BinaryName
 	}
 	cmd := exec.Command(binary, "pause")
+	cmd.Dir = "/"
+	cmd.Env = monitorEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID}
 	if err := cmd.Start(); err != nil {
 		return Infra{}, fmt.Errorf("start pod infra process: %w", err)

@@ -6,7 +6,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,8 +79,26 @@ func (d *Daemon) bridgeNetwork(t *testing.T) (subnet string) {
 	if err := os.WriteFile(filepath.Join(dir, "10-e2e.conflist"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "link", "del", bridge).Run()
+		// Runs after the test's pods are removed (cleanups run last-in first-out).
+		if ips := reservedIPs(filepath.Join(d.Dir, "ipam")); len(ips) > 0 {
+			t.Errorf("IP addresses still allocated after the pods were removed: %v", ips)
+		}
+	})
 	return subnet
+}
+
+// reservedIPs lists the addresses host-local IPAM still holds under dir.
+func reservedIPs(dir string) []string {
+	var ips []string
+	_ = filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && !e.IsDir() && net.ParseIP(e.Name()) != nil {
+			ips = append(ips, e.Name())
+		}
+		return nil
+	})
+	return ips
 }
 
 // podConfig is a pod config with unique metadata, its logs in the test's dir.
@@ -106,14 +126,36 @@ func (d *Daemon) runPod(t *testing.T, cfg *runtime.PodSandboxConfig) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		infra := d.infraProcess(t, id)
 		if err := d.Runtime.StopPodSandbox(ctx, id); err != nil {
 			t.Errorf("cleanup: StopPodSandbox: %v", err)
 		}
 		if err := d.Runtime.RemovePodSandbox(ctx, id); err != nil {
 			t.Errorf("cleanup: RemovePodSandbox: %v", err)
 		}
+		if infra != "" {
+			if _, err := os.Stat(infra); err == nil {
+				t.Errorf("the pod's infra process %s outlived the pod", infra)
+			}
+		}
 	})
 	return id
+}
+
+// infraProcess is the /proc dir of a pod's infra process, "" when it has
+// none (or the daemon is not answering).
+func (d *Daemon) infraProcess(t *testing.T, podID string) string {
+	resp, err := d.Runtime.PodSandboxStatus(context.Background(), podID, true)
+	if err != nil {
+		return ""
+	}
+	var info struct {
+		Record struct{ Infra struct{ PID int } }
+	}
+	if json.Unmarshal([]byte(resp.GetInfo()["info"]), &info) != nil || info.Record.Infra.PID == 0 {
+		return ""
+	}
+	return fmt.Sprintf("/proc/%d", info.Record.Infra.PID)
 }
 
 // containerConfig is a container config running cmd in the image, logging to NAME.log.

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,15 +106,8 @@ func TestPodIPAndCrossPodTCP(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reserved := 0
-	_ = filepath.WalkDir(ipam, func(p string, e os.DirEntry, err error) error {
-		if err == nil && !e.IsDir() && net.ParseIP(e.Name()) != nil {
-			reserved++
-		}
-		return nil
-	})
-	if reserved != 0 {
-		t.Errorf("%d IPs still reserved in %s after the pods stopped", reserved, ipam)
+	if ips := reservedIPs(ipam); len(ips) != 0 {
+		t.Errorf("IPs %v still reserved in %s after the pods stopped", ips, ipam)
 	}
 	// A second stop is a no-op, and the sandbox reports not ready.
 	if err := d.Runtime.StopPodSandbox(ctx, server); err != nil {

@@ -24,7 +24,9 @@ build:
 
 # Run the daemon in the foreground with the built-in defaults (socket
 # /run/minicri/minicri.sock). Extra flags: make run ARGS="--log-level debug".
+# A node without any CNI configuration gets contrib/cni's bridge network.
 run: deps build
+	@hack/install-cni-config.sh
 	PATH=$(BIN):$$PATH $(BIN)/minicri $(ARGS)
 
 test: deps build vet fmt-check unit e2e

@@ -2,11 +2,20 @@
 // (config.json) and drives an OCI runtime (runc, crun) through its command line.
 //
 // The package knows the runtime-spec and the runtime's CLI; it does not know CRI.
-// The server translates CRI messages into the plain types of this package
-// (ContainerSpec, Security, Resources, Mount, Device, Namespaces) and calls
-// GenerateSpec, WriteSpec and the Runtime methods.
+// The server translates CRI messages into the plain types of this package and
+// calls, for a new container:
 //
-// Host facts that a spec depends on (the daemon's own oom_score_adj and
-// RLIMIT_NOFILE, the kernel's last capability, the cgroup mode, AppArmor) are
-// read once per process and kept.
+//	args, err := oci.ResolveArgs(img.Entrypoint, img.Cmd, cfg.Command, cfg.Args)
+//	user, err := oci.ResolveUser(rootfs, img.User, runAsUser, runAsUsername, runAsGroup, supplementalGroups)
+//	spec, err := oci.GenerateSpec(oci.ContainerSpec{ID: id, Rootfs: rootfs, Args: args,
+//		Env: oci.MergeEnv(img.Env, env), User: user, ...})
+//	err = oci.WriteSpec(bundle, spec)
+//	argv, err := runtime.CreateArgs(id, bundle, opts) // for the monitor, or runtime.Create
+//
+// and later Runtime.Start, State, Kill, Delete, Update and ExecProcess; OOMKilled
+// after the container exits and before Delete.
+//
+// Host facts that a spec depends on (the daemon's own oom_score_adj, RLIMIT_NOFILE
+// and capability bounding set, the kernel's last capability, the cgroup mode,
+// AppArmor) are read once per process and kept.
 package oci

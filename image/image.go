@@ -18,7 +18,8 @@ import (
 )
 
 var (
-	// ErrNotFound: no image (or rootfs) answers to the reference or ID.
+	// ErrNotFound: no image (or rootfs) answers to the reference or ID; from
+	// Pull, the registry has no such image, or its host does not exist.
 	ErrNotFound = errors.New("not found")
 	// ErrInUse: the image cannot be removed while a container rootfs uses it.
 	ErrInUse = errors.New("image is in use by a container")
@@ -28,6 +29,10 @@ var (
 	ErrAmbiguous = errors.New("ambiguous image ID prefix")
 	// ErrUnauthorized: the registry refused the credentials (or their absence).
 	ErrUnauthorized = errors.New("registry refused the credentials")
+	// ErrUnavailable: the registry could not be reached or answered that it
+	// cannot serve now (connection refused, timeout, 429, 502/503/504):
+	// worth a retry later.
+	ErrUnavailable = errors.New("registry unavailable")
 )
 
 // RegistryConfig is what the node knows about one registry host.

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"runtime"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -209,13 +211,50 @@ func (r *remoteSource) blob(ctx context.Context, desc v1.Descriptor) (io.ReadClo
 	return nil, joinErrors(errs)
 }
 
-// endpointError names the endpoint, and marks refused credentials.
+// endpointError names the endpoint, and marks the failures a caller can act
+// on: refused credentials, an image or host that does not exist, a registry
+// that is down.
 func endpointError(ep *endpoint, err error) error {
-	var terr *transport.Error
-	if errors.As(err, &terr) && (terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden) {
-		return fmt.Errorf("%s: %w: %w", ep.label, ErrUnauthorized, err)
+	if kind := registryErrorKind(err); kind != nil {
+		return fmt.Errorf("%s: %w: %w", ep.label, kind, err)
 	}
 	return fmt.Errorf("%s: %w", ep.label, err)
+}
+
+// registryErrorKind tells which sentinel a registry failure is, or nil.
+func registryErrorKind(err error) error {
+	if isContextError(err) {
+		return nil // the caller's deadline or cancel, not the registry's doing
+	}
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		switch terr.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return ErrUnauthorized
+		case http.StatusNotFound:
+			return ErrNotFound // MANIFEST_UNKNOWN, NAME_UNKNOWN, BLOB_UNKNOWN
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
+			return ErrUnavailable
+		}
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		return ErrNotFound
+	}
+	// What the resolver answers for a name it must not look up (.onion), or
+	// one with no address of a usable family: no such host either.
+	var addrErr *net.AddrError
+	if errors.As(err, &addrErr) && addrErr.Err == "no suitable address found" {
+		return ErrNotFound
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		return ErrUnavailable
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return ErrUnavailable
+	}
+	return nil
 }
 
 // endpointErrors is the failure of every endpoint, on one line.
@@ -229,7 +268,10 @@ func (e endpointErrors) Error() string {
 	return strings.Join(msgs, "; ")
 }
 
-func (e endpointErrors) Unwrap() []error { return e }
+// Unwrap is the registry's own failure (the last endpoint): it decides what
+// kind of failure the pull is. A mirror that lacks the image or is down does
+// not make a pull that the registry refused for its credentials "not found".
+func (e endpointErrors) Unwrap() error { return e[len(e)-1] }
 
 func joinErrors(errs []error) error {
 	if len(errs) == 1 {

@@ -1,14 +1,23 @@
 package image
 
 import (
+	"context"
 	"encoding/base64"
+	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/minicri/minicri/test/registry"
 	tim "github.com/minicri/minicri/test/testimage"
@@ -123,5 +132,45 @@ func TestRemoveDuringPullDefersGC(t *testing.T) {
 	}
 	if strings.Contains(strings.Join(dirNames(t, s.Root()), " "), gcPendingName) {
 		t.Fatal("gc-pending marker left")
+	}
+}
+
+// TestRegistryErrorKind: registry failures become the sentinels the server
+// maps to gRPC codes, and with mirrors the registry's own failure decides.
+func TestRegistryErrorKind(t *testing.T) {
+	refused := &url.Error{Op: "Get", URL: "https://r/v2/", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}}}
+	ep := &endpoint{label: "registry r"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error // nil: no sentinel
+	}{
+		{"401", &transport.Error{StatusCode: http.StatusUnauthorized}, ErrUnauthorized},
+		{"403 wrapped", fmt.Errorf("get: %w", &transport.Error{StatusCode: http.StatusForbidden}), ErrUnauthorized},
+		{"404 manifest unknown", &transport.Error{StatusCode: http.StatusNotFound}, ErrNotFound},
+		{"503", &transport.Error{StatusCode: http.StatusServiceUnavailable}, ErrUnavailable},
+		{"500", &transport.Error{StatusCode: http.StatusInternalServerError}, nil},
+		{"no such host", &url.Error{Op: "Get", Err: &net.DNSError{Err: "no such host", Name: "r", IsNotFound: true}}, ErrNotFound},
+		{"DNS server failure", &net.DNSError{Err: "server misbehaving", Name: "r", IsTemporary: true}, nil},
+		{"name never looked up", &net.OpError{Op: "dial", Err: &net.AddrError{Err: "no suitable address found", Addr: "r.onion"}}, ErrNotFound},
+		{"connection refused", refused, ErrUnavailable},
+		{"dial timeout", &net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded}, ErrUnavailable},
+		{"the caller's deadline", fmt.Errorf("get: %w", context.DeadlineExceeded), nil},
+		{"bad certificate", errors.New("tls: failed to verify certificate: x509: certificate signed by unknown authority"), nil},
+		{"mirror down, registry refuses", endpointErrors{endpointError(&endpoint{label: "mirror m"}, refused),
+			endpointError(ep, &transport.Error{StatusCode: http.StatusUnauthorized})}, ErrUnauthorized},
+		{"mirror lacks it, registry down", endpointErrors{endpointError(&endpoint{label: "mirror m"}, &transport.Error{StatusCode: http.StatusNotFound}),
+			endpointError(ep, refused)}, ErrUnavailable},
+	} {
+		err := endpointError(ep, tc.err)
+		for _, sentinel := range []error{ErrUnauthorized, ErrNotFound, ErrUnavailable} {
+			if got := errors.Is(err, sentinel); got != (sentinel == tc.want) {
+				t.Errorf("%s: errors.Is(%v, %v) = %v", tc.name, err, sentinel, got)
+			}
+		}
+		if !strings.Contains(err.Error(), "registry r") {
+			t.Errorf("%s: %q does not name the endpoint", tc.name, err)
+		}
 	}
 }

@@ -46,7 +46,7 @@ func (s *Store) removeRecord(ref string) (bool, error) {
 	}
 	for _, r := range records {
 		if r.ImageID == img.ID {
-			return false, fmt.Errorf("remove image %s: rootfs %s uses it: %w", img.ID, r.ID, ErrInUse)
+			return false, fmt.Errorf("image %s is used by the rootfs of container %s: %w", img.ID, r.ID, ErrInUse)
 		}
 	}
 	id := img.ID

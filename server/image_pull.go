@@ -2,8 +2,11 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/image"
@@ -22,9 +25,25 @@ func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (
 	}
 	img, err := s.images.Pull(ctx, ref, pullAuth(req.GetAuth()))
 	if err != nil {
-		return nil, toStatus(fmt.Errorf("pull image %q: %w", ref, err))
+		return nil, pullStatus(fmt.Errorf("pull image %q: %w", ref, err))
 	}
 	return &runtime.PullImageResponse{ImageRef: img.ID}, nil
+}
+
+// pullStatus is toStatus for pulls. A registry that is down is Unavailable
+// (the kubelet backs off and retries). What has no code of its own (a bad
+// certificate, a refused layer, a registry's odd answer) is a failure of
+// the image or the registry, not of minicri: Unknown, not Internal; the
+// kubelet's client then shows the message without a code in the pod's events.
+func pullStatus(err error) error {
+	if errors.Is(err, image.ErrUnavailable) {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	st := toStatus(err)
+	if status.Code(st) == codes.Internal {
+		return status.Error(codes.Unknown, err.Error())
+	}
+	return st
 }
 
 func pullAuth(a *runtime.AuthConfig) *image.Auth {

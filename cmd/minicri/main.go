@@ -24,6 +24,12 @@ Usage:
                              --container-runtime-endpoint at unix://LISTEN
   minicri config [flags]     print the effective configuration as a commented TOML file
                              (with no flags: the built-in defaults, a file to start from)
+  minicri image import [flags] FILE
+                             add the images of an OCI layout tar or a docker save tar
+                             to the store under --root (safe while the daemon runs)
+  minicri image export [flags] REF... FILE
+                             write images to an archive (OCI layout + docker save)
+  minicri image list [flags] list the images of the store under --root
   minicri version            print the version
   minicri help               this text
 
@@ -51,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runDaemonCommand(args, stderr)
 	case "config":
 		return runConfigCommand(args, stdout, stderr)
+	case "image":
+		return runImageCommand(args, stdout, stderr)
 	case "version":
 		fmt.Fprintf(stdout, "minicri %s (CRI %s)\n", version, "v1")
 		return 0

@@ -1,0 +1,204 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// The benchmark is a test of this package so that it runs the real daemon
+// exactly as the e2e tests do; it runs only under `make bench`
+// (MINICRI_BENCH=1) and prints a table instead of asserting times.
+
+// benchRow is one line of the table: a measure, minicri's value, the floor
+// (the raw runtime doing the same work) and the goal.
+type benchRow struct {
+	measure string
+	value   float64
+	floor   float64 // 0: no floor
+	unit    string
+	goal    string
+}
+
+var benchRows []benchRow
+
+func addBenchRow(r benchRow) { benchRows = append(benchRows, r) }
+
+func TestBench(t *testing.T) {
+	if os.Getenv("MINICRI_BENCH") == "" {
+		t.Skip("benchmarks run with make bench (MINICRI_BENCH=1)")
+	}
+	t.Run("PodLifecycle", benchPodLifecycle)
+	printBenchTable()
+}
+
+func printBenchTable() {
+	fmt.Printf("\n%-46s %12s %12s %8s   %s\n", "measure", "minicri", "floor", "ratio", "goal")
+	for _, r := range benchRows {
+		floor, ratio := "-", "-"
+		if r.floor > 0 {
+			floor = fmt.Sprintf("%.1f %s", r.floor, r.unit)
+			ratio = fmt.Sprintf("%.2f", r.value/r.floor)
+		}
+		fmt.Printf("%-46s %12s %12s %8s   %s\n", r.measure, fmt.Sprintf("%.1f %s", r.value, r.unit), floor, ratio, r.goal)
+	}
+	fmt.Println()
+}
+
+const benchPods = 20
+
+// benchPodLifecycle measures pod + container start, the memory of the
+// daemon and its helpers with 20 pods running, and stop + remove, each pod
+// on the CNI bridge with one busybox container.
+func benchPodLifecycle(t *testing.T) {
+	d := StartDaemon(t, WithArgs("--log-level", "info"))
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	d.bridgeNetwork(t)
+	ctx := context.Background()
+
+	var starts, stops []time.Duration
+	pods := make([]string, 0, benchPods)
+	for i := 0; i < benchPods; i++ {
+		cfg := d.podConfig(fmt.Sprintf("bench-%d", i))
+		// As the kubelet runs most pods: a PID namespace per container, so
+		// no infra process.
+		cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER}}
+		begin := time.Now()
+		pod, err := d.Runtime.RunPodSandbox(ctx, cfg, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := d.Runtime.CreateContainer(ctx, pod, containerConfig("c", ref, "sleep", "3600"), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Runtime.StartContainer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		starts = append(starts, time.Since(begin))
+		pods = append(pods, pod)
+	}
+	addBenchRow(benchRow{measure: "pod + container start, p50", value: ms(p50(starts)), floor: ms(runcStartFloor(t)), unit: "ms", goal: "<= 100 ms"})
+
+	pss := pssOfTree(t, d.cmd.Process.Pid)
+	addBenchRow(benchRow{measure: fmt.Sprintf("daemon + helpers, %d pods, PSS", benchPods), value: float64(pss) / 1024, unit: "MiB", goal: "<= 60 MiB"})
+	monitors := monitorPSS(t)
+	if len(monitors) > 0 {
+		var sum int
+		for _, kb := range monitors {
+			sum += kb
+		}
+		addBenchRow(benchRow{measure: "monitor PSS per container", value: float64(sum) / float64(len(monitors)) / 1024, unit: "MiB", goal: "<= C conmon (0.67 MiB)"})
+	}
+
+	for _, pod := range pods {
+		begin := time.Now()
+		if err := d.Runtime.StopPodSandbox(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Runtime.RemovePodSandbox(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		stops = append(stops, time.Since(begin))
+	}
+	addBenchRow(benchRow{measure: "stop + remove, per pod, p50", value: ms(p50(stops)), unit: "ms", goal: "<= 100 ms"})
+}
+
+// runcStartFloor is what runc alone takes to create and start a busybox
+// container from a ready bundle, and to delete it: the floor of a start.
+func runcStartFloor(t *testing.T) time.Duration {
+	dir := t.TempDir()
+	rootfs := filepath.Join(dir, "rootfs")
+	for _, sub := range []string{"bin", "proc", "dev", "sys", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("cp", "/bin/busybox", filepath.Join(rootfs, "bin/sleep")).CombinedOutput(); err != nil {
+		t.Fatalf("cp busybox: %v %s", err, out)
+	}
+	if out, err := exec.Command("runc", "spec", "--bundle", dir).CombinedOutput(); err != nil {
+		t.Fatalf("runc spec: %v %s", err, out)
+	}
+	spec, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	spec = []byte(strings.Replace(string(spec), `"sh"`, `"/bin/sleep", "3600"`, 1))
+	spec = []byte(strings.Replace(string(spec), `"terminal": true`, `"terminal": false`, 1))
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "state")
+	var times []time.Duration
+	for i := 0; i < 10; i++ {
+		id := fmt.Sprintf("floor%d", i)
+		begin := time.Now()
+		// stdio on /dev/null: a detached container keeps its stdio open,
+		// so capturing runc's output would wait for the container to end.
+		run := exec.Command("runc", "--root", root, "--log", filepath.Join(dir, "runc.log"), "run", "--detach", "--bundle", dir, id)
+		if err := run.Run(); err != nil {
+			log, _ := os.ReadFile(filepath.Join(dir, "runc.log"))
+			t.Fatalf("runc run: %v %s", err, log)
+		}
+		times = append(times, time.Since(begin))
+		_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
+	}
+	return p50(times)
+}
+
+// pssOfTree sums the proportional memory of the daemon and of every
+// minicri-conmon process (monitors and infra processes), in KiB.
+func pssOfTree(t *testing.T, daemonPID int) int {
+	total := pssKB(daemonPID)
+	for _, kb := range monitorPSS(t) {
+		total += kb
+	}
+	return total
+}
+
+// monitorPSS lists the PSS of each minicri-conmon process of this run, in KiB.
+func monitorPSS(t *testing.T) []int {
+	var out []int
+	exe := filepath.Join(binDir, "minicri-conmon")
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		if target, err := os.Readlink(p + "/exe"); err != nil || target != exe {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(p))
+		out = append(out, pssKB(pid))
+	}
+	return out
+}
+
+func pssKB(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb
+		}
+	}
+	return 0
+}
+
+func p50(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -232,6 +232,11 @@ func readLog(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatalf("read log: %v", err)
 	}
+	return parseLog(data)
+}
+
+// parseLog reassembles the messages of CRI log lines.
+func parseLog(data []byte) string {
 	var b strings.Builder
 	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
 		parts := strings.SplitN(line, " ", 4)

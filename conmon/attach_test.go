@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -154,4 +155,58 @@ func TestAttachToExitedContainer(t *testing.T) {
 	if !errors.Is(err, conmon.ErrNotRunning) {
 		t.Fatalf("Attach after exit: %v, want ErrNotRunning", err)
 	}
+}
+
+// TestAttachStdinLargerThanPipes sends more than the stdin pipe and the
+// sockets hold: the monitor must hold back, not drop, and close stdin only
+// after the last byte went in.
+func TestAttachStdinLargerThanPipes(t *testing.T) {
+	t.Parallel()
+	c := newContainer(t, []string{"cat"}, func(_ *specs.Spec, o *conmon.Options) { o.Stdin, o.StdinOnce = true, true })
+	c.run()
+	input := strings.Repeat(strings.Repeat("x", 99)+"\n", 20000) // 2 MB
+	var stdout syncBuffer
+	done := attach(c, context.Background(), strings.NewReader(input), &stdout, io.Discard, nil)
+	if err := waitAttach(t, done, 30*time.Second); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if got := stdout.String(); got != input {
+		t.Fatalf("cat echoed %d bytes, want %d", len(got), len(input))
+	}
+	if e := c.waitExit(10 * time.Second); e.Code != 0 {
+		t.Errorf("exit code = %d, want 0", e.Code)
+	}
+	if got := len(lines(readLog(t, c.opts.LogPath))); got != 20000 {
+		t.Errorf("log has %d lines, want 20000", got)
+	}
+}
+
+// blockedWriter never returns from Write until released: an attach client
+// that stopped reading.
+type blockedWriter struct{ release chan struct{} }
+
+func (w blockedWriter) Write(p []byte) (int, error) {
+	<-w.release
+	return len(p), nil
+}
+
+// TestStalledAttachClientDoesNotStallTheContainer attaches a client that
+// reads nothing while the container writes megabytes: the monitor must drop
+// the client, not block the container or lose log lines.
+func TestStalledAttachClientDoesNotStallTheContainer(t *testing.T) {
+	t.Parallel()
+	const n = 100000 // 4.1 MB of output
+	c := newContainer(t, []string{"sh", "-c", "usleep 300000; yes 0123456789012345678901234567890123456789 | head -n " + strconv.Itoa(n)}, nil)
+	c.create()
+	stalled := blockedWriter{release: make(chan struct{})}
+	done := attach(c, context.Background(), nil, stalled, stalled, nil)
+	c.runc("start", c.id)
+	if e := c.waitExit(20 * time.Second); e.Code != 0 {
+		t.Errorf("exit code = %d, want 0", e.Code)
+	}
+	if got := len(lines(readLog(t, c.opts.LogPath))); got != n {
+		t.Errorf("log has %d lines, want %d", got, n)
+	}
+	close(stalled.release)
+	waitAttach(t, done, 5*time.Second)
 }

@@ -114,7 +114,7 @@ func makeRootfs(dir string) error {
 			return err
 		}
 	}
-	for _, applet := range []string{"sh", "echo", "cat", "sleep", "usleep", "printf", "head", "tr", "stty", "tail", "seq", "true", "ps", "kill"} {
+	for _, applet := range []string{"sh", "echo", "cat", "sleep", "usleep", "printf", "head", "tr", "stty", "tail", "seq", "true", "ps", "kill", "yes"} {
 		if err := os.Symlink("busybox", filepath.Join(dir, "bin", applet)); err != nil {
 			return err
 		}

@@ -1,7 +1,9 @@
 package conmon_test
 
 import (
+	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,4 +175,31 @@ func TestReopenLogOfExitedContainer(t *testing.T) {
 	if err := conmon.ReopenLog(ctx, c.opts.SocketDir); !errorIs(err, conmon.ErrNotRunning) {
 		t.Fatalf("ReopenLog after exit: %v, want ErrNotRunning", err)
 	}
+}
+
+// TestSocketsInALongDirectory reaches sockets whose path does not fit in
+// sun_path: the monitor binds them relative to its directory, the client
+// dials through /proc/self/fd, runc sends the pty master through the
+// monitor's /proc/PID/fd.
+func TestSocketsInALongDirectory(t *testing.T) {
+	t.Parallel()
+	c := newContainer(t, []string{"sh", "-c", "while :; do echo tick; usleep 50000; done"}, func(s *specs.Spec, o *conmon.Options) {
+		o.SocketDir = filepath.Join(o.SocketDir, strings.Repeat("long-directory-name-", 6))
+		s.Process.Terminal, o.Terminal = true, true
+	})
+	if len(c.opts.SocketDir) <= 108 {
+		t.Fatalf("socket dir %d bytes long, want more than sun_path holds", len(c.opts.SocketDir))
+	}
+	c.run()
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	if err := conmon.ReopenLog(ctx, c.opts.SocketDir); err != nil {
+		t.Fatalf("ReopenLog: %v", err)
+	}
+	var out syncBuffer
+	actx, acancel := context.WithCancel(ctx)
+	done := attach(c, actx, nil, &out, nil, nil)
+	waitFor(t, "attached output", 5*time.Second, out.contains("tick"))
+	acancel()
+	waitAttach(t, done, 5*time.Second)
 }

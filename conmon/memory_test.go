@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // memory is a process's share of memory from /proc/PID/smaps_rollup, in KiB.
@@ -85,8 +83,7 @@ func TestMonitorMemory(t *testing.T) {
 	}
 }
 
-// settle waits until the monitors' memory stops changing: their start-up
-// garbage is returned to the kernel shortly after the create.
+// settle waits until the monitors' memory stops changing.
 func settle(t *testing.T, pids []int) {
 	deadline := time.Now().Add(3 * time.Second)
 	prev := -1
@@ -118,20 +115,33 @@ func startIdleConmons(t *testing.T, n int) []int {
 		c := newContainer(t, []string{"sleep", "1000"}, nil)
 		dir := filepath.Dir(c.opts.ExitFile)
 		pidFile := filepath.Join(dir, "conmon.pid")
+		containerPIDFile := filepath.Join(dir, "container.pid")
 		for _, d := range []string{c.opts.SocketDir, filepath.Join(dir, "exits")} {
 			os.MkdirAll(d, 0o700)
 		}
+		// Registered first: whatever fails below, the container and its
+		// conmon go again. conmon exits once its container is deleted.
+		t.Cleanup(func() {
+			exec.Command("runc", "--root", c.opts.RuntimeRoot, "delete", "--force", c.id).Run()
+			b, _ := os.ReadFile(pidFile)
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				waitFor(t, "conmon to exit", 10*time.Second, func() bool { return !running(pid) })
+				reapAdopted(pid)
+			}
+		})
 		cmd := exec.Command("/usr/bin/conmon", "--api-version", "1",
 			"-c", c.id, "-u", c.id, "-n", c.id, "-r", "/usr/sbin/runc", "-b", c.opts.Bundle,
-			"-p", filepath.Join(dir, "container.pid"), "-P", pidFile,
+			"-p", containerPIDFile, "-P", pidFile,
 			"-l", "k8s-file:"+c.opts.LogPath, "--exit-dir", filepath.Join(dir, "exits"),
 			"--socket-dir-path", c.opts.SocketDir, "--runtime-arg", "--root="+c.opts.RuntimeRoot)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("conmon: %v: %s", err, out)
 		}
 		// conmon's first process returns before the runtime's create did.
-		containerPID := filepath.Join(dir, "container.pid")
-		waitFor(t, "conmon's create", 10*time.Second, func() bool { _, err := os.Stat(containerPID); return err == nil })
+		waitFor(t, "conmon's create", 10*time.Second, func() bool {
+			_, err := os.Stat(containerPIDFile)
+			return err == nil
+		})
 		b, err := os.ReadFile(pidFile)
 		if err != nil {
 			t.Fatalf("conmon pid file: %v", err)
@@ -139,12 +149,6 @@ func startIdleConmons(t *testing.T, n int) []int {
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 		c.runc("start", c.id)
 		pids = append(pids, pid)
-		t.Cleanup(func() {
-			exec.Command("runc", "--root", c.opts.RuntimeRoot, "delete", "--force", c.id).Run()
-			waitFor(t, "conmon to exit", 10*time.Second, func() bool { return !running(pid) })
-			var ws unix.WaitStatus
-			unix.Wait4(pid, &ws, unix.WNOHANG, nil)
-		})
 	}
 	return pids
 }

@@ -258,3 +258,25 @@ func TestPauseReapsOrphansAndExitsOnTerm(t *testing.T) {
 		t.Errorf("pause exit code on SIGTERM = %d, want 0", e.Code)
 	}
 }
+
+func TestStartPauseAndStopPause(t *testing.T) {
+	requireRuntime(t)
+	infra, err := conmon.StartPause(monitorBinary)
+	if err != nil {
+		t.Fatalf("StartPause: %v", err)
+	}
+	t.Cleanup(func() { conmon.StopPause(infra) })
+	if !conmon.Alive(infra.PID, infra.StartTime) {
+		t.Fatal("infra process not alive after StartPause")
+	}
+	self, _ := os.Readlink("/proc/self/ns/pid")
+	if ns, err := os.Readlink(infra.NamespacePath()); err != nil || ns == self {
+		t.Fatalf("infra PID namespace %q (err %v), want a new one, not %q", ns, err, self)
+	}
+	if err := conmon.StopPause(infra); err != nil {
+		t.Fatalf("StopPause: %v", err)
+	}
+	if conmon.Alive(infra.PID, infra.StartTime) {
+		t.Error("infra process alive after StopPause")
+	}
+}

@@ -9,6 +9,12 @@
 // It is started by the daemon with a sync pipe as fd 3, on which it reports
 // "created CONTAINER_PID MONITOR_PID" or "failed MESSAGE". It is built with
 // CGO_ENABLED=0 and -ldflags='-s -w', and uses no package heavier than os.
+
+// The runtime would keep two cgroup files open and a goroutine to follow the
+// container's CPU limit with GOMAXPROCS; the monitor runs on one P anyway.
+//
+//go:debug containermaxprocs=0
+//go:debug updatemaxprocs=0
 package main
 
 import (

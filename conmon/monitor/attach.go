@@ -11,12 +11,18 @@ import (
 // and the container must not wait for anyone.
 const maxPending = 1 << 20
 
+// pauseReadingAt is the backlog at which the monitor stops reading a
+// client's stdin: output that echoes input (a shell, cat) then slows down
+// with the client instead of running into maxPending.
+const pauseReadingAt = maxPending / 4
+
 // maxStdinPending bounds stdin bytes waiting for the container to read.
 // While any wait, no client's socket is read, which pushes back on clients.
 const maxStdinPending = 4 * wire.MaxPayload
 
 type client struct {
 	fd           int
+	events       uint32   // what epoll waits for on fd
 	pending      [][]byte // frames not yet sent, oldest first
 	pendingBytes int
 	usedStdin    bool // this session sent stdin: its end ends stdin-once
@@ -37,7 +43,8 @@ func (m *monitor) acceptClient() {
 		return
 	}
 	c := &client{fd: fd}
-	if m.epoll(unix.EPOLL_CTL_ADD, fd, m.clientEvents(c)) != nil {
+	c.events = m.clientEvents(c)
+	if m.epoll(unix.EPOLL_CTL_ADD, fd, c.events) != nil {
 		unix.Close(fd)
 		return
 	}
@@ -45,16 +52,25 @@ func (m *monitor) acceptClient() {
 }
 
 // clientEvents is what the loop waits for on a client: its frames, unless
-// stdin is backed up, and room to send when frames are pending.
+// stdin or the client's own output is backed up, and room to send when
+// frames are pending.
 func (m *monitor) clientEvents(c *client) uint32 {
 	var ev uint32
-	if len(m.stdinPending) == 0 {
+	if len(m.stdinPending) == 0 && c.pendingBytes < pauseReadingAt {
 		ev |= unix.EPOLLIN
 	}
 	if len(c.pending) > 0 {
 		ev |= unix.EPOLLOUT
 	}
 	return ev
+}
+
+// updateClient tells epoll when what the loop waits for on c changed.
+func (m *monitor) updateClient(c *client) {
+	if ev := m.clientEvents(c); ev != c.events {
+		m.epoll(unix.EPOLL_CTL_MOD, c.fd, ev)
+		c.events = ev
+	}
 }
 
 func (m *monitor) serveClient(c *client, events uint32) {
@@ -127,12 +143,9 @@ func (m *monitor) broadcast(frame []byte) {
 			i--
 			continue
 		}
-		wasIdle := len(c.pending) == 0
 		c.pending = append(c.pending, append([]byte(nil), frame...))
 		c.pendingBytes += len(frame)
-		if wasIdle {
-			m.epoll(unix.EPOLL_CTL_MOD, c.fd, m.clientEvents(c))
-		}
+		m.updateClient(c)
 	}
 }
 
@@ -142,7 +155,7 @@ func (m *monitor) sendPending(c *client) bool {
 	for len(c.pending) > 0 {
 		err := send(c.fd, c.pending[0])
 		if err == unix.EAGAIN {
-			return true
+			break
 		}
 		if err != nil {
 			m.dropClient(c)
@@ -152,8 +165,10 @@ func (m *monitor) sendPending(c *client) bool {
 		c.pending[0] = nil
 		c.pending = c.pending[1:]
 	}
-	c.pending = nil // let the queue's memory go
-	m.epoll(unix.EPOLL_CTL_MOD, c.fd, m.clientEvents(c))
+	if len(c.pending) == 0 {
+		c.pending = nil // let the queue's memory go
+	}
+	m.updateClient(c)
 	return true
 }
 
@@ -206,6 +221,9 @@ func (m *monitor) flushStdin() {
 	if len(m.stdinPending) == 0 {
 		m.stdinPending = nil
 		m.stdinBackedUp(false)
+		if m.stdinCloseAfterFlush {
+			m.closeStdin()
+		}
 	}
 }
 
@@ -226,16 +244,21 @@ func (m *monitor) stdinBackedUp(backedUp bool) {
 		m.stdinWatched = false
 	}
 	for _, c := range m.clients {
-		m.epoll(unix.EPOLL_CTL_MOD, c.fd, m.clientEvents(c))
+		m.updateClient(c)
 	}
 }
 
 // endStdinSession ends the container's stdin when it is stdin-once: the
 // first attach session that used stdin is the only one.
 func (m *monitor) endStdinSession() {
-	if m.cfg.StdinOnce {
-		m.closeStdin()
+	if !m.cfg.StdinOnce {
+		return
 	}
+	if len(m.stdinPending) > 0 { // what the session sent still goes in first
+		m.stdinCloseAfterFlush = true
+		return
+	}
+	m.closeStdin()
 }
 
 // closeStdin gives the container end of file on stdin. A pty master is the
@@ -263,7 +286,7 @@ func (m *monitor) closeStdin() {
 	}
 	if pending {
 		for _, c := range m.clients {
-			m.epoll(unix.EPOLL_CTL_MOD, c.fd, m.clientEvents(c))
+			m.updateClient(c)
 		}
 	}
 }

@@ -10,55 +10,6 @@ import (
 	"github.com/minicri/minicri/conmon/wire"
 )
 
-// monitor is the state of one container's monitor. Everything is touched by
-// the one goroutine that runs the loop; nothing needs a lock.
-type monitor struct {
-	cfg     wire.Config
-	syncFD  int // the pipe to the daemon until the monitor reported, else -1
-	epfd    int
-	buf     []byte // buf[0] is a frame type, buf[1:] one read of output or one client frame
-	log     *logWriter
-	logMade bool // the monitor created the log file: a failed start removes it
-
-	stdout, stderr output // fd -1 once closed; with a tty only stdout, the pty master
-	stdin          int    // stdin pipe or pty master, -1 when there is none (any more)
-	stdinPending   []byte // written to stdin once it is writable again
-	stdinWatched   bool   // stdin is registered for EPOLLOUT
-
-	attachFD, controlFD int
-	clients             []*client
-
-	// The container's init is a child once the runtime's create exited; its
-	// pidfd turns readable when it exits. The runtime's SIGCHLD handling
-	// would cost a thread parked for signals, the pidfd costs nothing.
-	pidFD int
-	// sharedPIDNS: the container runs in the monitor's PID namespace, and
-	// its orphans come to the monitor, which reaps them now and then.
-	sharedPIDNS bool
-
-	containerPID int
-	oom          oomCounter
-	exit         *wire.ExitStatus // set when the container's init has been reaped
-	drainUntil   int64            // unix nanoseconds; reading stops then even without EOF
-	events       [16]unix.EpollEvent
-}
-
-type output struct {
-	fd     int
-	stream string // "stdout" or "stderr", the CRI log's stream name
-	frame  byte   // wire.FrameStdout or wire.FrameStderr
-}
-
-func newMonitor(cfg wire.Config) *monitor {
-	return &monitor{
-		cfg:    cfg,
-		log:    newLogWriter(cfg.LogPath, cfg.LogMaxLine),
-		stdout: output{fd: -1, stream: "stdout", frame: wire.FrameStdout},
-		stderr: output{fd: -1, stream: "stderr", frame: wire.FrameStderr},
-		stdin:  -1, attachFD: -1, controlFD: -1, pidFD: -1, epfd: -1, syncFD: -1,
-	}
-}
-
 // undo collects the steps that take back a failed create, run in reverse.
 // They remove what is on disk; descriptors need no undoing, the monitor
 // exits right after a failed create.

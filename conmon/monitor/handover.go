@@ -28,7 +28,19 @@ func (m *monitor) handOver() error {
 	args := append([]string{"minicri-conmon", ServeCommand}, m.handoverArgs()...)
 	args = append(args, "--")
 	args = append(args, m.cfg.Args()...)
-	return unix.Exec("/proc/self/exe", args, os.Environ())
+	return unix.Exec("/proc/self/exe", args, serveEnv())
+}
+
+// serveEnv is the environment with GOMAXPROCS=1, which must be set before
+// the runtime starts: more Ps are only more per-P caches for one goroutine.
+func serveEnv() []string {
+	env := []string{"GOMAXPROCS=1"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // handedFDs are the descriptors the second image takes over, in the order

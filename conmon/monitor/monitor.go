@@ -5,14 +5,18 @@
 //
 // One process lives as long as its container, one per container, so it is
 // built to stay small: one goroutine runs an epoll loop over raw descriptors,
-// one buffer serves every stream, and the steady state allocates nothing.
-// Only the standard library's smallest packages and x/sys are used.
+// one buffer serves every stream, the steady state allocates nothing and the
+// garbage collector never runs. The process has two images: the first
+// creates the container (Run), then execs the same binary, which starts
+// clean of the create's garbage and only serves (Serve). Only the standard
+// library's smallest packages and x/sys are used.
 package monitor
 
 import (
 	"os"
 	"runtime/debug"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -23,6 +27,58 @@ import (
 // container's init exited: a pipe whose writer is gone ends at once, but a
 // process outside the container's PID namespace may still hold it.
 const drainTimeout = time.Second
+
+// monitor is the state of one container's monitor. Everything is touched by
+// the one goroutine that runs the loop; nothing needs a lock.
+type monitor struct {
+	cfg     wire.Config
+	syncFD  int // the pipe to the daemon until the monitor reported, else -1
+	epfd    int
+	buf     []byte // buf[0] is a frame type, buf[1:] one read of output or one client frame
+	log     *logWriter
+	logMade bool // the monitor created the log file: a failed start removes it
+
+	stdout, stderr output // fd -1 once closed; with a tty only stdout, the pty master
+	stdin          int    // stdin pipe or pty master, -1 when there is none (any more)
+	stdinPending   []byte // written to stdin once it is writable again
+	stdinWatched   bool   // stdin is registered for EPOLLOUT
+	// stdinCloseAfterFlush: a stdin-once session ended while its bytes
+	// still wait for the container; stdin closes once they are in.
+	stdinCloseAfterFlush bool
+
+	attachFD, controlFD int
+	clients             []*client
+
+	// The container's init is a child once the runtime's create exited; its
+	// pidfd turns readable when it exits. The runtime's SIGCHLD handling
+	// would cost a thread parked for signals, the pidfd costs nothing.
+	pidFD int
+	// sharedPIDNS: the container runs in the monitor's PID namespace, and
+	// its orphans come to the monitor, which reaps them now and then.
+	sharedPIDNS bool
+
+	containerPID int
+	oom          oomCounter
+	exit         *wire.ExitStatus // set when the container's init has been reaped
+	drainUntil   int64            // unix nanoseconds; reading stops then even without EOF
+	events       [16]unix.EpollEvent
+}
+
+type output struct {
+	fd     int
+	stream string // "stdout" or "stderr", the CRI log's stream name
+	frame  byte   // wire.FrameStdout or wire.FrameStderr
+}
+
+func newMonitor(cfg wire.Config) *monitor {
+	return &monitor{
+		cfg:    cfg,
+		log:    newLogWriter(cfg.LogPath, cfg.LogMaxLine),
+		stdout: output{fd: -1, stream: "stdout", frame: wire.FrameStdout},
+		stderr: output{fd: -1, stream: "stderr", frame: wire.FrameStderr},
+		stdin:  -1, attachFD: -1, controlFD: -1, pidFD: -1, epfd: -1, syncFD: -1,
+	}
+}
 
 // Run creates the container, then hands over to a fresh image of the
 // monitor that serves it until it exits (see handOver). It reports the
@@ -41,10 +97,15 @@ func Run(cfg wire.Config, syncFD int) int {
 	return m.run()
 }
 
+var processName = []byte("minicri-conmon\x00")
+
 // Serve is the second image of the monitor: it takes over the descriptors
 // and state that Run's image handed over, and serves the container.
 func Serve(args []string) int {
 	tuneRuntime()
+	// The exec of /proc/self/exe named the process "exe"; ps and pgrep
+	// should still find a minicri-conmon.
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&processName[0])), 0, 0, 0)
 	m, err := parseHandover(args)
 	if err != nil {
 		Report(-1, wire.FailedMessage("minicri-conmon serve: "+err.Error()))

@@ -82,7 +82,11 @@ func (m *monitor) runCreate(io *stdio) error {
 	args := m.runtimeArgs("--log", m.cfg.SocketDir+"/"+wire.RuntimeLog,
 		"create", "--bundle", m.cfg.Bundle, "--pid-file", m.cfg.SocketDir+"/"+wire.PIDFile)
 	if io.console >= 0 {
-		args = append(args, "--console-socket", m.cfg.SocketDir+"/"+wire.ConsoleSocket)
+		path, err := consoleSocketPath(m.cfg.SocketDir)
+		if err != nil {
+			return err
+		}
+		args = append(args, "--console-socket", path)
 	}
 	args = append(args, m.cfg.ID)
 	status, err := m.runRuntime(args, io.child)
@@ -105,6 +109,23 @@ func (m *monitor) runCreate(io *stdio) error {
 	return errors.New(msg)
 }
 
+// consoleSocketPath is the path runc dials to send the pty master. runc
+// needs an absolute one (it works from the bundle), and sun_path holds 107
+// bytes: a longer socket directory is reached through a descriptor the
+// monitor holds, /proc/PID/fd/N/console, which runc may follow as root.
+// The descriptor is left open; the handover closes it with the rest.
+func consoleSocketPath(socketDir string) (string, error) {
+	path := socketDir + "/" + wire.ConsoleSocket
+	if len(path) <= wire.MaxSocketPath {
+		return path, nil
+	}
+	dir, err := unix.Open(socketDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", errors.New("console socket: " + err.Error())
+	}
+	return "/proc/" + strconv.Itoa(unix.Getpid()) + "/fd/" + strconv.Itoa(dir) + "/" + wire.ConsoleSocket, nil
+}
+
 // runtimeArgs puts the runtime's global flags in front of a command.
 func (m *monitor) runtimeArgs(args ...string) []string {
 	all := []string{m.cfg.Runtime}
@@ -123,7 +144,7 @@ func (m *monitor) runRuntime(argv []string, files [3]int) (unix.WaitStatus, erro
 		return 0, err
 	}
 	pid, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
-		Env:   os.Environ(),
+		Env:   runtimeEnv(),
 		Files: []uintptr{uintptr(files[0]), uintptr(files[1]), uintptr(files[2])},
 	})
 	if err != nil {
@@ -140,6 +161,18 @@ func (m *monitor) runRuntime(argv []string, files [3]int) (unix.WaitStatus, erro
 		}
 		return status, nil
 	}
+}
+
+// runtimeEnv is the monitor's environment without the monitor's own Go
+// tuning, which is no business of runc's.
+func runtimeEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			env = append(env, kv)
+		}
+	}
+	return env
 }
 
 // deleteContainer removes whatever state the runtime kept of a container

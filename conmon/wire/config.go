@@ -163,10 +163,6 @@ func (c Config) Validate() error {
 		return errors.New("log max line: negative")
 	case c.StdinOnce && !c.Stdin:
 		return errors.New("stdin once: set without stdin")
-	case c.Terminal && len(c.SocketDir)+1+len(ConsoleSocket) > MaxSocketPath:
-		// runc dials the console socket by its path, after a chdir into
-		// the bundle, so only an absolute path that fits sun_path works.
-		return errors.New("socket dir: too long for runc's console socket: " + strconv.Quote(c.SocketDir))
 	}
 	return nil
 }

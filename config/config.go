@@ -30,9 +30,10 @@ type Config struct {
 
 // RuntimeConfig chooses the OCI runtime per runtime handler.
 type RuntimeConfig struct {
-	DefaultHandler string                    `toml:"default_handler" comment:"Handler used when a pod names none (RuntimeClass unset)."`
-	MonitorPath    string                    `toml:"monitor_path" comment:"Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH."`
-	Handlers       map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
+	DefaultHandler    string                    `toml:"default_handler" comment:"Handler used when a pod names none (RuntimeClass unset)."`
+	MonitorPath       string                    `toml:"monitor_path" comment:"Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH."`
+	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged."`
+	Handlers          map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
 }
 
 // RuntimeHandler is one OCI runtime binary and its state directory.
@@ -43,10 +44,11 @@ type RuntimeHandler struct {
 
 // StreamingConfig places the exec/attach/port-forward server.
 type StreamingConfig struct {
-	Address string `toml:"address" comment:"Address the streaming server binds. The kubelet proxies to it, so loopback is the safe default."`
-	Port    int    `toml:"port" comment:"Port of the streaming server; 0 picks a free port at start."`
-	TLSCert string `toml:"tls_cert" comment:"PEM certificate for the streaming server; empty serves plain HTTP (fine on loopback)."`
-	TLSKey  string `toml:"tls_key" comment:"PEM private key matching tls_cert."`
+	Address  string   `toml:"address" comment:"Address the streaming server binds. The kubelet proxies to it, so loopback is the safe default."`
+	Port     int      `toml:"port" comment:"Port of the streaming server; 0 picks a free port at start."`
+	TLSCert  string   `toml:"tls_cert" comment:"PEM certificate for the streaming server; empty serves plain HTTP (fine on loopback)."`
+	TLSKey   string   `toml:"tls_key" comment:"PEM private key matching tls_cert."`
+	TokenTTL Duration `toml:"token_ttl" comment:"How long an exec/attach/port-forward URL handed to the kubelet stays valid before its single use."`
 }
 
 // CNIConfig finds the network configuration and plugins.
@@ -79,14 +81,15 @@ func Default() Config {
 		CgroupDriver:    "cgroupfs",
 		ShutdownTimeout: Duration(10 * time.Second),
 		Runtime: RuntimeConfig{
-			DefaultHandler: "runc",
-			MonitorPath:    "minicri-conmon",
+			DefaultHandler:    "runc",
+			MonitorPath:       "minicri-conmon",
+			ExecSyncMaxOutput: 16 << 20,
 			Handlers: map[string]RuntimeHandler{
 				"runc": {Path: "runc"},
 				"crun": {Path: "crun"},
 			},
 		},
-		Streaming: StreamingConfig{Address: "127.0.0.1"},
+		Streaming: StreamingConfig{Address: "127.0.0.1", TokenTTL: Duration(time.Minute)},
 		CNI: CNIConfig{
 			ConfDir: "/etc/cni/net.d",
 			BinDirs: []string{"/opt/cni/bin", "/usr/lib/cni"},
@@ -164,6 +167,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Streaming.Port < 0 || c.Streaming.Port > 65535 {
 		return &InvalidError{"streaming.port", fmt.Sprintf("%d is not a port (0-65535)", c.Streaming.Port)}
+	}
+	if c.Streaming.TokenTTL <= 0 {
+		return &InvalidError{"streaming.token_ttl", "must be positive"}
+	}
+	if c.Runtime.ExecSyncMaxOutput < 1 {
+		return &InvalidError{"runtime.exec_sync_max_output", "must be at least 1 byte"}
 	}
 	if (c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == "") {
 		return &InvalidError{"streaming.tls_cert", "tls_cert and tls_key must be set together"}

@@ -14,6 +14,7 @@ import (
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
+	"github.com/minicri/minicri/streaming"
 )
 
 // errInvalid marks a malformed request; invalidf names the field.
@@ -46,6 +47,8 @@ var codeMappings = []struct {
 	{oci.ErrNotFound, codes.NotFound},
 	{network.ErrNotReady, codes.FailedPrecondition},
 	{conmon.ErrNotRunning, codes.FailedPrecondition},
+	{errNotRunning, codes.FailedPrecondition},
+	{streaming.ErrTooManyRequests, codes.ResourceExhausted},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{os.ErrNotExist, codes.NotFound},

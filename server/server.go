@@ -20,6 +20,7 @@ import (
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
+	"github.com/minicri/minicri/streaming"
 )
 
 // RuntimeName is what Version reports as the runtime's name.
@@ -52,9 +53,12 @@ type Server struct {
 	images         *image.Store
 	runtimes       *oci.Handlers
 	monitorPath    string
+	streams        *streaming.Server // exec, attach and port-forward URLs
+	execSpecs      execSpecCache
 }
 
-// New builds the server. It does not start anything that outlives it.
+// New builds the server and starts its streaming server, which Close stops.
+// It starts nothing that outlives the daemon.
 func New(opts Options) (*Server, error) {
 	cfg := opts.Config
 	s := &Server{
@@ -81,6 +85,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.recover()
+	if err := s.startStreaming(opts.Log); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -149,7 +156,31 @@ func (s *Server) Register(g *grpc.Server) {
 	runtime.RegisterImageServiceServer(g, s)
 }
 
-// Close releases what New acquired.
+// startStreaming starts the streaming server: URLs from Exec, Attach and
+// PortForward point at it.
+func (s *Server) startStreaming(log *logrus.Entry) error {
+	sc := s.cfg.Streaming
+	streams, err := streaming.New(streaming.Config{
+		Address:  sc.Address,
+		Port:     sc.Port,
+		TLSCert:  sc.TLSCert,
+		TLSKey:   sc.TLSKey,
+		TokenTTL: sc.TokenTTL.Std(),
+		Log:      log.WithField("component", "streaming"),
+	}, streamRuntime{s})
+	if err != nil {
+		return err
+	}
+	s.streams = streams
+	log.WithField("address", streams.Addr().String()).Info("streaming server listening")
+	return nil
+}
+
+// Close releases what New acquired; open exec, attach and port-forward
+// streams end.
 func (s *Server) Close() error {
+	if s.streams != nil {
+		return s.streams.Close()
+	}
 	return nil
 }

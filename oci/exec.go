@@ -1,0 +1,646 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// TerminalSize is a terminal's size in characters.
+type TerminalSize struct {
+	Width, Height uint16
+}
+
+// ExecIO wires an exec's process to its caller.
+type ExecIO struct {
+	// Stdin, when not nil, is copied to the process. Its end of file closes
+	// the process's stdin (without a terminal) or types ^D (with one), so
+	// that `cat` ends when its input does. nil gives the process /dev/null.
+	Stdin io.Reader
+	// Stdout and Stderr receive the output; nil discards it. With a
+	// terminal all output goes to Stdout. A writer that blocks holds the
+	// process back, never the caller's context.
+	Stdout, Stderr io.Writer
+	// Resize, with a terminal, carries the client's window size changes.
+	Resize <-chan TerminalSize
+}
+
+// ExecKillGrace bounds the wait for the runtime to finish once the exec's
+// processes were killed; past it the runtime itself is killed.
+const ExecKillGrace = 2 * time.Second
+
+// maxExecLog bounds what is kept of the runtime's own log of one exec.
+const maxExecLog = 64 << 10
+
+// ExecProcessSpec is the process of an exec: the container's own process
+// (environment, user, working directory, capabilities, AppArmor and SELinux
+// labels, no_new_privs, rlimits) with the exec's arguments and terminal
+// flag. base is not changed and its slices are shared, so that one base
+// read per container serves every exec.
+func ExecProcessSpec(base *specs.Process, args []string, tty bool) *specs.Process {
+	p := *base
+	p.Args = args
+	p.Terminal = tty
+	p.ConsoleSize = nil
+	p.CommandLine = ""
+	if tty && !slices.ContainsFunc(p.Env, func(e string) bool { return envKey(e) == "TERM" }) {
+		// What a user's terminal most likely understands; kubectl does not
+		// send its TERM.
+		p.Env = append(slices.Clip(p.Env), "TERM=xterm")
+	}
+	return &p
+}
+
+// Exec runs proc in the running container id with `exec --process`, wires
+// its stdio to o, and returns its exit code once it ended and its output was
+// delivered (after ctx ended, delivery gets ExecKillGrace at most: a writer
+// that stopped taking output is left to its caller). stateDir (the
+// container's bundle) holds the exec's pid file while it runs; nothing is
+// left in it afterwards.
+//
+// When ctx ends, the process and everything it started in its session are
+// killed, the runtime is given ExecKillGrace to finish, and the error wraps
+// ctx.Err(), unless the process had already exited by then: a process that
+// left a background child holding its output open still reports its own
+// exit code, once that child was killed. An error that the runtime reports
+// itself (no such container, no such executable) is a *RuntimeError.
+func (r *Runtime) Exec(ctx context.Context, id, stateDir string, proc *specs.Process, o ExecIO) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return -1, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	e, err := r.startExec(id, stateDir, proc, o)
+	if err != nil {
+		return -1, err
+	}
+	defer e.finish()
+	return e.wait(ctx)
+}
+
+// execRun is one running `runc exec` and the plumbing around it.
+type execRun struct {
+	rt      *Runtime
+	id      string
+	cmd     *exec.Cmd
+	pidFile string
+
+	exited   chan struct{}  // closed once the runtime exited
+	done     chan struct{}  // closed when Exec returns: stops the helpers
+	copies   sync.WaitGroup // output copiers; each closes its read end
+	log      bytes.Buffer   // the runtime's --log, complete once logDone is closed
+	logDone  chan struct{}
+	stdinW   *os.File // our end of the process's stdin pipe, or nil
+	stdinEnd sync.Once
+	closers  []io.Closer // our copies of the child's ends, closed after start
+	ours     []io.Closer // our own ends, closed if the start fails
+
+	mainAlive bool // when ctx ended: the exec's own process still ran
+}
+
+func (r *Runtime) startExec(id, stateDir string, proc *specs.Process, o ExecIO) (_ *execRun, retErr error) {
+	bin, err := r.Binary()
+	if err != nil {
+		return nil, err
+	}
+	e := &execRun{rt: r, id: id, exited: make(chan struct{}), done: make(chan struct{}), logDone: make(chan struct{})}
+	defer func() {
+		if retErr != nil {
+			e.closeChildEnds()
+			for _, c := range e.ours {
+				c.Close()
+			}
+			close(e.done)
+		}
+	}()
+	procR, err := e.processPipe(proc)
+	if err != nil {
+		return nil, err
+	}
+	logR, logW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("exec in %s: log pipe: %w", id, err)
+	}
+	e.closers = append(e.closers, logW)
+	e.ours = append(e.ours, logR)
+	e.pidFile = filepath.Join(stateDir, "exec-"+randomHex(8)+".pid")
+	// The process file and the log are pipes (fds 3 and 4 in the runtime):
+	// no file to write, sync or forget in the bundle.
+	args := append(r.globalArgs("/proc/self/fd/4"), "exec", "--process", "/proc/self/fd/3", "--pid-file", e.pidFile, id)
+	e.cmd = exec.Command(bin, args...)
+	e.cmd.ExtraFiles = []*os.File{procR, logW}
+	// A session of its own: no signal meant for the daemon's process group
+	// reaches the runtime, and the runtime never gets the daemon's terminal.
+	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	var master *os.File
+	if proc.Terminal {
+		master, err = e.terminalStdio(o)
+	} else {
+		err = e.pipeStdio(o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := e.cmd.Start(); err != nil {
+		return nil, r.failure(context.Background(), "exec", id, "", err)
+	}
+	e.closeChildEnds()
+	go func() {
+		defer close(e.logDone)
+		defer logR.Close()
+		_, _ = io.Copy(&e.log, cappedReader(logR, maxExecLog))
+	}()
+	e.startHelpers(o, master)
+	go func() {
+		_ = e.cmd.Wait()
+		close(e.exited)
+	}()
+	return e, nil
+}
+
+// processPipe returns the read end of a pipe that holds the whole process
+// JSON, written before the runtime starts.
+func (e *execRun) processPipe(proc *specs.Process) (*os.File, error) {
+	data, err := json.Marshal(proc)
+	if err != nil {
+		return nil, fmt.Errorf("exec in %s: encode process: %w", e.id, err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("exec in %s: process pipe: %w", e.id, err)
+	}
+	e.closers = append(e.closers, r)
+	defer w.Close()
+	if len(data) > 60<<10 {
+		// The default 64 KiB would make the write below wait for a reader.
+		if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, len(data)+4096); err != nil {
+			return nil, fmt.Errorf("exec in %s: process of %d bytes does not fit a pipe: %w", e.id, len(data), err)
+		}
+	}
+	if _, err := w.Write(data); err != nil {
+		return nil, fmt.Errorf("exec in %s: write process: %w", e.id, err)
+	}
+	return r, nil
+}
+
+// pipeStdio gives the runtime pipes (or the caller's files) as stdio, so
+// that the end of the caller's stdin really closes the process's stdin.
+func (e *execRun) pipeStdio(o ExecIO) error {
+	if o.Stdin != nil {
+		if f, ok := o.Stdin.(*os.File); ok {
+			e.cmd.Stdin = f
+		} else {
+			r, w, err := os.Pipe()
+			if err != nil {
+				return fmt.Errorf("exec in %s: stdin pipe: %w", e.id, err)
+			}
+			e.cmd.Stdin, e.stdinW = r, w
+			e.closers = append(e.closers, r)
+			e.ours = append(e.ours, w)
+		}
+	}
+	for _, s := range []struct {
+		dst   *io.Writer
+		w     io.Writer
+		label string
+	}{{&e.cmd.Stdout, o.Stdout, "stdout"}, {&e.cmd.Stderr, o.Stderr, "stderr"}} {
+		if s.w == nil {
+			continue
+		}
+		if f, ok := s.w.(*os.File); ok {
+			*s.dst = f
+			continue
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("exec in %s: %s pipe: %w", e.id, s.label, err)
+		}
+		*s.dst = w
+		e.closers = append(e.closers, w)
+		// Room for the runtime to go on writing while a batch is sent.
+		_, _ = unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, outputPipeSize)
+		e.copyBatched(s.w, r)
+	}
+	return nil
+}
+
+// Output is copied in batches when it comes in bulk: a read of at least
+// bulkRead bytes makes the copy read on for up to batchWait, until it holds
+// batchSize bytes, so that a stream client gets fewer, larger frames. Less
+// output than that (a prompt, a line) goes out at once.
+const (
+	outputPipeSize = 256 << 10
+	bulkRead       = 4 << 10
+	batchSize      = 64 << 10
+	batchWait      = 2 * time.Millisecond
+)
+
+// copyBatched copies a pipe to dst until the pipe ends, then closes it.
+func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
+	e.copies.Add(1)
+	go func() {
+		defer e.copies.Done()
+		defer src.Close()
+		buf := make([]byte, 2*batchSize)
+		for {
+			n, err := src.Read(buf)
+			if n >= bulkRead && err == nil {
+				n, err = readBatch(src, buf, n)
+			}
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// readBatch reads on into buf[n:] until batchSize bytes or batchWait.
+func readBatch(src *os.File, buf []byte, n int) (int, error) {
+	if src.SetReadDeadline(time.Now().Add(batchWait)) != nil {
+		return n, nil
+	}
+	defer src.SetReadDeadline(time.Time{})
+	for n < batchSize {
+		m, err := src.Read(buf[n:])
+		n += m
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// terminalStdio gives the runtime the slave of a pty of ours as its
+// terminal: runc, not detached, relays between it and the container's own
+// pty and copies the window size across on SIGWINCH.
+func (e *execRun) terminalStdio(o ExecIO) (*os.File, error) {
+	master, slave, err := openPty()
+	if err != nil {
+		return nil, fmt.Errorf("exec in %s: %w", e.id, err)
+	}
+	e.closers = append(e.closers, slave)
+	e.ours = append(e.ours, master)
+	// Raw from the start: the container's pty does the line discipline, ours
+	// must pass every byte as it is (runc would set it raw, but later).
+	if err := makeRaw(slave); err != nil {
+		return nil, fmt.Errorf("exec in %s: %w", e.id, err)
+	}
+	select {
+	case size, ok := <-o.Resize:
+		if ok {
+			_ = setWinsize(master, size)
+		}
+	default:
+	}
+	e.cmd.Stdin, e.cmd.Stdout, e.cmd.Stderr = slave, slave, slave
+	return master, nil
+}
+
+// startHelpers starts what runs beside the runtime: stdin and output
+// copies of a terminal, and its resizes. None outlives the exec but a
+// stdin copy blocked in its reader, which ends with the caller's stream.
+func (e *execRun) startHelpers(o ExecIO, master *os.File) {
+	if e.stdinW != nil {
+		go func() {
+			_, _ = io.Copy(e.stdinW, o.Stdin)
+			e.closeStdin()
+		}()
+	}
+	if master == nil {
+		return
+	}
+	if o.Stdout != nil {
+		e.copy(o.Stdout, master, master)
+	} else {
+		e.copy(io.Discard, master, master)
+	}
+	if o.Stdin != nil {
+		go func() {
+			_, err := io.Copy(master, o.Stdin)
+			if err == nil {
+				// End of input on a terminal is ^D, which the container's
+				// pty turns into an end of file for the reader.
+				_, _ = master.Write([]byte{4})
+			}
+		}()
+	}
+	if o.Resize != nil {
+		go e.forwardResizes(master, o.Resize)
+	}
+}
+
+func (e *execRun) forwardResizes(master *os.File, resize <-chan TerminalSize) {
+	for {
+		select {
+		case <-e.done:
+			return
+		case size, ok := <-resize:
+			if !ok {
+				return
+			}
+			if err := setWinsize(master, size); err != nil {
+				continue
+			}
+			// runc copies our pty's size onto the container's on SIGWINCH.
+			_ = e.cmd.Process.Signal(unix.SIGWINCH)
+		}
+	}
+}
+
+// copy copies src to dst until src ends, then closes closer.
+func (e *execRun) copy(dst io.Writer, src io.Reader, closer io.Closer) {
+	e.copies.Add(1)
+	go func() {
+		defer e.copies.Done()
+		defer closer.Close()
+		_, _ = io.Copy(dst, src)
+	}()
+}
+
+func (e *execRun) closeChildEnds() {
+	for _, c := range e.closers {
+		c.Close()
+	}
+	e.closers = nil
+}
+
+func (e *execRun) closeStdin() {
+	e.stdinEnd.Do(func() {
+		if e.stdinW != nil {
+			e.stdinW.Close()
+		}
+	})
+}
+
+// wait waits for the runtime, or for ctx and then for the runtime to be
+// made to end, and then for the output to be delivered.
+func (e *execRun) wait(ctx context.Context) (int, error) {
+	select {
+	case <-e.exited:
+	case <-ctx.Done():
+		e.terminate()
+	}
+	e.closeStdin()
+	// The runtime is gone, so the copies end as soon as their writers took
+	// the rest of the output. A writer may be a client that stopped reading:
+	// once ctx ended, it gets ExecKillGrace, and its copy ends when it
+	// closes its stream.
+	delivered := make(chan struct{})
+	go func() {
+		e.copies.Wait()
+		close(delivered)
+	}()
+	select {
+	case <-delivered:
+	case <-ctx.Done():
+		timer := time.NewTimer(ExecKillGrace)
+		select {
+		case <-delivered:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	return e.result(ctx)
+}
+
+func (e *execRun) result(ctx context.Context) (int, error) {
+	if ctx.Err() != nil && e.mainAlive {
+		return -1, fmt.Errorf("exec in %s: %w", e.id, ctx.Err())
+	}
+	code := e.cmd.ProcessState.ExitCode()
+	if code < 0 {
+		err := fmt.Errorf("exec in %s: %s %v", e.id, e.rt.name(), e.cmd.ProcessState)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", err, ctx.Err())
+		}
+		return -1, err
+	}
+	// runc exits 255 when it could not run the process at all, and says why
+	// in its log; a process that exits 255 leaves no error there. The
+	// runtime was the log's only writer, so its end is near.
+	if code == 255 {
+		<-e.logDone
+		if msg := logMessage(e.log.Bytes()); msg != "" {
+			return -1, e.rt.failure(ctx, "exec", e.id, msg, errors.New("exit status 255"))
+		}
+	}
+	return code, nil
+}
+
+// terminate kills the exec's process and its session, lets the runtime
+// finish (it reports the process's exit), and kills the runtime if it does
+// not within ExecKillGrace.
+func (e *execRun) terminate() {
+	pid := e.execPID()
+	if pid > 0 {
+		e.mainAlive = processRunning(pid)
+		killSession(pid)
+	} else {
+		select {
+		case <-e.exited:
+		default:
+			e.mainAlive = true
+		}
+	}
+	timer := time.NewTimer(ExecKillGrace)
+	defer timer.Stop()
+	select {
+	case <-e.exited:
+		return
+	case <-timer.C:
+	}
+	_ = e.cmd.Process.Kill()
+	<-e.exited
+}
+
+// execPID reads the pid file. The runtime writes it right after starting the
+// process; until then the process may be starting, so a missing file is
+// waited for while the runtime runs (rare: only a cancel during start-up).
+func (e *execRun) execPID() int {
+	deadline := time.Now().Add(ExecKillGrace)
+	for {
+		if pid, err := readPidFile(e.pidFile); err == nil {
+			return pid
+		}
+		select {
+		case <-e.exited:
+			return 0
+		default:
+		}
+		if time.Now().After(deadline) {
+			return 0
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (e *execRun) finish() {
+	close(e.done)
+	os.Remove(e.pidFile)
+	// runc writes the pid file as .NAME then renames it.
+	os.Remove(filepath.Join(filepath.Dir(e.pidFile), "."+filepath.Base(e.pidFile)))
+}
+
+// killSession kills pid's process group and every other process of its
+// session: runc makes the exec's process a session leader, so that is all it
+// started, background jobs of an interactive shell included. A process that
+// started a session of its own escaped on purpose and is left alone.
+func killSession(pid int) {
+	_ = unix.Kill(-pid, unix.SIGKILL)
+	_ = unix.Kill(pid, unix.SIGKILL)
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		other, session, ok := procSession(p)
+		if ok && session == pid && other != pid {
+			_ = unix.Kill(other, unix.SIGKILL)
+		}
+	}
+}
+
+// procSession reads the pid and session id from a /proc/PID/stat file.
+func procSession(statPath string) (pid, session int, ok bool) {
+	data, err := os.ReadFile(statPath)
+	if err != nil {
+		return 0, 0, false
+	}
+	end := bytes.LastIndexByte(data, ')')
+	if end < 0 {
+		return 0, 0, false
+	}
+	// After the command: state ppid pgrp session ...
+	fields := strings.Fields(string(data[end+1:]))
+	if len(fields) < 4 {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscan(string(data[:bytes.IndexByte(data, ' ')]), &pid); err != nil {
+		return 0, 0, false
+	}
+	if _, err := fmt.Sscan(fields[3], &session); err != nil {
+		return 0, 0, false
+	}
+	return pid, session, true
+}
+
+// processRunning is false for a pid that is gone or a zombie.
+func processRunning(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	end := bytes.LastIndexByte(data, ')')
+	if end < 0 || end+2 >= len(data) {
+		return false
+	}
+	state := data[end+2]
+	return state != 'Z' && state != 'X'
+}
+
+// openPty opens a pty pair. The master is made non-blocking again (pty.Open
+// leaves it blocking), so that reads wait in the poller and not on a thread.
+func openPty() (master, slave *os.File, err error) {
+	m, slave, err := pty.Open()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open pty: %w", err)
+	}
+	defer m.Close()
+	fd, err := unix.FcntlInt(m.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		slave.Close()
+		return nil, nil, fmt.Errorf("open pty: %w", err)
+	}
+	return os.NewFile(uintptr(fd), m.Name()), slave, nil
+}
+
+// setWinsize sets a pty's window size without making it blocking.
+func setWinsize(f *os.File, size TerminalSize) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	ws := &unix.Winsize{Row: size.Height, Col: size.Width}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) { ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, ws) }); err != nil {
+		return err
+	}
+	return ioErr
+}
+
+// makeRaw sets a terminal to raw mode, as cfmakeraw(3) does.
+func makeRaw(f *os.File) error {
+	fd := int(f.Fd())
+	t, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	if err != nil {
+		return fmt.Errorf("get terminal mode: %w", err)
+	}
+	t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	t.Oflag &^= unix.OPOST
+	t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	t.Cflag &^= unix.CSIZE | unix.PARENB
+	t.Cflag |= unix.CS8
+	t.Cc[unix.VMIN] = 1
+	t.Cc[unix.VTIME] = 0
+	if err := unix.IoctlSetTermios(fd, unix.TCSETS, t); err != nil {
+		return fmt.Errorf("set terminal raw: %w", err)
+	}
+	return nil
+}
+
+// logMessage is the last error a runtime wrote to its JSON log.
+func logMessage(data []byte) string {
+	last := ""
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		msg, level, ok := parseLogLine(string(bytes.TrimSpace(line)))
+		if ok && (level == "error" || level == "fatal" || level == "panic") {
+			last = msg
+		}
+	}
+	return last
+}
+
+// cappedReader reads at most n bytes of r, then discards the rest, so that
+// the writer never blocks on a full pipe and nothing grows without bound.
+func cappedReader(r io.Reader, n int64) io.Reader {
+	return io.MultiReader(io.LimitReader(r, n), discardAll{r})
+}
+
+type discardAll struct{ r io.Reader }
+
+func (d discardAll) Read(p []byte) (int, error) {
+	for {
+		if _, err := d.r.Read(p); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,227 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+func TestExecProcessSpec(t *testing.T) {
+	base := &specs.Process{
+		Args:            []string{"/bin/app"},
+		Env:             []string{"PATH=/bin", "A=1"},
+		Cwd:             "/work",
+		User:            specs.User{UID: 1000, GID: 1000, AdditionalGids: []uint32{5}},
+		NoNewPrivileges: true,
+		ApparmorProfile: "prof",
+		SelinuxLabel:    "label",
+		Capabilities:    &specs.LinuxCapabilities{Bounding: []string{"CAP_CHOWN"}},
+		Rlimits:         []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 10, Soft: 10}},
+		Terminal:        true,
+		ConsoleSize:     &specs.Box{Height: 1, Width: 2},
+	}
+	tests := []struct {
+		name    string
+		tty     bool
+		env     []string
+		wantEnv []string
+	}{
+		{"no tty keeps the env", false, nil, []string{"PATH=/bin", "A=1"}},
+		{"tty adds TERM", true, nil, []string{"PATH=/bin", "A=1", "TERM=xterm"}},
+		{"tty keeps the container's TERM", true, []string{"TERM=vt100"}, []string{"TERM=vt100"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := *base
+			if tt.env != nil {
+				b.Env = tt.env
+			}
+			envBefore := strings.Join(b.Env, ",")
+			p := ExecProcessSpec(&b, []string{"sh", "-c", "x"}, tt.tty)
+			if got := strings.Join(p.Env, ","); got != strings.Join(tt.wantEnv, ",") {
+				t.Errorf("env = %s, want %s", got, strings.Join(tt.wantEnv, ","))
+			}
+			if got := strings.Join(b.Env, ","); got != envBefore {
+				t.Errorf("base env changed to %s", got)
+			}
+			if p.Terminal != tt.tty || p.ConsoleSize != nil || strings.Join(p.Args, " ") != "sh -c x" {
+				t.Errorf("terminal %v console %v args %v", p.Terminal, p.ConsoleSize, p.Args)
+			}
+			if p.Cwd != "/work" || p.User.UID != 1000 || !p.NoNewPrivileges || p.ApparmorProfile != "prof" ||
+				p.SelinuxLabel != "label" || p.Capabilities != base.Capabilities || len(p.Rlimits) != 1 {
+				t.Errorf("the container's identity and limits were not kept: %+v", p)
+			}
+		})
+	}
+}
+
+// execContainer starts a long-running container and returns its runtime,
+// id, bundle and process base.
+func execContainer(t *testing.T) (*Runtime, string, string, *specs.Process) {
+	t.Helper()
+	rt := testRuntime(t, "runc")
+	c := baseSpec(t, "/bin/sleep", "600")
+	tc := createContainer(t, rt, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := rt.Start(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := ReadSpec(tc.bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, c.ID, tc.bundle, spec.Process
+}
+
+func TestExecStdio(t *testing.T) {
+	rt, id, bundle, base := execContainer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	t.Run("exit code and separate streams", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		code, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, false),
+			ExecIO{Stdout: &stdout, Stderr: &stderr})
+		if err != nil || code != 3 {
+			t.Fatalf("exit %d, %v; want 3", code, err)
+		}
+		if stdout.String() != "out\n" || stderr.String() != "err\n" {
+			t.Errorf("stdout %q stderr %q", stdout.String(), stderr.String())
+		}
+	})
+	t.Run("end of stdin ends cat", func(t *testing.T) {
+		var stdout bytes.Buffer
+		code, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"cat"}, false),
+			ExecIO{Stdin: strings.NewReader("piped\n"), Stdout: &stdout})
+		if err != nil || code != 0 || stdout.String() != "piped\n" {
+			t.Errorf("exit %d, %v, output %q", code, err, stdout.String())
+		}
+	})
+	t.Run("terminal", func(t *testing.T) {
+		var stdout bytes.Buffer
+		in, inW := io.Pipe()
+		go func() {
+			inW.Write([]byte("echo typed\n"))
+			time.Sleep(100 * time.Millisecond)
+			inW.Close()
+		}()
+		code, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "test -t 0 && echo is-a-tty; read line; echo got:$line"}, true),
+			ExecIO{Stdin: in, Stdout: &stdout})
+		if err != nil || code != 0 {
+			t.Fatalf("exit %d, %v", code, err)
+		}
+		if out := stdout.String(); !strings.Contains(out, "is-a-tty") || !strings.Contains(out, "got:echo typed") {
+			t.Errorf("terminal output %q", out)
+		}
+	})
+	t.Run("unknown executable is the runtime's error", func(t *testing.T) {
+		_, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"/no/such/binary"}, false), ExecIO{})
+		var rerr *RuntimeError
+		if !errors.As(err, &rerr) || !strings.Contains(err.Error(), "no/such/binary") {
+			t.Errorf("err = %v, want a RuntimeError naming the binary", err)
+		}
+	})
+	t.Run("unknown container", func(t *testing.T) {
+		_, err := rt.Exec(ctx, "no-such-container", bundle, ExecProcessSpec(base, []string{"true"}, false), ExecIO{})
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("err = %v, want ErrNotFound", err)
+		}
+	})
+	assertNoExecFiles(t, bundle)
+}
+
+func TestExecDeadline(t *testing.T) {
+	rt, id, bundle, base := execContainer(t)
+	ctx := context.Background()
+
+	t.Run("kills the process and its children", func(t *testing.T) {
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		var out bytes.Buffer
+		_, err := rt.Exec(short, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "sleep 100 & echo started; sleep 100"}, false), ExecIO{Stdout: &out})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want DeadlineExceeded", err)
+		}
+		if took := time.Since(start); took > 3*time.Second {
+			t.Errorf("a 500ms exec returned after %s", took)
+		}
+		assertNoSleepIn(t, rt, id)
+	})
+	t.Run("a background child holding stdout does not hide the exit code", func(t *testing.T) {
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		var out bytes.Buffer
+		code, err := rt.Exec(short, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "sleep 300 & echo ok"}, false), ExecIO{Stdout: &out})
+		if err != nil || code != 0 || out.String() != "ok\n" {
+			t.Errorf("exit %d, %v, output %q; want 0 and ok", code, err, out.String())
+		}
+		assertNoSleepIn(t, rt, id)
+	})
+	assertNoExecFiles(t, bundle)
+}
+
+// assertNoSleepIn fails when a sleep other than the container's init still
+// runs in the container's pid namespace.
+func assertNoSleepIn(t *testing.T, rt *Runtime, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := rt.State(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	initNS, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", st.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		left := sleepersIn(initNS, st.Pid)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep processes %v still run in the container", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func sleepersIn(pidNS string, initPID int) []int {
+	var left []int
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil || pid == initPID || !processRunning(pid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile(p + "/cmdline")
+		ns, _ := os.Readlink(p + "/ns/pid")
+		if ns == pidNS && strings.Contains(string(cmdline), "sleep") {
+			left = append(left, pid)
+		}
+	}
+	return left
+}
+
+func assertNoExecFiles(t *testing.T, bundle string) {
+	t.Helper()
+	entries, _ := os.ReadDir(bundle)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), "exec-") {
+			t.Errorf("exec left %s in the bundle", e.Name())
+		}
+	}
+}

@@ -1,0 +1,90 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/streaming"
+)
+
+// Attach validates the request and answers with a single-use URL that
+// connects to the running container's own stdio.
+func (s *Server) Attach(ctx context.Context, req *runtime.AttachRequest) (*runtime.AttachResponse, error) {
+	if err := validateStreams(req.GetStdin(), req.GetStdout(), req.GetStderr(), req.GetTty()); err != nil {
+		return nil, toStatus(err)
+	}
+	rec, err := s.runningContainer(req.GetContainerId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	url, err := s.streams.AttachURL(streaming.AttachRequest{
+		ContainerID: rec.ID, Stdin: req.GetStdin(), Stdout: req.GetStdout(), Stderr: req.GetStderr(), TTY: req.GetTty(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &runtime.AttachResponse{Url: url}, nil
+}
+
+// Attach connects a streaming client to the container's monitor: live
+// output, stdin when the container was created with it, and window size
+// changes for a tty container. It ends when the container's output does
+// or the client goes.
+func (r streamRuntime) Attach(ctx context.Context, containerID string, st streaming.Streams) error {
+	rec, err := r.s.runningContainer(containerID)
+	if err != nil {
+		return err
+	}
+	cfg, err := rec.config()
+	if err != nil {
+		return err
+	}
+	var stdin io.Reader
+	if cfg.GetStdin() {
+		stdin = st.Stdin
+	}
+	var resize <-chan conmon.Size
+	if cfg.GetTty() {
+		var stop func()
+		resize, stop = monitorResizes(st.Resize)
+		defer stop()
+	}
+	// A nil WriteCloser stays a nil Writer: that output is not sent.
+	if err := conmon.Attach(ctx, rec.Bundle, stdin, st.Stdout, st.Stderr, resize); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("attach to container %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// monitorResizes passes a client's terminal sizes on to the monitor until
+// stop is called.
+func monitorResizes(in <-chan streaming.TerminalSize) (<-chan conmon.Size, func()) {
+	if in == nil {
+		return nil, func() {}
+	}
+	out := make(chan conmon.Size)
+	done := make(chan struct{})
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-done:
+				return
+			case size, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- conmon.Size{Rows: size.Height, Cols: size.Width}:
+				case <-done:
+					return
+				}
+			}
+		}
+	}()
+	return out, func() { close(done) }
+}

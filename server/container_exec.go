@@ -1,0 +1,223 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/streaming"
+)
+
+// errNotRunning refuses exec, attach and the like on a container whose
+// process is not running: FailedPrecondition.
+var errNotRunning = errors.New("container is not running")
+
+// execExitGrace is how long a streamed exec may go on delivering output once
+// its container exited, before it is ended for good: a client that stopped
+// reading must not keep anything of the container alive.
+const execExitGrace = time.Second
+
+// Exec validates the request and answers with a single-use URL on the
+// streaming server; the command runs when the kubelet connects to it.
+func (s *Server) Exec(ctx context.Context, req *runtime.ExecRequest) (*runtime.ExecResponse, error) {
+	if len(req.GetCmd()) == 0 {
+		return nil, toStatus(invalidf("cmd", "must not be empty"))
+	}
+	if err := validateStreams(req.GetStdin(), req.GetStdout(), req.GetStderr(), req.GetTty()); err != nil {
+		return nil, toStatus(err)
+	}
+	rec, err := s.runningContainer(req.GetContainerId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	url, err := s.streams.ExecURL(streaming.ExecRequest{
+		ContainerID: rec.ID, Cmd: req.GetCmd(),
+		Stdin: req.GetStdin(), Stdout: req.GetStdout(), Stderr: req.GetStderr(), TTY: req.GetTty(),
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &runtime.ExecResponse{Url: url}, nil
+}
+
+// validateStreams checks the streams of an exec or attach request.
+func validateStreams(stdin, stdout, stderr, tty bool) error {
+	if !stdin && !stdout && !stderr {
+		return invalidf("stdin", "one of stdin, stdout and stderr must be set")
+	}
+	if tty && stderr {
+		return invalidf("stderr", "must not be set with tty: a terminal has a single output stream")
+	}
+	return nil
+}
+
+// runningContainer returns the record of a running container.
+func (s *Server) runningContainer(idOrPrefix string) (containerRecord, error) {
+	id, err := s.containers.Resolve(idOrPrefix)
+	if err != nil {
+		return containerRecord{}, fmt.Errorf("container %q: %w", idOrPrefix, err)
+	}
+	rec, err := s.containers.Get(id)
+	if err != nil {
+		return containerRecord{}, err
+	}
+	if rec.State != stateRunning {
+		return containerRecord{}, fmt.Errorf("%w: container %s is %s", errNotRunning, id, rec.State)
+	}
+	return rec, nil
+}
+
+// execTarget is what an exec needs of its container.
+type execTarget struct {
+	rec  containerRecord
+	rt   *oci.Runtime
+	base *specs.Process // the container's own process, shared: do not change
+}
+
+func (s *Server) execTarget(idOrPrefix string) (execTarget, error) {
+	rec, err := s.runningContainer(idOrPrefix)
+	if err != nil {
+		return execTarget{}, err
+	}
+	rt, err := s.runtimes.Get(rec.Handler)
+	if err != nil {
+		return execTarget{}, err
+	}
+	base, err := s.execSpecs.get(s, rec)
+	if err != nil {
+		return execTarget{}, err
+	}
+	return execTarget{rec: rec, rt: rt, base: base}, nil
+}
+
+// execSpecCache keeps each container's process spec, read once from its
+// bundle's config.json: exec probes run every few seconds on every
+// container, and the spec never changes after create.
+type execSpecCache struct {
+	mu    sync.Mutex
+	specs map[string]cachedSpec
+}
+
+type cachedSpec struct {
+	createdAt int64 // tells a container from a later one with its ID
+	process   *specs.Process
+}
+
+func (c *execSpecCache) get(s *Server, rec containerRecord) (*specs.Process, error) {
+	c.mu.Lock()
+	cached, ok := c.specs[rec.ID]
+	c.mu.Unlock()
+	if ok && cached.createdAt == rec.CreatedAt {
+		return cached.process, nil
+	}
+	spec, err := oci.ReadSpec(rec.Bundle)
+	if err != nil {
+		return nil, fmt.Errorf("spec of container %s: %w", rec.ID, err)
+	}
+	if spec.Process == nil {
+		return nil, fmt.Errorf("spec of container %s has no process", rec.ID)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.specs == nil {
+		c.specs = map[string]cachedSpec{}
+	}
+	c.specs[rec.ID] = cachedSpec{createdAt: rec.CreatedAt, process: spec.Process}
+	c.pruneLocked(s)
+	return spec.Process, nil
+}
+
+// pruneLocked drops the specs of removed containers once the cache is big
+// enough for them to matter.
+func (c *execSpecCache) pruneLocked(s *Server) {
+	if len(c.specs) < 64 {
+		return
+	}
+	for id := range c.specs {
+		if _, err := s.containers.Get(id); err != nil {
+			delete(c.specs, id)
+		}
+	}
+}
+
+// streamRuntime is what the streaming server runs when the kubelet connects
+// to one of its URLs.
+type streamRuntime struct{ s *Server }
+
+// Exec runs a command in a container for a streaming client. The exec ends
+// with the client, and shortly after its container: a client that stopped
+// reading does not hold back StopContainer or RemoveContainer.
+func (r streamRuntime) Exec(ctx context.Context, containerID string, cmd []string, st streaming.Streams) error {
+	t, err := r.s.execTarget(containerID)
+	if err != nil {
+		return err
+	}
+	exited := r.s.exits.exited(t.rec.ID)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go endAfterExit(ctx, cancel, exited)
+	resize, stopResize := ociResizes(st.Resize)
+	defer stopResize()
+	code, err := t.rt.Exec(ctx, t.rec.ID, t.rec.Bundle, oci.ExecProcessSpec(t.base, cmd, st.TTY), oci.ExecIO{
+		// A nil WriteCloser stays a nil Writer: the process gets /dev/null.
+		Stdin: st.Stdin, Stdout: st.Stdout, Stderr: st.Stderr, Resize: resize,
+	})
+	if err != nil {
+		return fmt.Errorf("exec in container %s: %w", t.rec.ID, err)
+	}
+	if code != 0 {
+		return &streaming.ExitError{Code: code}
+	}
+	return nil
+}
+
+// endAfterExit cancels an exec execExitGrace after its container exited.
+func endAfterExit(ctx context.Context, cancel context.CancelFunc, exited <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-exited:
+	}
+	timer := time.NewTimer(execExitGrace)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+		cancel()
+	}
+}
+
+// ociResizes passes a client's terminal sizes on to the exec until stop is
+// called: the goroutine never outlives the exec, started or not.
+func ociResizes(in <-chan streaming.TerminalSize) (<-chan oci.TerminalSize, func()) {
+	if in == nil {
+		return nil, func() {}
+	}
+	out := make(chan oci.TerminalSize)
+	done := make(chan struct{})
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-done:
+				return
+			case size, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- oci.TerminalSize{Width: size.Width, Height: size.Height}:
+				case <-done:
+					return
+				}
+			}
+		}
+	}()
+	return out, func() { close(done) }
+}

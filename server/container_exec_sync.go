@@ -1,0 +1,94 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/oci"
+)
+
+// ExecSync runs a command in a container and answers with its output and
+// exit code: the kubelet's exec probes, on every node, every few seconds.
+// A timeout kills the command and everything it started and answers
+// DeadlineExceeded, which the kubelet reads as a timed-out probe.
+func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*runtime.ExecSyncResponse, error) {
+	if len(req.GetCmd()) == 0 {
+		return nil, toStatus(invalidf("cmd", "must not be empty"))
+	}
+	if req.GetTimeout() < 0 {
+		return nil, toStatus(invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
+	}
+	t, err := s.execTarget(req.GetContainerId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	timeout := time.Duration(req.GetTimeout()) * time.Second
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	limit := s.cfg.Runtime.ExecSyncMaxOutput
+	stdout, stderr := &cappedOutput{limit: limit}, &cappedOutput{limit: limit}
+	code, err := t.rt.Exec(ctx, t.rec.ID, t.rec.Bundle, oci.ExecProcessSpec(t.base, req.GetCmd(), false),
+		oci.ExecIO{Stdout: stdout, Stderr: stderr})
+	if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
+		return nil, status.Errorf(codes.DeadlineExceeded, "command %q in container %s timed out after %s",
+			strings.Join(req.GetCmd(), " "), t.rec.ID, timeout)
+	}
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("exec in container %s: %w", t.rec.ID, err))
+	}
+	s.logTruncated(t.rec.ID, req.GetCmd(), map[string]*cappedOutput{"stdout": stdout, "stderr": stderr})
+	return &runtime.ExecSyncResponse{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: int32(code)}, nil
+}
+
+func (s *Server) logTruncated(id string, cmd []string, outputs map[string]*cappedOutput) {
+	for name, o := range outputs {
+		if dropped := o.Dropped(); dropped > 0 {
+			s.log.WithFields(logrus.Fields{"container": id, "cmd": strings.Join(cmd, " "), "stream": name,
+				"kept": o.limit, "dropped": dropped}).Warn("exec sync output over runtime.exec_sync_max_output: truncated")
+		}
+	}
+}
+
+// cappedOutput keeps the first limit bytes written to it and counts the
+// rest, so that a chatty probe cannot grow the daemon.
+type cappedOutput struct {
+	limit   int
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	dropped int64
+}
+
+func (c *cappedOutput) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := max(c.limit-c.buf.Len(), 0)
+	keep := min(room, len(p))
+	c.buf.Write(p[:keep])
+	c.dropped += int64(len(p) - keep)
+	return len(p), nil
+}
+
+func (c *cappedOutput) Bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return bytes.Clone(c.buf.Bytes())
+}
+
+func (c *cappedOutput) Dropped() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropped
+}

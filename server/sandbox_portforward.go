@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/streaming"
+)
+
+// PortForward validates the request and answers with a single-use URL that
+// forwards connections to ports of the pod's network namespace.
+func (s *Server) PortForward(ctx context.Context, req *runtime.PortForwardRequest) (*runtime.PortForwardResponse, error) {
+	for _, p := range req.GetPort() {
+		if p <= 0 || p > 65535 {
+			return nil, toStatus(invalidf("port", "%d is not a port (1-65535)", p))
+		}
+	}
+	sb, err := s.readySandbox(req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	url, err := s.streams.PortForwardURL(streaming.PortForwardRequest{SandboxID: sb.ID, Ports: req.GetPort()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &runtime.PortForwardResponse{Url: url}, nil
+}
+
+// readySandbox returns a ready sandbox's record, or a status error.
+func (s *Server) readySandbox(idOrPrefix string) (sandboxRecord, error) {
+	id, err := s.sandboxes.Resolve(idOrPrefix)
+	if err != nil {
+		return sandboxRecord{}, toStatus(fmt.Errorf("pod sandbox %q: %w", idOrPrefix, err))
+	}
+	sb, err := s.sandboxes.Get(id)
+	if err != nil {
+		return sandboxRecord{}, toStatus(err)
+	}
+	if sb.State != stateReady {
+		return sandboxRecord{}, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready (%s)", id, sb.State)
+	}
+	return sb, nil
+}
+
+// PortForward connects a streaming client's stream to localhost:port inside
+// the pod's network namespace (the host's for a hostNetwork pod).
+func (r streamRuntime) PortForward(ctx context.Context, sandboxID string, port int32, stream io.ReadWriteCloser) error {
+	sb, err := r.s.readySandbox(sandboxID)
+	if err != nil {
+		return err
+	}
+	return streaming.ForwardPort(ctx, sb.Namespaces.Net, port, stream)
+}

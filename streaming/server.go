@@ -1,0 +1,282 @@
+package streaming
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/cri-streaming/pkg/streaming/portforward"
+	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
+)
+
+// Defaults of Config.
+const (
+	DefaultTokenTTL    = time.Minute
+	DefaultIdleTimeout = 4 * time.Hour
+	// streamCreationTimeout bounds the wait for a SPDY client to open its
+	// streams after the upgrade.
+	streamCreationTimeout = 30 * time.Second
+	// closeTimeout bounds Close's wait for the streams it ended.
+	closeTimeout = 5 * time.Second
+)
+
+// Config places the server.
+type Config struct {
+	// Address is the IP to bind; "" is 127.0.0.1. The kubelet connects from
+	// the same node, so loopback is all it needs.
+	Address string
+	// Port to bind; 0 picks a free one.
+	Port int
+	// TLSCert and TLSKey, both set, make the server HTTPS.
+	TLSCert, TLSKey string
+	// TokenTTL is how long a URL stays valid before its first use; 0 is
+	// DefaultTokenTTL.
+	TokenTTL time.Duration
+	// IdleTimeout closes a stream connection with no traffic; 0 is
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	Log         *logrus.Entry
+}
+
+// Server is a running streaming server. It is safe for concurrent use.
+type Server struct {
+	cfg      Config
+	rt       Runtime
+	log      *logrus.Entry
+	tokens   *tokenCache
+	base     url.URL
+	listener net.Listener
+	http     *http.Server
+
+	// ctx ends every stream when the server closes.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	streams sync.WaitGroup
+	mu      sync.Mutex
+	conns   map[*watchedConn]struct{} // hijacked connections, closed by Close
+}
+
+// New binds the server's address and starts serving; URLs it hands out are
+// valid as soon as it returns.
+func New(cfg Config, rt Runtime) (*Server, error) {
+	if cfg.Address == "" {
+		cfg.Address = "127.0.0.1"
+	}
+	if cfg.TokenTTL <= 0 {
+		cfg.TokenTTL = DefaultTokenTTL
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
+	}
+	s := &Server{cfg: cfg, rt: rt, log: cfg.Log, tokens: newTokenCache(cfg.TokenTTL), conns: map[*watchedConn]struct{}{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	ln, err := s.listen()
+	if err != nil {
+		s.cancel()
+		return nil, err
+	}
+	s.listener = ln
+	s.http = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
+	go func() {
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.WithError(err).Error("streaming server stopped")
+		}
+	}()
+	return s, nil
+}
+
+// listen binds the address, wraps it in TLS when configured, and sets the
+// base of the URLs.
+func (s *Server) listen() (net.Listener, error) {
+	addr := net.JoinHostPort(s.cfg.Address, strconv.Itoa(s.cfg.Port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("streaming server: listen on %s: %w", addr, err)
+	}
+	s.base = url.URL{Scheme: "http", Host: urlHost(ln.Addr().(*net.TCPAddr))}
+	if s.cfg.TLSCert == "" {
+		return ln, nil
+	}
+	cert, err := tls.LoadX509KeyPair(s.cfg.TLSCert, s.cfg.TLSKey)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("streaming server: load TLS key pair: %w", err)
+	}
+	s.base.Scheme = "https"
+	return tls.NewListener(ln, &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		// HTTP/2 cannot upgrade a connection: SPDY and WebSocket need 1.1.
+		NextProtos: []string{"http/1.1"},
+	}), nil
+}
+
+// urlHost is the host:port of the URLs: the bound address, or loopback for a
+// wildcard bind (the kubelet dials from this node).
+func urlHost(a *net.TCPAddr) string {
+	ip := a.IP
+	switch {
+	case ip.IsUnspecified() && ip.To4() != nil:
+		ip = net.IPv4(127, 0, 0, 1)
+	case ip.IsUnspecified():
+		ip = net.IPv6loopback
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(a.Port))
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.listener.Addr() }
+
+// ExecURL stores the request and returns the single-use URL that runs it.
+func (s *Server) ExecURL(r ExecRequest) (string, error) { return s.url("exec", r) }
+
+// AttachURL stores the request and returns the single-use URL that attaches.
+func (s *Server) AttachURL(r AttachRequest) (string, error) { return s.url("attach", r) }
+
+// PortForwardURL stores the request and returns the single-use URL that forwards.
+func (s *Server) PortForwardURL(r PortForwardRequest) (string, error) {
+	return s.url("portforward", r)
+}
+
+func (s *Server) url(kind string, req any) (string, error) {
+	token, err := s.tokens.insert(req)
+	if err != nil {
+		return "", err
+	}
+	u := s.base
+	u.Path = "/" + kind + "/" + token
+	return u.String(), nil
+}
+
+// Close stops accepting, ends every open stream (the runtime's contexts are
+// cancelled and the connections closed) and waits a little for them.
+func (s *Server) Close() error {
+	err := s.http.Close()
+	s.cancel()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Conn.Close()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.streams.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeTimeout):
+		s.log.Warn("streams still ending when the streaming server closed")
+	}
+	return err
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	for _, method := range []string{"GET", "POST"} {
+		mux.HandleFunc(method+" /exec/{token}", s.serveExec)
+		mux.HandleFunc(method+" /attach/{token}", s.serveAttach)
+		mux.HandleFunc(method+" /portforward/{token}", s.servePortForward)
+	}
+	return mux
+}
+
+// consume finds the request of the URL's token; an unknown, used or expired
+// token is 404 and nothing more is said.
+func consume[T any](s *Server, w http.ResponseWriter, r *http.Request) (T, bool) {
+	var zero T
+	req, ok := s.tokens.consume(r.PathValue("token"))
+	if !ok {
+		http.NotFound(w, r)
+		return zero, false
+	}
+	typed, ok := req.(T)
+	if !ok {
+		http.NotFound(w, r)
+		return zero, false
+	}
+	return typed, true
+}
+
+func (s *Server) serveExec(w http.ResponseWriter, r *http.Request) {
+	req, ok := consume[ExecRequest](s, w, r)
+	if !ok {
+		return
+	}
+	w, r, done := s.track(w, r)
+	defer done()
+	opts := &remotecommand.Options{Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, TTY: req.TTY}
+	run := func(ctx context.Context, st Streams) error { return s.rt.Exec(ctx, req.ContainerID, req.Cmd, st) }
+	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
+		s.serveWebSocketV5(w, r, opts, run, "executing command in container")
+		return
+	}
+	remotecommand.ServeExec(w, r, adapter{s: s, ctx: r.Context()}, "", "", req.ContainerID, req.Cmd, opts,
+		s.cfg.IdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+}
+
+func (s *Server) serveAttach(w http.ResponseWriter, r *http.Request) {
+	req, ok := consume[AttachRequest](s, w, r)
+	if !ok {
+		return
+	}
+	w, r, done := s.track(w, r)
+	defer done()
+	opts := &remotecommand.Options{Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, TTY: req.TTY}
+	run := func(ctx context.Context, st Streams) error { return s.rt.Attach(ctx, req.ContainerID, st) }
+	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
+		s.serveWebSocketV5(w, r, opts, run, "attaching to container")
+		return
+	}
+	remotecommand.ServeAttach(w, r, adapter{s: s, ctx: r.Context()}, "", "", req.ContainerID, opts,
+		s.cfg.IdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+}
+
+func (s *Server) servePortForward(w http.ResponseWriter, r *http.Request) {
+	req, ok := consume[PortForwardRequest](s, w, r)
+	if !ok {
+		return
+	}
+	opts, err := portforward.BuildV4Options(req.Ports)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w, r, done := s.track(w, r)
+	defer done()
+	portforward.ServePortForward(w, r, adapter{s: s, ctx: r.Context()}, req.SandboxID, "", opts,
+		s.cfg.IdleTimeout, streamCreationTimeout, portforward.SupportedProtocols)
+}
+
+// adapter turns the stream protocol servers' callbacks into Runtime calls,
+// with the connection's context: the protocol servers pass one that does
+// not end when the client goes.
+type adapter struct {
+	s   *Server
+	ctx context.Context
+}
+
+func (a adapter) ExecInContainer(_ context.Context, _, _, container string, cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan TerminalSize, _ time.Duration) error {
+	return a.s.rt.Exec(a.ctx, container, cmd, Streams{Stdin: in, Stdout: out, Stderr: errOut, TTY: tty, Resize: resize})
+}
+
+func (a adapter) AttachContainer(_ context.Context, _, _, container string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan TerminalSize) error {
+	return a.s.rt.Attach(a.ctx, container, Streams{Stdin: in, Stdout: out, Stderr: errOut, TTY: tty, Resize: resize})
+}
+
+func (a adapter) PortForward(_ context.Context, sandboxID, _ string, port int32, stream io.ReadWriteCloser) error {
+	return a.s.rt.PortForward(a.ctx, sandboxID, port, stream)
+}

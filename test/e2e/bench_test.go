@@ -40,6 +40,7 @@ func TestBench(t *testing.T) {
 		t.Skip("benchmarks run with make bench (MINICRI_BENCH=1)")
 	}
 	t.Run("PodLifecycle", benchPodLifecycle)
+	t.Run("Exec", benchExec)
 	printBenchTable()
 }
 

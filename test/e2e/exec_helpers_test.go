@@ -210,16 +210,6 @@ func waitOutput(t *testing.T, out *lockedBuffer, want string, timeout time.Durat
 	}
 }
 
-// TestBenchExec measures exec against the runc floor; it runs with the other
-// benchmarks (MINICRI_BENCH=1, see bench_test.go) and on its own.
-func TestBenchExec(t *testing.T) {
-	if os.Getenv("MINICRI_BENCH") == "" {
-		t.Skip("benchmarks run with make bench (MINICRI_BENCH=1)")
-	}
-	benchExec(t)
-	printBenchTable()
-}
-
 const (
 	benchExecRuns  = 40
 	benchExecBytes = 200_000_000

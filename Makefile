@@ -40,8 +40,14 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 # Unit tests, with the race detector: most packages hold shared state.
+# Every go test also runs the fuzz targets' seed corpora (testdata/fuzz);
+# then each target searches for FUZZTIME more (docs/reliability.md).
+FUZZTIME ?= 2s
+FUZZ_TARGETS := FuzzValidateContainerConfig:server FuzzValidateSandboxConfig:server FuzzValidateID:server \
+	FuzzGenerateSpec:oci FuzzLogWriter:conmon/monitor
 unit:
 	$(GO) test -race -count=1 ./...
+	for t in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) ./$${t#*:}/ || exit 1; done
 
 # End-to-end tests: the real daemon, real runc, real registry; needs root.
 e2e: build

@@ -28,7 +28,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if err := validateContainerConfig(cfg); err != nil {
 		return nil, toStatus(err)
 	}
-	sbID, err := s.sandboxes.Resolve(req.GetPodSandboxId())
+	sbID, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("pod sandbox %q: %w", req.GetPodSandboxId(), err))
 	}
@@ -97,6 +97,7 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	if err := s.containers.Put(id, rec); err != nil {
 		return err
 	}
+	crashPoint("container-after-record")
 	defer func() {
 		if retErr != nil {
 			if err := s.discardContainer(context.WithoutCancel(ctx), rec); err != nil {
@@ -113,11 +114,13 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 		return err
 	}
 	rec.CgroupsPath = spec.Linux.CgroupsPath
+	crashPoint("container-after-bundle")
 	created, err := s.startMonitor(ctx, rec, rt, cfg)
 	if err != nil {
 		return err
 	}
 	rec.Monitor = monitorRef{PID: created.MonitorPID, StartTime: created.MonitorStartTime}
+	crashPoint("container-after-monitor") // a monitor runs that no record names yet
 	rec.State = stateCreated
 	if err := s.containers.Put(id, rec); err != nil {
 		return err
@@ -219,6 +222,9 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 			errs = append(errs, fmt.Errorf("delete from runtime: %w", err))
 		}
 	}
+	// The monitor writes its exit file into the bundle once the container
+	// is gone; removing the bundle under it could fail or leave that file.
+	s.waitMonitorGone(rec.Monitor)
 	if err := s.images.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
@@ -228,6 +234,22 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
+	crashPoint("container-discard-before-record-delete")
 	s.forgetWatch(rec.ID)
 	return s.containers.Delete(rec.ID)
+}
+
+// waitMonitorGone waits, for killGrace at most, until a container's monitor
+// has exited. A monitor whose container was deleted exits at once.
+func (s *Server) waitMonitorGone(m monitorRef) {
+	if m.PID <= 0 {
+		return
+	}
+	done, err := conmon.WatchMonitor(m.PID, m.StartTime)
+	if err != nil {
+		return
+	}
+	if !waitClosed(context.Background(), done, killGrace) {
+		s.log.WithField("monitor", m.PID).Warn("container monitor still running after its container was deleted")
+	}
 }

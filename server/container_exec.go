@@ -59,7 +59,7 @@ func validateStreams(stdin, stdout, stderr, tty bool) error {
 
 // runningContainer returns the record of a running container.
 func (s *Server) runningContainer(idOrPrefix string) (containerRecord, error) {
-	id, err := s.containers.Resolve(idOrPrefix)
+	id, err := s.resolveContainer("container_id", idOrPrefix)
 	if err != nil {
 		return containerRecord{}, fmt.Errorf("container %q: %w", idOrPrefix, err)
 	}

@@ -33,6 +33,18 @@ func (w *exitWatches) exited(id string) chan struct{} {
 	return ch
 }
 
+// done closes the channel of a container, once however often it is called.
+func (w *exitWatches) done(id string) {
+	ch := w.exited(id)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
 func (w *exitWatches) forget(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -71,7 +83,9 @@ func (s *Server) recordExit(id string) {
 		s.killOrphan(rec)
 		exit = conmon.Exit{Code: 128 + int(syscall.SIGKILL), At: time.Now()}
 	}
-	_, err = s.containers.Update(id, func(r *containerRecord) error {
+	// Observe, not Update: the container is gone whatever the disk says, and
+	// a full disk must not leave it listed as running.
+	_, err = s.containers.Observe(id, func(r *containerRecord) error {
 		if r.State == stateExited {
 			return nil
 		}
@@ -84,7 +98,7 @@ func (s *Server) recordExit(id string) {
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.WithField("container", id).WithError(err).Error("record container exit")
 	}
-	close(s.exits.exited(id))
+	s.exits.done(id)
 }
 
 // exitReason is the CRI reason and message of an exit.

@@ -11,6 +11,9 @@ import (
 // sandbox and labels, from the in-memory records.
 func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainersRequest) (*runtime.ListContainersResponse, error) {
 	f := req.GetFilter()
+	if err := validateContainerFilter(f); err != nil {
+		return nil, toStatus(err)
+	}
 	var out []*runtime.Container
 	for _, rec := range s.containers.List() {
 		if f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()) {
@@ -40,4 +43,19 @@ func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainers
 		})
 	}
 	return &runtime.ListContainersResponse{Containers: out}, nil
+}
+
+func validateContainerFilter(f *runtime.ContainerFilter) error {
+	if err := validateIDFilter("filter.id", f.GetId()); err != nil {
+		return err
+	}
+	if err := validateIDFilter("filter.pod_sandbox_id", f.GetPodSandboxId()); err != nil {
+		return err
+	}
+	if st := f.GetState(); st != nil {
+		if _, ok := runtime.ContainerState_name[int32(st.GetState())]; !ok {
+			return invalidf("filter.state.state", "unknown container state %d", st.GetState())
+		}
+	}
+	return validateMap("filter.label_selector", f.GetLabelSelector())
 }

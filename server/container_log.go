@@ -14,7 +14,7 @@ import (
 // ReopenContainerLog makes the container's monitor start a new log file at
 // the log path, after the kubelet renamed the old one for rotation.
 func (s *Server) ReopenContainerLog(ctx context.Context, req *runtime.ReopenContainerLogRequest) (*runtime.ReopenContainerLogResponse, error) {
-	id, err := s.containers.Resolve(req.GetContainerId())
+	id, err := s.resolveContainer("container_id", req.GetContainerId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

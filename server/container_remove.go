@@ -14,7 +14,7 @@ import (
 // file stays: it belongs to the kubelet. Removing an unknown container
 // succeeds.
 func (s *Server) RemoveContainer(ctx context.Context, req *runtime.RemoveContainerRequest) (*runtime.RemoveContainerResponse, error) {
-	id, err := s.containers.Resolve(req.GetContainerId())
+	id, err := s.resolveContainer("container_id", req.GetContainerId())
 	if errors.Is(err, store.ErrNotFound) {
 		return &runtime.RemoveContainerResponse{}, nil
 	}
@@ -35,6 +35,7 @@ func (s *Server) removeContainer(ctx context.Context, id string) error {
 	if err := s.stopContainer(ctx, id, 0); err != nil {
 		return err
 	}
+	crashPoint("container-remove-after-stop")
 	rec, err := s.containers.Get(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil

@@ -12,7 +12,7 @@ import (
 
 // StartContainer starts a created container's process.
 func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainerRequest) (*runtime.StartContainerResponse, error) {
-	id, err := s.containers.Resolve(req.GetContainerId())
+	id, err := s.resolveContainer("container_id", req.GetContainerId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -35,6 +35,7 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	if err := rt.Start(ctx, id); err != nil {
 		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
 	}
+	crashPoint("container-after-start") // running, but recorded as created
 	_, err = s.containers.Update(id, func(r *containerRecord) error {
 		// The process may already have exited and been recorded: keep that.
 		if r.State == stateCreated {

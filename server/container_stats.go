@@ -16,7 +16,7 @@ import (
 // read from its cgroup and its rootfs. The kubelet's CRI stats provider
 // calls the List form every few seconds for the summary API and eviction.
 func (s *Server) ContainerStats(ctx context.Context, req *runtime.ContainerStatsRequest) (*runtime.ContainerStatsResponse, error) {
-	id, err := s.containers.Resolve(req.GetContainerId())
+	id, err := s.resolveContainer("container_id", req.GetContainerId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,15 +23,15 @@ const killGrace = 10 * time.Second
 // timeout. Stopping a container that is gone or already stopped succeeds:
 // the kubelet retries.
 func (s *Server) StopContainer(ctx context.Context, req *runtime.StopContainerRequest) (*runtime.StopContainerResponse, error) {
-	id, err := s.containers.Resolve(req.GetContainerId())
+	if req.GetTimeout() < 0 {
+		return nil, toStatus(invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
+	}
+	id, err := s.resolveContainer("container_id", req.GetContainerId())
 	if errors.Is(err, store.ErrNotFound) {
 		return &runtime.StopContainerResponse{}, nil
 	}
 	if err != nil {
 		return nil, toStatus(err)
-	}
-	if req.GetTimeout() < 0 {
-		return nil, toStatus(invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
@@ -72,6 +74,7 @@ func (s *Server) stopContainer(ctx context.Context, id string, timeout time.Dura
 		if err := rt.Kill(ctx, id, sig, false); err != nil && !errors.Is(err, oci.ErrNotFound) {
 			s.log.WithField("container", id).WithError(err).Warn("stop signal not delivered; killing")
 		}
+		crashPoint("container-stop-after-signal")
 		if waitClosed(ctx, exited, timeout) {
 			return nil
 		}
@@ -101,17 +104,63 @@ func waitClosed(ctx context.Context, ch <-chan struct{}, timeout time.Duration) 
 	}
 }
 
-// parseSignal reads "SIGTERM", "TERM" or "15".
+// The real-time signals as glibc numbers them, which is how images (systemd's
+// "SIGRTMIN+3") and the CRI's SIGRTMINPLUS3 mean them: glibc keeps 32 and 33.
+const (
+	sigRTMin = 34
+	sigRTMax = 64
+)
+
+// signalAliases are names the CRI's Signal enum uses that x/sys does not know.
+var signalAliases = map[string]string{"SIGIOT": "SIGABRT", "SIGCLD": "SIGCHLD", "SIGPOLL": "SIGIO"}
+
+// parseSignal reads "SIGTERM", "TERM", "15", and the real-time forms
+// "SIGRTMIN+3", "SIGRTMINPLUS3", "SIGRTMAX-2" and "SIGRTMAXMINUS2".
 func parseSignal(name string) (syscall.Signal, error) {
 	var n int
 	if _, err := fmt.Sscanf(name, "%d", &n); err == nil && n > 0 && n < 65 {
 		return syscall.Signal(n), nil
 	}
-	if sig := unix.SignalNum(name); sig != 0 {
+	upper := strings.ToUpper(name)
+	if !strings.HasPrefix(upper, "SIG") {
+		upper = "SIG" + upper
+	}
+	if alias, ok := signalAliases[upper]; ok {
+		upper = alias
+	}
+	if sig, ok := realtimeSignal(upper); ok {
 		return sig, nil
 	}
-	if sig := unix.SignalNum("SIG" + name); sig != 0 {
+	if sig := unix.SignalNum(upper); sig != 0 {
 		return sig, nil
 	}
 	return 0, fmt.Errorf("unknown signal %q", name)
+}
+
+func realtimeSignal(name string) (syscall.Signal, bool) {
+	for _, f := range []struct {
+		prefix      string
+		base, delta int
+	}{
+		{"SIGRTMINPLUS", sigRTMin, 1}, {"SIGRTMIN+", sigRTMin, 1},
+		{"SIGRTMAXMINUS", sigRTMax, -1}, {"SIGRTMAX-", sigRTMax, -1},
+	} {
+		rest, ok := strings.CutPrefix(name, f.prefix)
+		if !ok {
+			continue
+		}
+		off, err := strconv.Atoi(rest)
+		sig := f.base + f.delta*off
+		if err != nil || off < 0 || sig < sigRTMin || sig > sigRTMax {
+			return 0, false
+		}
+		return syscall.Signal(sig), true
+	}
+	switch name {
+	case "SIGRTMIN":
+		return sigRTMin, true
+	case "SIGRTMAX":
+		return sigRTMax, true
+	}
+	return 0, false
 }

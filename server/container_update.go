@@ -15,12 +15,12 @@ import (
 // UpdateContainerResources changes a running or created container's cgroup
 // limits, and records them so that ContainerStatus reports what applies.
 func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.UpdateContainerResourcesRequest) (*runtime.UpdateContainerResourcesResponse, error) {
-	id, err := s.containers.Resolve(req.GetContainerId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
 	resources := req.GetLinux()
 	if err := validateResources("linux", resources); err != nil {
+		return nil, toStatus(err)
+	}
+	id, err := s.resolveContainer("container_id", req.GetContainerId())
+	if err != nil {
 		return nil, toStatus(err)
 	}
 	unlock := s.locks.lock(id)

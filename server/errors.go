@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -49,6 +50,10 @@ var codeMappings = []struct {
 	{conmon.ErrNotRunning, codes.FailedPrecondition},
 	{errNotRunning, codes.FailedPrecondition},
 	{streaming.ErrTooManyRequests, codes.ResourceExhausted},
+	// A full or read-only state dir is the node's condition, not a bug:
+	// answered so that the caller backs off instead of reporting Internal.
+	{syscall.ENOSPC, codes.ResourceExhausted},
+	{syscall.EROFS, codes.FailedPrecondition},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 	{os.ErrNotExist, codes.NotFound},

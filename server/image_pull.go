@@ -17,10 +17,7 @@ import (
 // moved, and the blobs that did not change are not downloaded twice.
 func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (*runtime.PullImageResponse, error) {
 	ref := req.GetImage().GetImage()
-	if ref == "" {
-		return nil, toStatus(invalidf("image.image", "must name an image"))
-	}
-	if err := validatePrintable("image.image", ref); err != nil {
+	if err := validateImageRef("image.image", ref); err != nil {
 		return nil, toStatus(err)
 	}
 	img, err := s.images.Pull(ctx, ref, pullAuth(req.GetAuth()))

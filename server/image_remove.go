@@ -11,8 +11,8 @@ import (
 // that is not there succeeds: the CRI makes removal idempotent.
 func (s *Server) RemoveImage(ctx context.Context, req *runtime.RemoveImageRequest) (*runtime.RemoveImageResponse, error) {
 	ref := req.GetImage().GetImage()
-	if ref == "" {
-		return nil, toStatus(invalidf("image.image", "must name an image"))
+	if err := validateImageRef("image.image", ref); err != nil {
+		return nil, toStatus(err)
 	}
 	if err := s.images.Remove(ref); err != nil {
 		return nil, toStatus(fmt.Errorf("remove image %q: %w", ref, err))

@@ -18,8 +18,8 @@ import (
 // pull.
 func (s *Server) ImageStatus(ctx context.Context, req *runtime.ImageStatusRequest) (*runtime.ImageStatusResponse, error) {
 	ref := req.GetImage().GetImage()
-	if ref == "" {
-		return nil, toStatus(invalidf("image.image", "must name an image"))
+	if err := validateImageRef("image.image", ref); err != nil {
+		return nil, toStatus(err)
 	}
 	img, err := s.images.Get(ref)
 	if errors.Is(err, image.ErrNotFound) {

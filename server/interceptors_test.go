@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -53,6 +54,7 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("read record: %w", os.ErrNotExist), codes.NotFound},
 		{fmt.Errorf("exec: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{status.Error(codes.AlreadyExists, "taken"), codes.AlreadyExists},
+		{fmt.Errorf("write record: %w", syscall.ENOSPC), codes.ResourceExhausted},
 		{errors.New("disk on fire"), codes.Internal},
 	}
 	for _, c := range cases {

@@ -1,51 +1,298 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/oci"
 )
 
-// recoverTimeout bounds the repair of one half-made object at start.
+// recoverTimeout bounds the whole start-up repair.
 const recoverTimeout = time.Minute
 
 // recover rebuilds the daemon's view of the node from the records and the
-// running monitors: names are reserved again, half-made objects (a crash
-// during a create) are rolled back, and running containers are watched again.
-// Containers whose monitor ended while the daemon was down get their exit
-// from the monitor's exit file.
+// running monitors, before the first call is served:
+//   - names are reserved again;
+//   - half-made objects (a crash during a create) are rolled back;
+//   - running containers are watched again, and a container whose start was
+//     cut short after the runtime's start is recorded as running;
+//   - containers whose monitor ended while the daemon was down get their
+//     exit from the monitor's exit file (or a reason when there is none);
+//   - ready sandboxes that lost a namespace, their network or their infra
+//     process (a reboot, a crash during a stop or a removal) are not ready;
+//   - what no record names any more (pod dirs, bundles, root filesystems,
+//     CNI attachments) is removed.
+//
+// Every step is idempotent, so a crash during the repair is repaired by the
+// next start.
 func (s *Server) recover() {
 	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
 	defer cancel()
 	for _, c := range s.containers.List() {
-		if c.State == stateCreating {
-			s.log.WithField("container", c.ID).Info("rolling back a container whose create was cut short")
-			if err := s.discardContainer(ctx, c); err != nil {
-				s.log.WithField("container", c.ID).WithError(err).Warn("roll back container")
-			}
-			continue
-		}
-		_ = s.containerNames.Reserve(c.Name, c.ID)
-		switch {
-		case c.State == stateExited:
-		case conmon.Alive(c.Monitor.PID, c.Monitor.StartTime):
-			s.watchMonitor(c)
-		default:
-			s.recordExit(c.ID)
-		}
+		s.recoverContainer(ctx, c)
 	}
+	attached := s.attachedPods()
 	for _, sb := range s.sandboxes.List() {
-		if sb.State == stateCreating {
-			s.log.WithField("pod", sb.ID).Info("rolling back a sandbox whose create was cut short")
-			for _, c := range s.containersOf(sb.ID) {
-				_ = s.discardContainer(ctx, c)
-			}
-			if err := s.removeSandbox(ctx, &sb); err != nil {
-				s.log.WithField("pod", sb.ID).WithError(err).Warn("roll back sandbox")
-			}
-			continue
-		}
-		_ = s.sandboxNames.Reserve(sb.Name, sb.ID)
+		s.recoverSandbox(ctx, sb, attached)
 	}
+	s.sweepOrphans(ctx)
+}
+
+func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
+	log := s.log.WithField("container", c.ID)
+	if c.State == stateCreating {
+		log.Info("rolling back a container whose create was cut short")
+		if err := s.discardContainer(ctx, c); err != nil {
+			log.WithError(err).Warn("roll back container")
+		}
+		return
+	}
+	_ = s.containerNames.Reserve(c.Name, c.ID)
+	switch {
+	case c.State == stateExited:
+	case conmon.Alive(c.Monitor.PID, c.Monitor.StartTime):
+		if c.State == stateCreated {
+			s.recoverStart(ctx, c)
+		}
+		s.watchMonitor(c)
+	default:
+		s.recordExit(c.ID)
+	}
+}
+
+// recoverStart finishes a StartContainer that a crash cut between the
+// runtime's start and the record: the kubelet must see the container
+// running, not created (a second start would fail).
+func (s *Server) recoverStart(ctx context.Context, c containerRecord) {
+	rt, err := s.runtimes.Get(c.Handler)
+	if err != nil {
+		return
+	}
+	st, err := rt.State(ctx, c.ID)
+	if err != nil || (st.Status != oci.StatusRunning && st.Status != oci.StatusPaused) {
+		return
+	}
+	startedAt, err := processStartTime(st.Pid)
+	if err != nil {
+		startedAt = time.Now()
+	}
+	s.log.WithField("container", c.ID).Info("container was started before the daemon went down; recording it as running")
+	_, err = s.containers.Observe(c.ID, func(r *containerRecord) error {
+		if r.State == stateCreated {
+			r.State = stateRunning
+			// The boot time has whole seconds: never before the create.
+			r.StartedAt = max(startedAt.UnixNano(), r.CreatedAt)
+		}
+		return nil
+	})
+	if err != nil {
+		s.log.WithField("container", c.ID).WithError(err).Warn("record recovered start")
+	}
+}
+
+func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached map[string]bool) {
+	log := s.log.WithField("pod", sb.ID)
+	if sb.State == stateCreating {
+		log.Info("rolling back a sandbox whose create was cut short")
+		for _, c := range s.containersOf(sb.ID) {
+			_ = s.discardContainer(ctx, c)
+		}
+		if err := s.removeSandbox(ctx, &sb); err != nil {
+			log.WithError(err).Warn("roll back sandbox")
+		}
+		return
+	}
+	_ = s.sandboxNames.Reserve(sb.Name, sb.ID)
+	if sb.State != stateReady {
+		return
+	}
+	why := sandboxLoss(sb, attached)
+	if why == "" {
+		return
+	}
+	// The kubelet stops and removes a sandbox that is not ready, and makes
+	// a new one; a ready one it would keep using, broken.
+	log.WithField("lost", why).Warn("sandbox lost part of itself while the daemon was down; it is not ready")
+	_, err := s.sandboxes.Observe(sb.ID, func(r *sandboxRecord) error {
+		r.State = stateNotReady
+		return nil
+	})
+	if err != nil {
+		log.WithError(err).Warn("record sandbox not ready")
+	}
+}
+
+// sandboxLoss says what a ready sandbox no longer has, or "" when it is
+// whole. attached is nil when the CNI attachments could not be listed.
+func sandboxLoss(sb sandboxRecord, attached map[string]bool) string {
+	for _, pin := range []string{sb.Namespaces.Net, sb.Namespaces.IPC, sb.Namespaces.UTS} {
+		if pin != "" && !network.NamespacePinned(pin) {
+			return "namespace " + filepath.Base(pin) + " is no longer pinned"
+		}
+	}
+	if sb.NetworkUp && attached != nil && !attached[sb.ID] {
+		return "its pod network was torn down"
+	}
+	if sb.Infra.PID > 0 && !conmon.Alive(sb.Infra.PID, sb.Infra.StartTime) {
+		return "its infra process (the pod's PID namespace) is gone"
+	}
+	return ""
+}
+
+// attachedPods are the pods CNI holds an attachment (and an IP) for; nil
+// when they cannot be listed.
+func (s *Server) attachedPods() map[string]bool {
+	ids, err := s.cni.AttachedPods()
+	if err != nil {
+		s.log.WithError(err).Warn("list CNI attachments")
+		return nil
+	}
+	attached := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		attached[id] = true
+	}
+	return attached
+}
+
+// sweepOrphans removes what a record should name but none does. The create
+// paths write the record before making anything and the remove paths delete
+// it last, so this only finds the leftovers of a lost or corrupt record; an
+// ID whose record file is still on disk (corrupt, kept for the operator) is
+// left alone.
+func (s *Server) sweepOrphans(ctx context.Context) {
+	knownSandbox := func(id string) bool { return s.hasRecord("sandboxes", id) }
+	knownContainer := func(id string) bool { return s.hasRecord("containers", id) }
+	for id := range s.attachedPods() { // listed again: the roll-backs above removed some
+		if !knownSandbox(id) {
+			s.sweep("CNI attachment", id, s.cni.Teardown(ctx, network.PodNetwork{ID: id}))
+		}
+	}
+	for _, id := range idDirs(filepath.Join(s.cfg.RunDir, "pods")) {
+		if !knownSandbox(id) {
+			rec := sandboxRecord{ID: id, Dir: filepath.Join(s.cfg.RunDir, "pods", id)}
+			s.sweep("pod dir", id, s.removeSandbox(ctx, &rec))
+		}
+	}
+	for _, id := range idDirs(filepath.Join(s.cfg.RunDir, "containers")) {
+		if !knownContainer(id) {
+			s.sweep("container bundle", id, s.discardOrphanContainer(ctx, id))
+		}
+	}
+	for _, id := range s.images.Rootfses() {
+		if !knownContainer(id) {
+			s.sweep("container root filesystem", id, s.images.RemoveRootfs(id))
+		}
+	}
+}
+
+func (s *Server) sweep(what, id string, err error) {
+	log := s.log.WithField("id", id)
+	if err != nil {
+		log.WithError(err).Warnf("remove orphaned %s", what)
+		return
+	}
+	log.Infof("removed orphaned %s", what)
+}
+
+// hasRecord reports whether an object has a record, in memory or on disk.
+func (s *Server) hasRecord(table, id string) bool {
+	if table == "sandboxes" {
+		if _, err := s.sandboxes.Get(id); err == nil {
+			return true
+		}
+	} else if _, err := s.containers.Get(id); err == nil {
+		return true
+	}
+	_, err := os.Lstat(filepath.Join(s.cfg.Root, table, id+".json"))
+	return !errors.Is(err, os.ErrNotExist)
+}
+
+// discardOrphanContainer removes a container that has no record: its handler
+// is unknown, so every runtime is asked to forget it.
+func (s *Server) discardOrphanContainer(ctx context.Context, id string) error {
+	var errs []error
+	for name, rt := range s.runtimes.Runtimes {
+		if err := rt.Delete(ctx, id, true); err != nil {
+			errs = append(errs, fmt.Errorf("delete from runtime %s: %w", name, err))
+		}
+	}
+	if err := s.images.RemoveRootfs(id); err != nil {
+		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
+	}
+	if err := os.RemoveAll(filepath.Join(s.cfg.RunDir, "containers", id)); err != nil {
+		errs = append(errs, fmt.Errorf("remove bundle: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// idDirs lists the subdirectories of dir named like an object ID; anything
+// else there is not minicri's to remove.
+func idDirs(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && len(e.Name()) == 64 && validateID("id", e.Name()) == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times: 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
+
+// processStartTime is when a process started, from its /proc/PID/stat start
+// time (field 22, clock ticks since boot) and the boot time in /proc/stat.
+func processStartTime(pid int) (time.Time, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	i := bytes.LastIndexByte(stat, ')') // the command name may hold spaces
+	if i < 0 {
+		return time.Time{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 {
+		return time.Time{}, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fields))
+	}
+	ticks, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	boot, err := bootTime()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return boot.Add(time.Duration(ticks) * time.Second / clockTicks), nil
+}
+
+func bootTime() (time.Time, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			sec, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("/proc/stat btime: %w", err)
+			}
+			return time.Unix(sec, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("/proc/stat has no btime")
 }

@@ -12,6 +12,9 @@ import (
 // second.
 func (s *Server) ListPodSandbox(ctx context.Context, req *runtime.ListPodSandboxRequest) (*runtime.ListPodSandboxResponse, error) {
 	f := req.GetFilter()
+	if err := validateSandboxFilter(f); err != nil {
+		return nil, toStatus(err)
+	}
 	var items []*runtime.PodSandbox
 	for _, rec := range s.sandboxes.List() {
 		if f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()) {
@@ -46,4 +49,16 @@ func labelsMatch(labels, selector map[string]string) bool {
 		}
 	}
 	return true
+}
+
+func validateSandboxFilter(f *runtime.PodSandboxFilter) error {
+	if err := validateIDFilter("filter.id", f.GetId()); err != nil {
+		return err
+	}
+	if st := f.GetState(); st != nil {
+		if _, ok := runtime.PodSandboxState_name[int32(st.GetState())]; !ok {
+			return invalidf("filter.state.state", "unknown sandbox state %d", st.GetState())
+		}
+	}
+	return validateMap("filter.label_selector", f.GetLabelSelector())
 }

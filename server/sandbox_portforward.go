@@ -33,7 +33,7 @@ func (s *Server) PortForward(ctx context.Context, req *runtime.PortForwardReques
 
 // readySandbox returns a ready sandbox's record, or a status error.
 func (s *Server) readySandbox(idOrPrefix string) (sandboxRecord, error) {
-	id, err := s.sandboxes.Resolve(idOrPrefix)
+	id, err := s.resolveSandbox("pod_sandbox_id", idOrPrefix)
 	if err != nil {
 		return sandboxRecord{}, toStatus(fmt.Errorf("pod sandbox %q: %w", idOrPrefix, err))
 	}

@@ -14,7 +14,7 @@ import (
 // resources and its record, and frees its name. Removing an unknown sandbox
 // succeeds: the CRI makes removal idempotent.
 func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSandboxRequest) (*runtime.RemovePodSandboxResponse, error) {
-	id, err := s.sandboxes.Resolve(req.GetPodSandboxId())
+	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
 	if errors.Is(err, store.ErrNotFound) {
 		return &runtime.RemovePodSandboxResponse{}, nil
 	}
@@ -35,6 +35,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 			return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
 		}
 	}
+	crashPoint("sandbox-remove-after-containers")
 	if err := s.removeSandbox(ctx, &rec); err != nil {
 		return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
 	}

@@ -76,9 +76,15 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	if err := s.sandboxes.Put(id, rec); err != nil {
 		return err
 	}
+	crashPoint("sandbox-after-record")
 	defer func() {
 		if retErr != nil {
-			s.discardSandbox(context.WithoutCancel(ctx), id)
+			// The local record, not the stored one: when a Put failed (a
+			// full disk), only rec knows what was made, e.g. the infra
+			// process.
+			if err := s.removeSandbox(context.WithoutCancel(ctx), &rec); err != nil {
+				s.log.WithField("pod", id).WithError(err).Warn("cleanup of a sandbox left something; start-up repair will retry")
+			}
 		}
 	}()
 	if err := os.MkdirAll(rec.Dir, 0o711); err != nil {
@@ -92,6 +98,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	if err := s.sandboxes.Put(id, rec); err != nil {
 		return err
 	}
+	crashPoint("sandbox-after-pin")
 	if sharesPIDNamespace(cfg) {
 		infra, err := conmon.StartPause(s.monitorPath)
 		if err != nil {
@@ -101,6 +108,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		if err := s.sandboxes.Put(id, rec); err != nil {
 			return err
 		}
+		crashPoint("sandbox-after-infra")
 	}
 	if err := writePodFiles(rec, cfg, nil); err != nil {
 		return err
@@ -110,6 +118,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 			return err
 		}
 	}
+	crashPoint("sandbox-before-ready")
 	rec.State = stateReady
 	return s.sandboxes.Put(id, rec)
 }
@@ -157,6 +166,7 @@ func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runt
 	if err != nil {
 		return fmt.Errorf("set up pod network: %w", err)
 	}
+	crashPoint("sandbox-after-network") // an IP is held that no record names yet
 	rec.IPs = nil
 	for _, ip := range result.IPs {
 		rec.IPs = append(rec.IPs, ip.String())

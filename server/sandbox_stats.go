@@ -15,7 +15,7 @@ import (
 // PodSandboxStats reports a pod's usage: the sum of its running containers'
 // CPU and memory, with each container's own stats beside it.
 func (s *Server) PodSandboxStats(ctx context.Context, req *runtime.PodSandboxStatsRequest) (*runtime.PodSandboxStatsResponse, error) {
-	id, err := s.sandboxes.Resolve(req.GetPodSandboxId())
+	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

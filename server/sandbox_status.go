@@ -10,7 +10,7 @@ import (
 
 // PodSandboxStatus reports a sandbox's state, IPs and namespace modes.
 func (s *Server) PodSandboxStatus(ctx context.Context, req *runtime.PodSandboxStatusRequest) (*runtime.PodSandboxStatusResponse, error) {
-	id, err := s.sandboxes.Resolve(req.GetPodSandboxId())
+	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

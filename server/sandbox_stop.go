@@ -19,7 +19,7 @@ import (
 // and namespaces. It succeeds for a sandbox that is already stopped or gone:
 // the kubelet calls it again and again until it does.
 func (s *Server) StopPodSandbox(ctx context.Context, req *runtime.StopPodSandboxRequest) (*runtime.StopPodSandboxResponse, error) {
-	id, err := s.sandboxes.Resolve(req.GetPodSandboxId())
+	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
 	if errors.Is(err, store.ErrNotFound) {
 		return &runtime.StopPodSandboxResponse{}, nil
 	}
@@ -69,11 +69,14 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 		if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
 			return fmt.Errorf("tear down pod network: %w", err)
 		}
+		crashPoint("sandbox-release-after-cni-del")
 		// Recorded at once, so that the DEL takes effect once however many
-		// stops follow, and after a restart too.
+		// stops follow, and after a restart too. A failed write (a full or
+		// read-only disk) does not stop the release: the DEL removed the
+		// attachment record, so a second teardown finds nothing to do.
 		rec.NetworkUp = false
 		if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
-			return err
+			s.log.WithField("pod", rec.ID).WithError(err).Warn("record the network teardown")
 		}
 	}
 	if err := conmon.StopPause(rec.Infra); err != nil {
@@ -96,23 +99,15 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 	return nil
 }
 
-// discardSandbox removes everything of a sandbox and its record: the undo of
-// a failed RunPodSandbox and the end of RemovePodSandbox. The caller holds
-// the sandbox's lock and releases its name.
-func (s *Server) discardSandbox(ctx context.Context, id string) {
-	rec, err := s.sandboxes.Get(id)
-	if err != nil {
-		return
-	}
-	if err := s.removeSandbox(ctx, &rec); err != nil {
-		s.log.WithField("pod", id).WithError(err).Warn("cleanup of a sandbox left something; start-up repair will retry")
-	}
-}
-
+// removeSandbox removes everything of a sandbox and its record: the undo of
+// a failed RunPodSandbox, the end of RemovePodSandbox and the start-up
+// repair of a cut-short RunPodSandbox. The caller holds the sandbox's lock
+// and releases its name.
 func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 	if err := s.releaseSandboxResources(ctx, rec); err != nil {
 		return err
 	}
+	crashPoint("sandbox-remove-after-release")
 	if err := os.RemoveAll(rec.Dir); err != nil {
 		return fmt.Errorf("remove pod dir: %w", err)
 	}

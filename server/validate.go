@@ -2,7 +2,9 @@ package server
 
 import (
 	"bytes"
+	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"unicode"
 
@@ -16,6 +18,12 @@ const (
 	maxHostnameLen = 64  // the kernel's limit
 	maxValueLen    = 4096
 	maxListLen     = 1024
+	// maxArgLen is the kernel's MAX_ARG_STRLEN: execve refuses a longer
+	// argument or environment string.
+	maxArgLen = 128 << 10
+	// maxAnnotationsSize is the API server's limit on all of an object's
+	// annotations together; the kubelet passes a pod's on unchanged.
+	maxAnnotationsSize = 256 << 10
 )
 
 // validateName checks a metadata name, namespace or UID: the parts of the
@@ -99,6 +107,60 @@ func validateMap(field string, m map[string]string) error {
 	return nil
 }
 
+// validateAnnotations checks annotation keys like labels, but lets values be
+// what the API server lets them be: any text up to 256 KiB in all, newlines
+// included (kubectl's last-applied-configuration ends with one).
+func validateAnnotations(field string, m map[string]string) error {
+	size := 0
+	for k, v := range m {
+		if k == "" {
+			return invalidf(field, "has an empty key")
+		}
+		if err := validatePrintable(field, k); err != nil {
+			return err
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return invalidf(field+"["+k+"]", "must not contain NUL")
+		}
+		size += len(k) + len(v)
+	}
+	if size > maxAnnotationsSize {
+		return invalidf(field, "are %d bytes in all, more than %d", size, maxAnnotationsSize)
+	}
+	return nil
+}
+
+// validateArgs checks a command line: each string goes to execve, which
+// takes any bytes but NUL (a multi-line "sh -c" script is common) and none
+// longer than maxArgLen.
+func validateArgs(field string, args []string) error {
+	if len(args) > maxListLen {
+		return invalidf(field, "has %d entries, more than %d", len(args), maxListLen)
+	}
+	for _, a := range args {
+		if len(a) > maxArgLen {
+			return invalidf(field, "has an entry of %d bytes, longer than %d", len(a), maxArgLen)
+		}
+		if strings.IndexByte(a, 0) >= 0 {
+			return invalidf(field, "must not contain NUL")
+		}
+	}
+	return nil
+}
+
+// validateContainerPaths checks paths inside the container: absolute, no "..".
+func validateContainerPaths(field string, paths []string) error {
+	if len(paths) > maxListLen {
+		return invalidf(field, "has %d entries, more than %d", len(paths), maxListLen)
+	}
+	for _, p := range paths {
+		if err := validateHostPath(field, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func validateNamespaceMode(field string, m runtime.NamespaceMode) error {
 	if _, ok := runtime.NamespaceMode_name[int32(m)]; !ok {
 		return invalidf(field, "unknown namespace mode %d", m)
@@ -159,7 +221,7 @@ func validateSandboxConfig(c *runtime.PodSandboxConfig) error {
 	}
 	if h := c.GetHostname(); len(h) > maxHostnameLen {
 		return invalidf("config.hostname", "is %d bytes, longer than %d", len(h), maxHostnameLen)
-	} else if strings.ContainsAny(h, " /\t\n\x00") {
+	} else if strings.ContainsAny(h, " /\t\n\x00") || validatePrintable("config.hostname", h) != nil {
 		return invalidf("config.hostname", "%q is not a host name", h)
 	}
 	if d := c.GetLogDirectory(); d != "" {
@@ -181,6 +243,11 @@ func validateSandboxConfig(c *runtime.PodSandboxConfig) error {
 				}
 			}
 		}
+		for _, server := range dns.GetServers() {
+			if net.ParseIP(server) == nil {
+				return invalidf("config.dns_config.servers", "%q is not an IP address", server)
+			}
+		}
 	}
 	for _, p := range c.GetPortMappings() {
 		if err := validatePortMapping(p); err != nil {
@@ -190,7 +257,7 @@ func validateSandboxConfig(c *runtime.PodSandboxConfig) error {
 	if err := validateMap("config.labels", c.GetLabels()); err != nil {
 		return err
 	}
-	if err := validateMap("config.annotations", c.GetAnnotations()); err != nil {
+	if err := validateAnnotations("config.annotations", c.GetAnnotations()); err != nil {
 		return err
 	}
 	return validateLinuxSandboxConfig(c.GetLinux())
@@ -209,7 +276,10 @@ func validatePortMapping(p *runtime.PortMapping) error {
 	if p.GetHostPort() < 0 || p.GetHostPort() > 65535 {
 		return invalidf("config.port_mappings.host_port", "%d is not a port", p.GetHostPort())
 	}
-	return validatePrintable("config.port_mappings.host_ip", p.GetHostIp())
+	if ip := p.GetHostIp(); ip != "" && net.ParseIP(ip) == nil {
+		return invalidf("config.port_mappings.host_ip", "%q is not an IP address", ip)
+	}
+	return nil
 }
 
 func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
@@ -222,7 +292,9 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
 		}
 	}
 	for k, v := range l.GetSysctls() {
-		if k == "" || strings.ContainsAny(k, " /\x00\n=") {
+		// A sysctl becomes a path under /proc/sys: no separators of its
+		// own, no empty (or dot) components.
+		if k == "" || strings.ContainsAny(k, " /\x00\n=") || strings.Contains(k, "..") || strings.HasPrefix(k, ".") || strings.HasSuffix(k, ".") {
 			return invalidf("config.linux.sysctls", "%q is not a sysctl name", k)
 		}
 		if err := validatePrintable("config.linux.sysctls["+k+"]", v); err != nil {
@@ -260,6 +332,12 @@ func validateResources(field string, r *runtime.LinuxContainerResources) error {
 	}
 	if q := r.GetCpuQuota(); q < -1 {
 		return invalidf(field+".cpu_quota", "must be -1 (unlimited) or more (%d)", q)
+	} else if q > 0 && q < 1000 {
+		return invalidf(field+".cpu_quota", "%d is below the kernel's minimum of 1000 microseconds", q)
+	}
+	// The kernel's bounds: 1 ms to 1 s. runc would fail with less to go on.
+	if p := r.GetCpuPeriod(); p != 0 && (p < 1000 || p > 1000000) {
+		return invalidf(field+".cpu_period", "%d is outside 1000..1000000 microseconds", p)
 	}
 	if s := r.GetMemorySwapLimitInBytes(); s < -1 {
 		return invalidf(field+".memory_swap_limit_in_bytes", "must be -1 (unlimited) or more (%d)", s)
@@ -275,6 +353,12 @@ func validateResources(field string, r *runtime.LinuxContainerResources) error {
 	for _, h := range r.GetHugepageLimits() {
 		if h.GetPageSize() == "" || strings.ContainsAny(h.GetPageSize(), "/.") {
 			return invalidf(field+".hugepage_limits.page_size", "%q is not a page size like 2MB", h.GetPageSize())
+		}
+	}
+	for k := range r.GetUnified() {
+		// Each key is a file name in the container's cgroup directory.
+		if strings.ContainsAny(k, "/\x00") || k == "." || k == ".." {
+			return invalidf(field+".unified", "%q is not a cgroup file name", k)
 		}
 	}
 	return validateMap(field+".unified", r.GetUnified())
@@ -295,7 +379,7 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 	if c.GetImage().GetImage() == "" {
 		return invalidf("config.image.image", "must name an image")
 	}
-	if err := validatePrintable("config.image.image", c.GetImage().GetImage()); err != nil {
+	if err := validateImageRef("config.image.image", c.GetImage().GetImage()); err != nil {
 		return err
 	}
 	if lp := c.GetLogPath(); lp != "" {
@@ -310,20 +394,28 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 		name   string
 		values []string
 	}{{"config.command", c.GetCommand()}, {"config.args", c.GetArgs()}} {
-		if err := validateStrings(l.name, l.values); err != nil {
+		if err := validateArgs(l.name, l.values); err != nil {
 			return err
 		}
 	}
 	if wd := c.GetWorkingDir(); wd != "" && !filepath.IsAbs(wd) {
 		return invalidf("config.working_dir", "%q must be an absolute path", wd)
+	} else if err := validatePrintable("config.working_dir", wd); err != nil {
+		return err
 	}
 	for _, e := range c.GetEnvs() {
 		if e.GetKey() == "" || strings.ContainsAny(e.GetKey(), "=\x00") {
 			return invalidf("config.envs", "%q is not a variable name", e.GetKey())
 		}
+		if len(e.GetKey())+len(e.GetValue()) >= maxArgLen {
+			return invalidf("config.envs["+e.GetKey()+"]", "is %d bytes, longer than %d", len(e.GetValue()), maxArgLen)
+		}
 		if bytes.IndexByte(e.GetValue(), 0) >= 0 {
 			return invalidf("config.envs["+e.GetKey()+"]", "must not contain NUL")
 		}
+	}
+	if len(c.GetMounts()) > maxListLen || len(c.GetDevices()) > maxListLen {
+		return invalidf("config.mounts", "%d mounts and %d devices: more than %d", len(c.GetMounts()), len(c.GetDevices()), maxListLen)
 	}
 	for _, m := range c.GetMounts() {
 		if err := validateMount(m); err != nil {
@@ -344,7 +436,7 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 	if err := validateMap("config.labels", c.GetLabels()); err != nil {
 		return err
 	}
-	if err := validateMap("config.annotations", c.GetAnnotations()); err != nil {
+	if err := validateAnnotations("config.annotations", c.GetAnnotations()); err != nil {
 		return err
 	}
 	if _, ok := runtime.Signal_name[int32(c.GetStopSignal())]; !ok {
@@ -393,12 +485,30 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 			return err
 		}
 	}
+	if err := validateSeccompPaths(sc); err != nil {
+		return err
+	}
+	if err := validatePrintable("config.linux.security_context.apparmor_profile", sc.GetApparmorProfile()); err != nil {
+		return err
+	}
+	if err := validatePrintable("config.linux.security_context.run_as_username", sc.GetRunAsUsername()); err != nil {
+		return err
+	}
+	for _, l := range []struct {
+		name  string
+		paths []string
+	}{
+		{"config.linux.security_context.masked_paths", sc.GetMaskedPaths()},
+		{"config.linux.security_context.readonly_paths", sc.GetReadonlyPaths()},
+	} {
+		if err := validateContainerPaths(l.name, l.paths); err != nil {
+			return err
+		}
+	}
 	for _, l := range []struct {
 		name   string
 		values []string
 	}{
-		{"config.linux.security_context.masked_paths", sc.GetMaskedPaths()},
-		{"config.linux.security_context.readonly_paths", sc.GetReadonlyPaths()},
 		{"config.linux.security_context.capabilities.add_capabilities", sc.GetCapabilities().GetAddCapabilities()},
 		{"config.linux.security_context.capabilities.drop_capabilities", sc.GetCapabilities().GetDropCapabilities()},
 	} {
@@ -406,18 +516,76 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 			return err
 		}
 	}
-	if u := sc.GetRunAsUser(); u != nil && u.GetValue() < 0 {
-		return invalidf("config.linux.security_context.run_as_user", "must not be negative (%d)", u.GetValue())
+	if u := sc.GetRunAsUser(); u != nil {
+		if err := validateLinuxID("config.linux.security_context.run_as_user", u.GetValue()); err != nil {
+			return err
+		}
 	}
-	if g := sc.GetRunAsGroup(); g != nil && g.GetValue() < 0 {
-		return invalidf("config.linux.security_context.run_as_group", "must not be negative (%d)", g.GetValue())
+	if g := sc.GetRunAsGroup(); g != nil {
+		if err := validateLinuxID("config.linux.security_context.run_as_group", g.GetValue()); err != nil {
+			return err
+		}
 	}
 	for _, g := range sc.GetSupplementalGroups() {
-		if g < 0 {
-			return invalidf("config.linux.security_context.supplemental_groups", "must not be negative (%d)", g)
+		if err := validateLinuxID("config.linux.security_context.supplemental_groups", g); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// validateLinuxID checks a uid or gid: 32 bits, and not (uid_t)-1, which
+// the kernel reads as "unchanged".
+func validateLinuxID(field string, v int64) error {
+	if v < 0 {
+		return invalidf(field, "must not be negative (%d)", v)
+	}
+	if v >= 1<<32-1 {
+		return invalidf(field, "%d is not a Linux user or group ID", v)
+	}
+	return nil
+}
+
+// validateSeccompPaths checks the seccomp profile files a container config
+// names: the kubelet sends absolute paths to the node's profiles, and the
+// daemon reads them, so nothing relative or walking up is accepted.
+func validateSeccompPaths(sc *runtime.LinuxContainerSecurityContext) error {
+	if p := sc.GetSeccomp(); p.GetProfileType() == runtime.SecurityProfile_Localhost {
+		if err := validateHostPath("config.linux.security_context.seccomp.localhost_ref", p.GetLocalhostRef()); err != nil {
+			return err
+		}
+	}
+	old := sc.GetSeccompProfilePath()
+	if ref, ok := strings.CutPrefix(old, "localhost/"); ok {
+		return validateHostPath("config.linux.security_context.seccomp_profile_path", ref)
+	}
+	return validatePrintable("config.linux.security_context.seccomp_profile_path", old)
+}
+
+// resolveSandbox validates a sandbox ID (or unique prefix) from a request,
+// then finds the full ID.
+func (s *Server) resolveSandbox(field, id string) (string, error) {
+	if err := validateID(field, id); err != nil {
+		return "", err
+	}
+	return s.sandboxes.Resolve(id)
+}
+
+// resolveContainer validates a container ID (or unique prefix) from a
+// request, then finds the full ID.
+func (s *Server) resolveContainer(field, id string) (string, error) {
+	if err := validateID(field, id); err != nil {
+		return "", err
+	}
+	return s.containers.Resolve(id)
+}
+
+// validateIDFilter checks an optional ID prefix of a List filter.
+func validateIDFilter(field, id string) error {
+	if id == "" {
+		return nil
+	}
+	return validateID(field, id)
 }
 
 // validateID checks an object ID from a request before it is looked up: an ID
@@ -431,6 +599,56 @@ func validateID(field, id string) error {
 	}
 	if strings.Trim(id, "0123456789abcdefABCDEF") != "" {
 		return invalidf(field, "%q is not an ID (hexadecimal)", id)
+	}
+	return nil
+}
+
+// The image reference grammar of the distribution spec, which the kubelet
+// and every registry follow: a host of letters, digits, dots and dashes
+// (and a port), path components of lower-case letters and digits joined by
+// single separators, a tag, a digest. Nothing in it can walk up a path.
+var (
+	imageIDPattern        = regexp.MustCompile(`^(sha256:)?[a-f0-9]{1,64}$`)
+	imageHostPattern      = regexp.MustCompile(`^(\[[0-9a-fA-F:]+\]|[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*)(:[0-9]+)?$`)
+	imageComponentPattern = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$`)
+	imageTagPattern       = regexp.MustCompile(`^[\w][\w.-]{0,127}$`)
+	imageDigestPattern    = regexp.MustCompile(`^[a-z0-9]+([+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$`)
+)
+
+// validateImageRef checks an image reference (or an image ID, which the
+// kubelet also sends) against the reference grammar before it reaches a
+// registry client or a file name.
+func validateImageRef(field, ref string) error {
+	if ref == "" {
+		return invalidf(field, "must name an image")
+	}
+	if len(ref) > maxValueLen {
+		return invalidf(field, "is %d bytes, longer than %d", len(ref), maxValueLen)
+	}
+	if imageIDPattern.MatchString(ref) {
+		return nil
+	}
+	name, digest, hasDigest := strings.Cut(ref, "@")
+	if hasDigest && !imageDigestPattern.MatchString(digest) {
+		return invalidf(field, "%q has a malformed digest", ref)
+	}
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		if !imageTagPattern.MatchString(name[i+1:]) {
+			return invalidf(field, "%q has a malformed tag", ref)
+		}
+		name = name[:i]
+	}
+	parts := strings.Split(name, "/")
+	if len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost" || strings.ToLower(parts[0]) != parts[0]) {
+		if !imageHostPattern.MatchString(parts[0]) {
+			return invalidf(field, "%q has a malformed registry host", ref)
+		}
+		parts = parts[1:]
+	}
+	for _, part := range parts {
+		if !imageComponentPattern.MatchString(part) {
+			return invalidf(field, "%q is not an image reference: path component %q", ref, part)
+		}
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -62,6 +61,23 @@ func TestValidateSandboxConfig(t *testing.T) {
 			c.Linux.Resources = &runtime.LinuxContainerResources{MemoryLimitInBytes: -5}
 		}, "config.linux.resources.memory_limit_in_bytes"},
 		{"hostname too long", func(c *runtime.PodSandboxConfig) { c.Hostname = strings.Repeat("h", 65) }, "config.hostname"},
+		{"dns server not an IP", func(c *runtime.PodSandboxConfig) { c.DnsConfig.Servers = []string{"dns.example"} }, "config.dns_config.servers"},
+		{"host ip not an IP", func(c *runtime.PodSandboxConfig) { c.PortMappings[0].HostIp = "localhost" }, "config.port_mappings.host_ip"},
+		{"sysctl with an empty component", func(c *runtime.PodSandboxConfig) { c.Linux.Sysctls = map[string]string{"net..x": "1"} }, "config.linux.sysctls"},
+		{"negative overhead", func(c *runtime.PodSandboxConfig) {
+			c.Linux.Overhead = &runtime.LinuxContainerResources{CpuShares: -2}
+		}, "config.linux.overhead.cpu_shares"},
+		{"annotation key with a newline", func(c *runtime.PodSandboxConfig) { c.Annotations = map[string]string{"a\nb": "x"} }, "config.annotations"},
+		// What real pods carry must pass.
+		{"multi-line annotation value", func(c *runtime.PodSandboxConfig) {
+			c.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{\"kind\":\"Pod\"}\n"}
+		}, ""},
+		{"large annotation value", func(c *runtime.PodSandboxConfig) {
+			c.Annotations = map[string]string{"big": strings.Repeat("x", 100<<10)}
+		}, ""},
+		{"annotations over 256 KiB", func(c *runtime.PodSandboxConfig) {
+			c.Annotations = map[string]string{"a": strings.Repeat("x", 200<<10), "b": strings.Repeat("y", 100<<10)}
+		}, "config.annotations"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -99,6 +115,38 @@ func TestValidateContainerConfig(t *testing.T) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{Seccomp: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_Localhost}}
 		}, "config.linux.security_context.seccomp.localhost_ref"},
 		{"unknown stop signal", func(c *runtime.ContainerConfig) { c.StopSignal = 999 }, "config.stop_signal"},
+		{"NUL in an argument", func(c *runtime.ContainerConfig) { c.Args = []string{"a\x00b"} }, "config.args"},
+		{"argument over MAX_ARG_STRLEN", func(c *runtime.ContainerConfig) { c.Args = []string{strings.Repeat("a", 129<<10)} }, "config.args"},
+		{"short cpu period", func(c *runtime.ContainerConfig) { c.Linux.Resources.CpuPeriod = 10 }, "config.linux.resources.cpu_period"},
+		{"tiny cpu quota", func(c *runtime.ContainerConfig) { c.Linux.Resources.CpuQuota = 5 }, "config.linux.resources.cpu_quota"},
+		{"unified key walking up", func(c *runtime.ContainerConfig) {
+			c.Linux.Resources.Unified = map[string]string{"../../memory.max": "1"}
+		}, "config.linux.resources.unified"},
+		{"relative masked path", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{MaskedPaths: []string{"proc/kcore"}}
+		}, "config.linux.security_context.masked_paths"},
+		{"relative seccomp profile", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{Seccomp: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_Localhost, LocalhostRef: "../../etc/shadow"}}
+		}, "config.linux.security_context.seccomp.localhost_ref"},
+		{"deprecated seccomp path walking up", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{SeccompProfilePath: "localhost/../x.json"}
+		}, "config.linux.security_context.seccomp_profile_path"},
+		{"uid beyond 32 bits", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1 << 32}}
+		}, "config.linux.security_context.run_as_user"},
+		{"working dir with a newline", func(c *runtime.ContainerConfig) { c.WorkingDir = "/a\nb" }, "config.working_dir"},
+		// What real pods carry must pass.
+		{"multi-line script", func(c *runtime.ContainerConfig) {
+			c.Command = []string{"sh", "-c"}
+			c.Args = []string{"set -e\n\tfor i in 1 2; do\n\t\techo $i\n\tdone\n"}
+		}, ""},
+		{"multi-line env and annotation", func(c *runtime.ContainerConfig) {
+			c.Envs = []*runtime.KeyValue{{Key: "CERT", Value: []byte("-----BEGIN-----\nabc\n-----END-----\n")}}
+			c.Annotations = map[string]string{"note": "two\nlines"}
+		}, ""},
+		{"localhost seccomp profile", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{Seccomp: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_Localhost, LocalhostRef: "/var/lib/kubelet/seccomp/audit.json"}}
+		}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -114,6 +162,25 @@ func TestValidateID(t *testing.T) {
 		if err := validateID("container_id", id); (err == nil) != ok {
 			t.Errorf("validateID(%q) = %v, want ok=%v", id, err, ok)
 		}
+	}
+}
+
+func TestValidateListFilters(t *testing.T) {
+	cases := []struct {
+		name  string
+		err   error
+		field string
+	}{
+		{"no filter", validateContainerFilter(nil), ""},
+		{"id prefix", validateContainerFilter(&runtime.ContainerFilter{Id: "abc"}), ""},
+		{"id traversal", validateContainerFilter(&runtime.ContainerFilter{Id: "../abc"}), "filter.id"},
+		{"sandbox id", validateContainerFilter(&runtime.ContainerFilter{PodSandboxId: "x y"}), "filter.pod_sandbox_id"},
+		{"unknown container state", validateContainerFilter(&runtime.ContainerFilter{State: &runtime.ContainerStateValue{State: 42}}), "filter.state.state"},
+		{"unknown sandbox state", validateSandboxFilter(&runtime.PodSandboxFilter{State: &runtime.PodSandboxStateValue{State: 7}}), "filter.state.state"},
+		{"selector with control characters", validateSandboxFilter(&runtime.PodSandboxFilter{LabelSelector: map[string]string{"a": "\x01"}}), "filter.label_selector[a]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { checkValidation(t, c.err, c.field) })
 	}
 }
 
@@ -133,33 +200,34 @@ func checkValidation(t *testing.T, err error, field string) {
 	}
 }
 
-// FuzzValidateContainerConfig feeds arbitrary protobuf bytes through the
-// validator: it must never panic, whatever the kubelet (or anyone on the
-// socket) sends.
-func FuzzValidateContainerConfig(f *testing.F) {
-	for _, c := range []*runtime.ContainerConfig{goodContainerConfig(), {}, {Metadata: &runtime.ContainerMetadata{}}} {
-		b, _ := proto.Marshal(c)
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var c runtime.ContainerConfig
-		if proto.Unmarshal(data, &c) != nil {
-			return
+func TestValidateImageRef(t *testing.T) {
+	for ref, ok := range map[string]bool{
+		"busybox":                            true,
+		"busybox:1.36":                       true,
+		"library/busybox:latest":             true,
+		"docker.io/library/busybox":          true,
+		"127.0.0.1:5000/e2e/busybox:latest":  true,
+		"localhost/app_x/a__b/c-d--e:v1.2-3": true,
+		"registry.k8s.io/pause@sha256:" + strings.Repeat("ab", 32):     true,
+		"registry.k8s.io/pause:3.9@sha256:" + strings.Repeat("ab", 32): true,
+		"sha256:" + strings.Repeat("0f", 32):                           true, // an image ID
+		"0f0f0f":                                                       true, // an ID prefix
+		"[::1]:5000/x":                                                 true,
+		"":                                                             false,
+		"../../etc/passwd":                                             false,
+		"/etc/passwd":                                                  false,
+		"registry.local/../../x:latest":                                false,
+		"127.0.0.1:5000/a//b":                                          false,
+		"a/b@sha256:../../x":                                           false,
+		"busybox:../x":                                                 false,
+		"Busybox":                                                      false,
+		"busybox\nx":                                                   false,
+		"bad_host.example:x/y":                                         false,
+		"x/" + strings.Repeat("a", 5000):                               false,
+	} {
+		err := validateImageRef("config.image.image", ref)
+		if (err == nil) != ok {
+			t.Errorf("validateImageRef(%.40q) = %v, want ok=%v", ref, err, ok)
 		}
-		_ = validateContainerConfig(&c)
-	})
-}
-
-func FuzzValidateSandboxConfig(f *testing.F) {
-	for _, c := range []*runtime.PodSandboxConfig{goodSandboxConfig(), {}, {Metadata: &runtime.PodSandboxMetadata{}}} {
-		b, _ := proto.Marshal(c)
-		f.Add(b)
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		var c runtime.PodSandboxConfig
-		if proto.Unmarshal(data, &c) != nil {
-			return
-		}
-		_ = validateSandboxConfig(&c)
-	})
 }

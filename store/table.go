@@ -116,6 +116,34 @@ func (t *Table[T]) Update(id string, fn func(*T) error) (T, error) {
 	return v, nil
 }
 
+// Observe is Update for a change that has already happened outside (a
+// process exited): when the write fails, on a full or read-only disk, the
+// in-memory record keeps the change anyway and the write's error is
+// returned. Memory must not keep saying "running" about a process that is
+// gone; the disk catches up at the next write, or the caller's start-up
+// repair derives the change again from where it was observed.
+func (t *Table[T]) Observe(id string, fn func(*T) error) (T, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.items[id]
+	if !ok {
+		var zero T
+		return zero, fmt.Errorf("record %s: %w", id, ErrNotFound)
+	}
+	if err := fn(&v); err != nil {
+		return t.items[id], err
+	}
+	t.items[id] = v
+	data, err := json.Marshal(v)
+	if err != nil {
+		return v, fmt.Errorf("encode record %s: %w", id, err)
+	}
+	if err := WriteFileAtomic(t.path(id), data, 0o600); err != nil {
+		return v, fmt.Errorf("store record %s: %w", id, err)
+	}
+	return v, nil
+}
+
 // Get returns the record with exactly this ID.
 func (t *Table[T]) Get(id string) (T, error) {
 	t.mu.RLock()

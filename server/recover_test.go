@@ -1,0 +1,90 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/network"
+)
+
+func TestProcessStartTime(t *testing.T) {
+	got, err := processStartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// This test process started a moment ago; the boot time has whole
+	// seconds, the start time clock ticks.
+	if now := time.Now(); got.After(now) || got.Before(now.Add(-10*time.Minute)) {
+		t.Fatalf("start time of this process = %v, now %v", got, now)
+	}
+	if _, err := processStartTime(1 << 30); err == nil {
+		t.Fatal("start time of a pid that cannot exist: no error")
+	}
+}
+
+func TestSandboxLoss(t *testing.T) {
+	id := strings.Repeat("a", 64)
+	gone := filepath.Join(t.TempDir(), "net") // not a namespace file
+	self, err := processStartTimeTicks(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name     string
+		rec      sandboxRecord
+		attached map[string]bool
+		lost     string // a word of the answer; "" for a whole sandbox
+	}{
+		{"host namespaces, no network", sandboxRecord{ID: id}, map[string]bool{}, ""},
+		{"pin gone", sandboxRecord{ID: id, Namespaces: network.Namespaces{Net: gone}}, nil, "pinned"},
+		{"network torn down", sandboxRecord{ID: id, NetworkUp: true}, map[string]bool{}, "network"},
+		{"network attached", sandboxRecord{ID: id, NetworkUp: true}, map[string]bool{id: true}, ""},
+		{"attachments unknown", sandboxRecord{ID: id, NetworkUp: true}, nil, ""},
+		{"infra process alive", sandboxRecord{ID: id, Infra: conmon.Infra{PID: os.Getpid(), StartTime: self}}, nil, ""},
+		{"infra process gone", sandboxRecord{ID: id, Infra: conmon.Infra{PID: os.Getpid(), StartTime: self + 1}}, nil, "infra"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := sandboxLoss(c.rec, c.attached)
+			if (got == "") != (c.lost == "") || !strings.Contains(got, c.lost) {
+				t.Fatalf("sandboxLoss = %q, want %q", got, c.lost)
+			}
+		})
+	}
+}
+
+func TestIDDirsOnlyListsIDs(t *testing.T) {
+	dir := t.TempDir()
+	id := strings.Repeat("0f", 32)
+	for _, name := range []string{id, "lost+found", strings.Repeat("x", 64), id[:10]} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, strings.Repeat("1", 64)), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := idDirs(dir); len(got) != 1 || got[0] != id {
+		t.Fatalf("idDirs = %v, want only %s", got, id)
+	}
+	if got := idDirs(filepath.Join(dir, "missing")); got != nil {
+		t.Fatalf("idDirs of a missing dir = %v", got)
+	}
+}
+
+// processStartTimeTicks is field 22 of /proc/PID/stat, as conmon records it.
+func processStartTimeTicks(pid int) (uint64, error) {
+	start, err := processStartTime(pid)
+	if err != nil {
+		return 0, err
+	}
+	boot, err := bootTime()
+	if err != nil {
+		return 0, err
+	}
+	return uint64(start.Sub(boot) * clockTicks / time.Second), nil
+}

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,11 +123,12 @@ type Daemon struct {
 	Runtime  internalapi.RuntimeService
 	Images   internalapi.ImageManagerService
 
-	t      testing.TB
-	args   []string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	stderr *syncBuffer
+	t                 testing.TB
+	args              []string
+	cmd               *exec.Cmd
+	exited            chan struct{}
+	stderr            *syncBuffer
+	cleanupRegistered bool
 }
 
 // DaemonOption changes how StartDaemon runs the daemon.
@@ -181,9 +183,20 @@ func StartDaemon(t testing.TB, opts ...DaemonOption) *Daemon {
 }
 
 // Start runs the daemon and connects the clients; the test fails if it does
-// not answer within 20 s.
+// not answer within 20 s. Start may be called again after the daemon died
+// (a restart on the same dirs): the stop registered by the first call stops
+// whichever process is current, and runs after the cleanups of the pods made
+// meanwhile, which a later registration would not.
 func (d *Daemon) Start() {
 	d.t.Helper()
+	if d.stderr != nil {
+		before := d.stderr.String()
+		d.t.Cleanup(func() {
+			if d.t.Failed() {
+				d.t.Logf("--- daemon output before the restart ---\n%s", before)
+			}
+		})
+	}
 	d.stderr = &syncBuffer{}
 	d.cmd = exec.Command(filepath.Join(binDir, "minicri"), d.args...)
 	d.cmd.Stderr = d.stderr
@@ -192,9 +205,13 @@ func (d *Daemon) Start() {
 	if err := d.cmd.Start(); err != nil {
 		d.t.Fatalf("start daemon: %v", err)
 	}
-	d.exited = make(chan struct{})
-	go func() { _ = d.cmd.Wait(); close(d.exited) }()
-	d.t.Cleanup(d.stopAndReport)
+	exited := make(chan struct{})
+	d.exited = exited
+	go func() { _ = d.cmd.Wait(); close(exited) }()
+	if !d.cleanupRegistered {
+		d.t.Cleanup(d.stopAndReport)
+		d.cleanupRegistered = true
+	}
 
 	if err := d.waitForSocket(20 * time.Second); err != nil {
 		d.t.Fatalf("daemon did not come up: %v\n--- daemon output ---\n%s", err, d.stderr.String())
@@ -211,6 +228,8 @@ func (d *Daemon) Start() {
 	d.Runtime, d.Images = rt, img
 }
 
+// waitForSocket waits until the socket accepts a connection: the file alone
+// appears at bind, before listen, and may be a stale one of a killed daemon.
 func (d *Daemon) waitForSocket(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -219,12 +238,13 @@ func (d *Daemon) waitForSocket(timeout time.Duration) error {
 			return fmt.Errorf("daemon exited: %v", d.cmd.ProcessState)
 		default:
 		}
-		if fi, err := os.Stat(d.Socket); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if conn, err := net.Dial("unix", d.Socket); err == nil {
+			conn.Close()
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("no socket at %s after %s", d.Socket, timeout)
+	return fmt.Errorf("no daemon answering on %s after %s", d.Socket, timeout)
 }
 
 // Signal sends sig to the daemon.

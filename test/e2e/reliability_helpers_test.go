@@ -1,0 +1,492 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// crashEnv is server.CrashEnv: the daemon SIGKILLs itself at the crash
+// point it names.
+const crashEnv = "MINICRI_TEST_CRASH_AT"
+
+// startDaemonCrashingAt starts a daemon that kills itself with SIGKILL when
+// it reaches the named crash point. Its restarts (Start again) do not crash.
+func startDaemonCrashingAt(t *testing.T, point string, opts ...DaemonOption) *Daemon {
+	t.Helper()
+	t.Setenv(crashEnv, point)
+	d := StartDaemon(t, opts...)
+	t.Setenv(crashEnv, "")
+	return d
+}
+
+// kill9 kills the daemon as a crash would and waits for it to be gone. The
+// cleanup that Start registered copes with a daemon that already exited.
+func (d *Daemon) kill9(t *testing.T) {
+	t.Helper()
+	d.Signal(syscall.SIGKILL)
+	d.Wait(10 * time.Second)
+	d.removeStaleSocket(t)
+}
+
+// removeStaleSocket removes the socket file a killed daemon left: Start
+// takes the socket file for the sign that the daemon is up, and the next
+// daemon replaces a stale one only after its start-up repair.
+func (d *Daemon) removeStaleSocket(t *testing.T) {
+	t.Helper()
+	if err := os.Remove(d.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+}
+
+// restart kills the daemon with SIGKILL and starts it again on the same
+// state root, run dir and socket.
+func (d *Daemon) restart(t *testing.T) {
+	t.Helper()
+	d.kill9(t)
+	d.Start()
+}
+
+// waitCrashed waits for the daemon to die at its crash point.
+func (d *Daemon) waitCrashed(t *testing.T, point string) {
+	t.Helper()
+	d.Wait(20 * time.Second)
+	if ws, ok := d.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("daemon ended with %v, want killed by SIGKILL at %s\n%s", d.cmd.ProcessState, point, d.Output())
+	}
+	if !strings.Contains(d.Output(), "crash point "+point+":") {
+		t.Fatalf("daemon was killed, but not at crash point %s:\n%s", point, d.Output())
+	}
+	d.removeStaleSocket(t)
+}
+
+// diskRecord is the part of a server record on disk the tests look at.
+type diskRecord struct {
+	ID, State string
+	Infra     struct{ PID int }
+	Monitor   struct{ PID int }
+	Bundle    string
+}
+
+// records reads the records of one kind ("sandboxes" or "containers")
+// straight from the state root, as a crashed daemon left them.
+func (d *Daemon) records(t *testing.T, kind string) []diskRecord {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(d.Root, kind, "*.json"))
+	var out []diskRecord
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r diskRecord
+		if err := json.Unmarshal(data, &r); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// containerRecord returns a container's record through verbose status.
+func (d *Daemon) containerRecord(t *testing.T, id string) diskRecord {
+	t.Helper()
+	resp, err := d.Runtime.ContainerStatus(context.Background(), id, true)
+	if err != nil {
+		t.Fatalf("ContainerStatus %s: %v", id, err)
+	}
+	var info struct{ Record diskRecord }
+	if err := json.Unmarshal([]byte(resp.GetInfo()["info"]), &info); err != nil {
+		t.Fatalf("verbose info of %s: %v", id, err)
+	}
+	return info.Record
+}
+
+// containerPID is the container's init as the runtime recorded it.
+func (d *Daemon) containerPID(t *testing.T, id string) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(d.RunDir, "containers", id, "pid"))
+	if err != nil {
+		t.Fatalf("container pid file: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatalf("container pid file: %v", err)
+	}
+	return pid
+}
+
+// podState returns a sandbox's state and first IP.
+func (d *Daemon) podState(t *testing.T, id string) (runtime.PodSandboxState, string) {
+	t.Helper()
+	resp, err := d.Runtime.PodSandboxStatus(context.Background(), id, false)
+	if err != nil {
+		t.Fatalf("PodSandboxStatus %s: %v", id, err)
+	}
+	return resp.GetStatus().GetState(), resp.GetStatus().GetNetwork().GetIp()
+}
+
+// execSync runs cmd in a container. ok is false, and the test goes on,
+// while ExecSync is not built (Unimplemented); any other error fails.
+func (d *Daemon) execSync(t *testing.T, id string, cmd ...string) (stdout string, ok bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, stderr, err := d.Runtime.ExecSync(ctx, id, cmd, 10*time.Second)
+	if status.Code(err) == codes.Unimplemented {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("ExecSync %v in %s: %v (stderr %q)", cmd, id, err, stderr)
+	}
+	return string(out), true
+}
+
+// removeAll stops and removes every sandbox of the daemon.
+func (d *Daemon) removeAll(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pods, err := d.Runtime.ListPodSandbox(ctx, nil)
+	if err != nil {
+		t.Fatalf("ListPodSandbox: %v", err)
+	}
+	for _, p := range pods {
+		if err := d.Runtime.StopPodSandbox(ctx, p.GetId()); err != nil {
+			t.Errorf("StopPodSandbox %s: %v", p.GetId(), err)
+		}
+		if err := d.Runtime.RemovePodSandbox(ctx, p.GetId()); err != nil {
+			t.Errorf("RemovePodSandbox %s: %v", p.GetId(), err)
+		}
+	}
+}
+
+// leakCheck lists what the daemon's pods and containers may leave behind.
+// Processes are given a few seconds to go: a killed monitor is reaped by
+// init, not at once.
+type leakCheck struct {
+	pids      []int    // infra processes and monitors that must be gone
+	ownMounts []string // mount points the test itself made
+}
+
+// assertNoLeaks fails the test for anything of the daemon's pods and
+// containers that is still there: mounts, processes, records, pod dirs,
+// bundles, root filesystems, runtime state, IP allocations, cgroups with
+// processes, and the given pids.
+func (d *Daemon) assertNoLeaks(t *testing.T, lc leakCheck) {
+	t.Helper()
+	var leaks []string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		leaks = d.leaks(lc)
+		if len(leaks) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(leaks) > 0 {
+		t.Errorf("left behind:\n  %s", strings.Join(leaks, "\n  "))
+	}
+}
+
+func (d *Daemon) leaks(lc leakCheck) []string {
+	var leaks []string
+	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(mounts), "\n") {
+			fields := strings.Fields(line)
+			if strings.Contains(line, d.Dir) && !slices.Contains(lc.ownMounts, fields[4]) {
+				leaks = append(leaks, "mount: "+line)
+			}
+		}
+	}
+	daemonPID := -1
+	if d.cmd != nil && d.cmd.Process != nil {
+		daemonPID = d.cmd.Process.Pid
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		cmdline, err := os.ReadFile(p)
+		if err != nil || pid == daemonPID || !strings.Contains(string(cmdline), d.RunDir) {
+			continue
+		}
+		leaks = append(leaks, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	for _, pid := range lc.pids {
+		if processRunning(pid) {
+			leaks = append(leaks, fmt.Sprintf("process %d still running", pid))
+		}
+	}
+	for _, dir := range []string{
+		filepath.Join(d.Root, "sandboxes"), filepath.Join(d.Root, "containers"),
+		filepath.Join(d.RunDir, "pods"), filepath.Join(d.RunDir, "containers"),
+		filepath.Join(d.Root, "image", "snapshots"),
+	} {
+		for _, name := range dirNames(dir) {
+			leaks = append(leaks, "file: "+filepath.Join(dir, name))
+		}
+	}
+	states, _ := filepath.Glob(filepath.Join(d.RunDir, "runtime", "*", "*"))
+	for _, s := range states {
+		leaks = append(leaks, "runtime state: "+s)
+	}
+	if ips := reservedIPs(filepath.Join(d.Dir, "ipam")); len(ips) > 0 {
+		leaks = append(leaks, fmt.Sprintf("IP allocations: %v", ips))
+	}
+	return append(leaks, busyCgroups()...)
+}
+
+// processRunning is true for a live, non-zombie process.
+func processRunning(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	return i < 0 || i+2 >= len(data) || (data[i+2] != 'Z' && data[i+2] != 'X')
+}
+
+func dirNames(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// busyCgroups lists the suite's cgroups that still hold a process.
+func busyCgroups() []string {
+	var busy []string
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, root := range roots {
+		_ = filepath.WalkDir(filepath.Join(root, cgroupParent), func(p string, e os.DirEntry, err error) error {
+			if err != nil || e.IsDir() || e.Name() != "cgroup.procs" {
+				return nil
+			}
+			if data, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(data))) > 0 {
+				busy = append(busy, "cgroup with processes: "+filepath.Dir(p))
+			}
+			return nil
+		})
+	}
+	return busy
+}
+
+// runningContainer is a container config of a process that runs until it
+// is killed, and logs "ready" first.
+func runningContainer(name, image string) *runtime.ContainerConfig {
+	return containerConfig(name, image, "sh", "-c", "echo ready; exec sleep 3600")
+}
+
+// waitLogged waits until a container's log holds want.
+func (d *Daemon) waitLogged(t *testing.T, id, want string) {
+	t.Helper()
+	path := d.status(t, id).GetLogPath()
+	waitFor(t, fmt.Sprintf("%q in the log of %s", want, id), 20*time.Second, func() bool {
+		b, _ := os.ReadFile(path)
+		return strings.Contains(string(b), want)
+	})
+}
+
+// stallProxy sits between the daemon and a registry and can hold a layer
+// download half-way, so that a test kills the daemon in the middle of a pull
+// at a known point rather than racing it.
+type stallProxy struct {
+	srv      *httptest.Server
+	upstream string
+
+	mu      sync.Mutex
+	stall   bool
+	stalled chan struct{} // closed once a download is held half-way
+	release chan struct{} // closed by the test to let held downloads go on
+}
+
+func startStallProxy(t *testing.T, upstream string) *stallProxy {
+	t.Helper()
+	p := &stallProxy{upstream: upstream, stalled: make(chan struct{}), release: make(chan struct{})}
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(func() {
+		p.unstall()
+		p.srv.CloseClientConnections()
+		p.srv.Close()
+	})
+	return p
+}
+
+func (p *stallProxy) host() string { return strings.TrimPrefix(p.srv.URL, "http://") }
+
+// stallLayers makes the next layer download stop half-way until unstall.
+func (p *stallProxy) stallLayers() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stall = true
+}
+
+func (p *stallProxy) unstall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stall = false
+	select {
+	case <-p.release:
+	default:
+		close(p.release)
+	}
+}
+
+// layerBlobMin tells a layer from a config blob: the test image's layer is
+// far bigger, its config far smaller.
+const layerBlobMin = 64 << 10
+
+func (p *stallProxy) serve(w http.ResponseWriter, r *http.Request) {
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+p.upstream+r.URL.RequestURI(), r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	req.Header = r.Header.Clone()
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	if p.shouldStall(r, resp) {
+		half := resp.ContentLength / 2
+		_, _ = io.CopyN(w, resp.Body, half)
+		w.(http.Flusher).Flush()
+		p.mu.Lock()
+		select {
+		case <-p.stalled:
+		default:
+			close(p.stalled)
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.release:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	_, _ = io.Copy(w, resp.Body)
+}
+
+func (p *stallProxy) shouldStall(r *http.Request, resp *http.Response) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stall && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") &&
+		resp.StatusCode == http.StatusOK && resp.ContentLength > layerBlobMin
+}
+
+// waitStalled waits until a layer download is held half-way.
+func (p *stallProxy) waitStalled(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.stalled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no layer download reached the proxy within 30 s")
+	}
+}
+
+// fillDisk writes a file under dir until the file system is full, and
+// returns its path; removing it frees the space again.
+func fillDisk(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "filler")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := bufio.NewWriterSize(f, 1<<20)
+	chunk := make([]byte, 1<<20)
+	for {
+		if _, err := w.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill %s: %v", dir, err)
+			}
+			break
+		}
+	}
+	// The last partial pages: byte by byte until nothing more fits.
+	for {
+		if _, err := f.Write(chunk[:4096]); err != nil {
+			break
+		}
+	}
+	for {
+		if _, err := f.Write(chunk[:1]); err != nil {
+			break
+		}
+	}
+	return path
+}
+
+// mountTmpfs mounts a tmpfs of the given size on dir until the test ends.
+// Call it before the daemon starts: cleanups run last-in first-out, so the
+// daemon is stopped before the unmount.
+func mountTmpfs(t *testing.T, dir, size string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Fatalf("mount tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() { unmountQuietly(dir) })
+}
+
+// bindReadOnly makes dir read-only through a read-only bind mount of
+// itself; the returned undo (also run at the end of the test) removes it.
+func bindReadOnly(t *testing.T, dir string) (undo func()) {
+	t.Helper()
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind %s: %v", dir, err)
+	}
+	undo = func() { unmountQuietly(dir) }
+	t.Cleanup(undo)
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+		undo()
+		t.Fatalf("remount %s read-only: %v", dir, err)
+	}
+	return undo
+}
+
+// unmountQuietly detaches what is mounted on dir; nothing there is fine.
+func unmountQuietly(dir string) {
+	for range 4 {
+		if unix.Unmount(dir, unix.MNT_DETACH) != nil {
+			return
+		}
+	}
+}
+
+// errorCode is a gRPC error's code and message, for messages.
+func errorCode(err error) string {
+	return fmt.Sprintf("%v: %s", status.Code(err), status.Convert(err).Message())
+}

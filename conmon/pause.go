@@ -2,7 +2,11 @@ package conmon
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,11 +25,14 @@ type Infra struct {
 // outlives the daemon. Containers join its namespace through
 // /proc/PID/ns/pid; a PID namespace cannot be pinned by a bind mount the way
 // the others are, because it dies with its first process.
-func StartPause(binary string) (Infra, error) {
+//
+// podDir (the pod's own directory) labels the process: FindPauses finds it
+// by that label, and a daemon only ever claims the pods under its run dir.
+func StartPause(binary, podDir string) (Infra, error) {
 	if binary == "" {
 		binary = BinaryName
 	}
-	cmd := exec.Command(binary, "pause")
+	cmd := exec.Command(binary, "pause", pauseLabel, podDir)
 	cmd.Dir = "/"
 	cmd.Env = monitorEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID}
@@ -40,6 +47,35 @@ func StartPause(binary string) (Infra, error) {
 		return Infra{}, fmt.Errorf("pod infra process %d: %w", pid, err)
 	}
 	return Infra{PID: pid, StartTime: started}, nil
+}
+
+// pauseLabel precedes the pod dir on an infra process's command line.
+const pauseLabel = "--pod"
+
+// FindPauses lists the running infra processes by the pod dir they were
+// started for, from their command lines. A daemon killed between starting an infra process and
+// recording it can only find it this way.
+func FindPauses() map[string]Infra {
+	found := map[string]Infra{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+		if len(args) != 4 || filepath.Base(args[0]) != BinaryName || args[1] != "pause" || args[2] != pauseLabel {
+			continue
+		}
+		if started, err := startTime(pid); err == nil && Alive(pid, started) {
+			found[args[3]] = Infra{PID: pid, StartTime: started}
+		}
+	}
+	return found
 }
 
 // StopPause kills the infra process, and with it every process left in its

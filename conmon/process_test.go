@@ -261,11 +261,15 @@ func TestPauseReapsOrphansAndExitsOnTerm(t *testing.T) {
 
 func TestStartPauseAndStopPause(t *testing.T) {
 	requireRuntime(t)
-	infra, err := conmon.StartPause(monitorBinary)
+	podDir := filepath.Join(t.TempDir(), "pods", "test-pod")
+	infra, err := conmon.StartPause(monitorBinary, podDir)
 	if err != nil {
 		t.Fatalf("StartPause: %v", err)
 	}
 	t.Cleanup(func() { conmon.StopPause(infra) })
+	if found := conmon.FindPauses()[podDir]; found != infra {
+		t.Errorf("FindPauses()[%s] = %+v, want %+v", podDir, found, infra)
+	}
 	if !conmon.Alive(infra.PID, infra.StartTime) {
 		t.Fatal("infra process not alive after StartPause")
 	}

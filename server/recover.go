@@ -192,6 +192,24 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 			s.sweep("container root filesystem", id, s.images.RemoveRootfs(id))
 		}
 	}
+	s.sweepInfraProcesses()
+}
+
+// sweepInfraProcesses kills the infra processes of this daemon's run dir
+// that no sandbox record holds: a crash between starting one and recording
+// it leaves one that only its command line can find.
+func (s *Server) sweepInfraProcesses() {
+	pods := filepath.Join(s.cfg.RunDir, "pods")
+	for dir, infra := range conmon.FindPauses() {
+		if filepath.Dir(dir) != pods {
+			continue // another daemon's, or a stray: not ours to kill
+		}
+		id := filepath.Base(dir)
+		if rec, err := s.sandboxes.Get(id); err == nil && rec.Infra == infra {
+			continue
+		}
+		s.sweep("pod infra process", id, conmon.StopPause(infra))
+	}
 }
 
 func (s *Server) sweep(what, id string, err error) {

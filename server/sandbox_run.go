@@ -100,10 +100,11 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	}
 	crashPoint("sandbox-after-pin")
 	if sharesPIDNamespace(cfg) {
-		infra, err := conmon.StartPause(s.monitorPath)
+		infra, err := conmon.StartPause(s.monitorPath, rec.Dir)
 		if err != nil {
 			return err
 		}
+		crashPoint("sandbox-infra-unrecorded") // found again only by its command line
 		rec.Infra = infra
 		if err := s.sandboxes.Put(id, rec); err != nil {
 			return err

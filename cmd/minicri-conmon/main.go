@@ -27,7 +27,7 @@ import (
 const usage = `usage: minicri-conmon --id ID --bundle DIR --runtime PATH --exit-file FILE --socket-dir DIR
          [--runtime-root DIR] [--runtime-arg ARG]... [--log-path FILE] [--log-max-line BYTES]
          [--terminal] [--stdin [--stdin-once]]
-       minicri-conmon pause
+       minicri-conmon pause [--pod DIR]
 `
 
 func main() {
@@ -36,7 +36,9 @@ func main() {
 		// The second image of a monitor: its descriptors are its state.
 		os.Exit(monitor.Serve(args[1:]))
 	}
-	if len(args) == 1 && args[0] == "pause" {
+	// The pod dir after pause only labels the process, for operators and for
+	// the daemon's start-up repair (conmon.FindPauses).
+	if len(args) > 0 && args[0] == "pause" {
 		monitor.CloseInheritedFDs(-1)
 		os.Exit(monitor.Pause())
 	}

@@ -13,6 +13,7 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/test/registry"
 	"github.com/minicri/minicri/test/testimage"
 )
@@ -27,7 +28,7 @@ import (
 // steps: record, namespace pins, infra process, CNI ADD, and just before the
 // sandbox is ready.
 func TestCrashDuringRunPodSandboxRollsBack(t *testing.T) {
-	for _, point := range []string{"sandbox-after-record", "sandbox-after-pin", "sandbox-after-infra", "sandbox-after-network", "sandbox-before-ready"} {
+	for _, point := range []string{"sandbox-after-record", "sandbox-after-pin", "sandbox-infra-unrecorded", "sandbox-after-infra", "sandbox-after-network", "sandbox-before-ready"} {
 		t.Run(point, func(t *testing.T) {
 			d := startDaemonCrashingAt(t, point)
 			d.bridgeNetwork(t)
@@ -45,6 +46,11 @@ func TestCrashDuringRunPodSandboxRollsBack(t *testing.T) {
 				}
 				if r.Infra.PID > 0 {
 					lc.pids = append(lc.pids, r.Infra.PID)
+				}
+			}
+			for dir, infra := range conmon.FindPauses() {
+				if strings.HasPrefix(dir, d.RunDir+"/") {
+					lc.pids = append(lc.pids, infra.PID)
 				}
 			}
 

@@ -60,31 +60,8 @@ func (r streamRuntime) Attach(ctx context.Context, containerID string, st stream
 	return nil
 }
 
-// monitorResizes passes a client's terminal sizes on to the monitor until
-// stop is called.
 func monitorResizes(in <-chan streaming.TerminalSize) (<-chan conmon.Size, func()) {
-	if in == nil {
-		return nil, func() {}
-	}
-	out := make(chan conmon.Size)
-	done := make(chan struct{})
-	go func() {
-		defer close(out)
-		for {
-			select {
-			case <-done:
-				return
-			case size, ok := <-in:
-				if !ok {
-					return
-				}
-				select {
-				case out <- conmon.Size{Rows: size.Height, Cols: size.Width}:
-				case <-done:
-					return
-				}
-			}
-		}
-	}()
-	return out, func() { close(done) }
+	return forwardResizes(in, func(s streaming.TerminalSize) conmon.Size {
+		return conmon.Size{Rows: s.Height, Cols: s.Width}
+	})
 }

@@ -59,16 +59,12 @@ func validateStreams(stdin, stdout, stderr, tty bool) error {
 
 // runningContainer returns the record of a running container.
 func (s *Server) runningContainer(idOrPrefix string) (containerRecord, error) {
-	id, err := s.resolveContainer("container_id", idOrPrefix)
+	rec, err := s.lookupContainer(idOrPrefix)
 	if err != nil {
 		return containerRecord{}, fmt.Errorf("container %q: %w", idOrPrefix, err)
 	}
-	rec, err := s.containers.Get(id)
-	if err != nil {
-		return containerRecord{}, err
-	}
 	if rec.State != stateRunning {
-		return containerRecord{}, fmt.Errorf("%w: container %s is %s", errNotRunning, id, rec.State)
+		return containerRecord{}, fmt.Errorf("%w: container %s is %s", errNotRunning, rec.ID, rec.State)
 	}
 	return rec, nil
 }
@@ -193,13 +189,14 @@ func endAfterExit(ctx context.Context, cancel context.CancelFunc, exited <-chan 
 	}
 }
 
-// ociResizes passes a client's terminal sizes on to the exec until stop is
-// called: the goroutine never outlives the exec, started or not.
-func ociResizes(in <-chan streaming.TerminalSize) (<-chan oci.TerminalSize, func()) {
+// forwardResizes passes a client's terminal sizes on, converted, until stop
+// is called or the client's stream ends: the goroutine never outlives the
+// exec or attach it serves, started or not.
+func forwardResizes[T any](in <-chan streaming.TerminalSize, convert func(streaming.TerminalSize) T) (<-chan T, func()) {
 	if in == nil {
 		return nil, func() {}
 	}
-	out := make(chan oci.TerminalSize)
+	out := make(chan T)
 	done := make(chan struct{})
 	go func() {
 		defer close(out)
@@ -212,7 +209,7 @@ func ociResizes(in <-chan streaming.TerminalSize) (<-chan oci.TerminalSize, func
 					return
 				}
 				select {
-				case out <- oci.TerminalSize{Width: size.Width, Height: size.Height}:
+				case out <- convert(size):
 				case <-done:
 					return
 				}
@@ -220,4 +217,10 @@ func ociResizes(in <-chan streaming.TerminalSize) (<-chan oci.TerminalSize, func
 		}
 	}()
 	return out, func() { close(done) }
+}
+
+func ociResizes(in <-chan streaming.TerminalSize) (<-chan oci.TerminalSize, func()) {
+	return forwardResizes(in, func(s streaming.TerminalSize) oci.TerminalSize {
+		return oci.TerminalSize{Width: s.Width, Height: s.Height}
+	})
 }

@@ -14,19 +14,15 @@ import (
 // ReopenContainerLog makes the container's monitor start a new log file at
 // the log path, after the kubelet renamed the old one for rotation.
 func (s *Server) ReopenContainerLog(ctx context.Context, req *runtime.ReopenContainerLogRequest) (*runtime.ReopenContainerLogResponse, error) {
-	id, err := s.resolveContainer("container_id", req.GetContainerId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	rec, err := s.containers.Get(id)
+	rec, err := s.lookupContainer(req.GetContainerId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	if rec.State != stateRunning {
-		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s: only a running container's log can be reopened", id, rec.State)
+		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s: only a running container's log can be reopened", rec.ID, rec.State)
 	}
 	if err := conmon.ReopenLog(ctx, rec.Bundle); err != nil {
-		return nil, toStatus(fmt.Errorf("reopen log of container %s: %w", id, err))
+		return nil, toStatus(fmt.Errorf("reopen log of container %s: %w", rec.ID, err))
 	}
 	return &runtime.ReopenContainerLogResponse{}, nil
 }

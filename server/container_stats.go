@@ -16,17 +16,13 @@ import (
 // read from its cgroup and its rootfs. The kubelet's CRI stats provider
 // calls the List form every few seconds for the summary API and eviction.
 func (s *Server) ContainerStats(ctx context.Context, req *runtime.ContainerStatsRequest) (*runtime.ContainerStatsResponse, error) {
-	id, err := s.resolveContainer("container_id", req.GetContainerId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	rec, err := s.containers.Get(id)
+	rec, err := s.lookupContainer(req.GetContainerId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	st, err := s.containerStats(rec)
 	if err != nil {
-		return nil, toStatus(fmt.Errorf("stats of container %s: %w", id, err))
+		return nil, toStatus(fmt.Errorf("stats of container %s: %w", rec.ID, err))
 	}
 	return &runtime.ContainerStatsResponse{Stats: st}, nil
 }

@@ -9,11 +9,7 @@ import (
 
 // ContainerStatus reports a container's state, times, exit and config.
 func (s *Server) ContainerStatus(ctx context.Context, req *runtime.ContainerStatusRequest) (*runtime.ContainerStatusResponse, error) {
-	id, err := s.resolveContainer("container_id", req.GetContainerId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	rec, err := s.containers.Get(id)
+	rec, err := s.lookupContainer(req.GetContainerId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

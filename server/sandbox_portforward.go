@@ -33,16 +33,12 @@ func (s *Server) PortForward(ctx context.Context, req *runtime.PortForwardReques
 
 // readySandbox returns a ready sandbox's record, or a status error.
 func (s *Server) readySandbox(idOrPrefix string) (sandboxRecord, error) {
-	id, err := s.resolveSandbox("pod_sandbox_id", idOrPrefix)
+	sb, err := s.lookupSandbox(idOrPrefix)
 	if err != nil {
 		return sandboxRecord{}, toStatus(fmt.Errorf("pod sandbox %q: %w", idOrPrefix, err))
 	}
-	sb, err := s.sandboxes.Get(id)
-	if err != nil {
-		return sandboxRecord{}, toStatus(err)
-	}
 	if sb.State != stateReady {
-		return sandboxRecord{}, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready (%s)", id, sb.State)
+		return sandboxRecord{}, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready (%s)", sb.ID, sb.State)
 	}
 	return sb, nil
 }

@@ -15,17 +15,13 @@ import (
 // PodSandboxStats reports a pod's usage: the sum of its running containers'
 // CPU and memory, with each container's own stats beside it.
 func (s *Server) PodSandboxStats(ctx context.Context, req *runtime.PodSandboxStatsRequest) (*runtime.PodSandboxStatsResponse, error) {
-	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	rec, err := s.sandboxes.Get(id)
+	rec, err := s.lookupSandbox(req.GetPodSandboxId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	st, err := s.sandboxStats(rec)
 	if err != nil {
-		return nil, toStatus(fmt.Errorf("stats of pod sandbox %s: %w", id, err))
+		return nil, toStatus(fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err))
 	}
 	return &runtime.PodSandboxStatsResponse{Stats: st}, nil
 }

@@ -10,11 +10,7 @@ import (
 
 // PodSandboxStatus reports a sandbox's state, IPs and namespace modes.
 func (s *Server) PodSandboxStatus(ctx context.Context, req *runtime.PodSandboxStatusRequest) (*runtime.PodSandboxStatusResponse, error) {
-	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	rec, err := s.sandboxes.Get(id)
+	rec, err := s.lookupSandbox(req.GetPodSandboxId())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -580,6 +580,24 @@ func (s *Server) resolveContainer(field, id string) (string, error) {
 	return s.containers.Resolve(id)
 }
 
+// lookupContainer is resolveContainer and the record it names.
+func (s *Server) lookupContainer(id string) (containerRecord, error) {
+	full, err := s.resolveContainer("container_id", id)
+	if err != nil {
+		return containerRecord{}, err
+	}
+	return s.containers.Get(full)
+}
+
+// lookupSandbox is resolveSandbox and the record it names.
+func (s *Server) lookupSandbox(id string) (sandboxRecord, error) {
+	full, err := s.resolveSandbox("pod_sandbox_id", id)
+	if err != nil {
+		return sandboxRecord{}, err
+	}
+	return s.sandboxes.Get(full)
+}
+
 // validateIDFilter checks an optional ID prefix of a List filter.
 func validateIDFilter(field, id string) error {
 	if id == "" {

@@ -95,25 +95,7 @@ func (t *Table[T]) Put(id string, v T) error {
 // table's lock so that two updates of one record cannot lose each other's
 // change. fn must be quick: it must not call into the table or block.
 func (t *Table[T]) Update(id string, fn func(*T) error) (T, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	v, ok := t.items[id]
-	if !ok {
-		var zero T
-		return zero, fmt.Errorf("record %s: %w", id, ErrNotFound)
-	}
-	if err := fn(&v); err != nil {
-		return t.items[id], err
-	}
-	data, err := json.Marshal(v)
-	if err != nil {
-		return t.items[id], fmt.Errorf("encode record %s: %w", id, err)
-	}
-	if err := WriteFileAtomic(t.path(id), data, 0o600); err != nil {
-		return t.items[id], fmt.Errorf("store record %s: %w", id, err)
-	}
-	t.items[id] = v
-	return v, nil
+	return t.modify(id, fn, false)
 }
 
 // Observe is Update for a change that has already happened outside (a
@@ -123,6 +105,12 @@ func (t *Table[T]) Update(id string, fn func(*T) error) (T, error) {
 // gone; the disk catches up at the next write, or the caller's start-up
 // repair derives the change again from where it was observed.
 func (t *Table[T]) Observe(id string, fn func(*T) error) (T, error) {
+	return t.modify(id, fn, true)
+}
+
+// modify is Update and Observe: keepOnWriteError says whether memory takes
+// the change when the disk does not.
+func (t *Table[T]) modify(id string, fn func(*T) error, keepOnWriteError bool) (T, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	v, ok := t.items[id]
@@ -133,14 +121,17 @@ func (t *Table[T]) Observe(id string, fn func(*T) error) (T, error) {
 	if err := fn(&v); err != nil {
 		return t.items[id], err
 	}
-	t.items[id] = v
+	if keepOnWriteError {
+		t.items[id] = v
+	}
 	data, err := json.Marshal(v)
+	if err == nil {
+		err = WriteFileAtomic(t.path(id), data, 0o600)
+	}
 	if err != nil {
-		return v, fmt.Errorf("encode record %s: %w", id, err)
+		return t.items[id], fmt.Errorf("store record %s: %w", id, err)
 	}
-	if err := WriteFileAtomic(t.path(id), data, 0o600); err != nil {
-		return v, fmt.Errorf("store record %s: %w", id, err)
-	}
+	t.items[id] = v
 	return v, nil
 }
 

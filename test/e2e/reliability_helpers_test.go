@@ -231,6 +231,13 @@ func (d *Daemon) leaks(lc leakCheck) []string {
 		if err != nil || pid == daemonPID || !strings.Contains(string(cmdline), d.RunDir) {
 			continue
 		}
+		// A pod's infra process names its pod dir: it is left behind only
+		// when that pod is gone.
+		if args := strings.Split(string(cmdline), "\x00"); len(args) >= 4 && args[1] == "pause" && args[2] == "--pod" {
+			if _, err := os.Stat(args[3]); err == nil {
+				continue
+			}
+		}
 		leaks = append(leaks, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
 	}
 	for _, pid := range lc.pids {

@@ -69,11 +69,27 @@ func (m *monitor) serve() {
 	}
 }
 
+// done is true once the container's output is drained and every attached
+// client has been sent what was queued for it (closing a client's socket
+// with frames still queued would cut the tail of its output), or at the
+// drain deadline, whichever comes first.
 func (m *monitor) done() bool {
 	if m.exit == nil {
 		return false
 	}
-	return m.stdout.fd < 0 && m.stderr.fd < 0 || time.Now().UnixNano() >= m.drainUntil
+	if time.Now().UnixNano() >= m.drainUntil {
+		return true
+	}
+	return m.stdout.fd < 0 && m.stderr.fd < 0 && !m.clientsBehind()
+}
+
+func (m *monitor) clientsBehind() bool {
+	for _, c := range m.clients {
+		if c.pendingBytes > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *monitor) waitMillis() int {

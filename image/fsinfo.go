@@ -1,15 +1,14 @@
 package image
 
 import (
-	"bufio"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/minicri/minicri/internal/mountinfo"
 )
 
 // usageTTL is how long FsInfo answers from its last walk when no image was
@@ -97,54 +96,15 @@ func diskUsage(root string) (bytes, inodes uint64, err error) {
 	return bytes, inodes, err
 }
 
-// mountpointOf finds the mount that holds path in /proc/self/mountinfo.
+// mountpointOf finds the mount that holds path.
 func mountpointOf(path string) (string, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return "", err
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	m, err := mountinfo.Lookup(mountinfo.Path, real)
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	best := ""
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if (real == mp || strings.HasPrefix(real, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > len(best) {
-			best = mp
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	if best == "" {
-		return "", fmt.Errorf("no mount holds %s", real)
-	}
-	return best, nil
-}
-
-// unescapeMountinfo decodes the octal escapes (\040 for a space) of mountinfo.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return m.Point, nil
 }

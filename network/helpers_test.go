@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/mountinfo"
 )
 
 // Host state the CNI plugins change globally and the tests put back:
@@ -273,8 +275,8 @@ func mountsUnder(t *testing.T, dir string) []string {
 	}
 	var found []string
 	for _, line := range strings.Split(string(data), "\n") {
-		if mp, _, ok := parseMountInfoLine(line); ok && pathUnder(mp, dir) {
-			found = append(found, mp)
+		if m, ok := mountinfo.ParseLine(line); ok && mountinfo.Within(m.Point, dir) {
+			found = append(found, m.Point)
 		}
 	}
 	return found

@@ -231,23 +231,6 @@ func TestPinNamespacesOnSharedMount(t *testing.T) {
 	assertUnpinned(t, ns)
 }
 
-func TestParseMountInfoLine(t *testing.T) {
-	for _, tc := range []struct {
-		line, mountPoint, optional string
-		ok                         bool
-	}{
-		{"27 1 254:0 / / rw,relatime - ext4 /dev/vda rw", "/", "", true},
-		{"41 31 0:38 / /sys/fs/cgroup/unified rw shared:9 master:2 - cgroup2 cgroup2 rw", "/sys/fs/cgroup/unified", "shared:9 master:2", true},
-		{`50 27 0:40 / /mnt/with\040space rw shared:3 - tmpfs tmpfs rw`, "/mnt/with space", "shared:3", true},
-		{"garbage", "", "", false},
-	} {
-		mp, opt, ok := parseMountInfoLine(tc.line)
-		if mp != tc.mountPoint || opt != tc.optional || ok != tc.ok {
-			t.Errorf("parseMountInfoLine(%q) = %q, %q, %v; want %q, %q, %v", tc.line, mp, opt, ok, tc.mountPoint, tc.optional, tc.ok)
-		}
-	}
-}
-
 // A throwaway thread that happened to be the main thread could not be ended:
 // the runtime would park it for good, in the pod's namespaces, and
 // /proc/self/ns would show them. Pin often enough to land there.

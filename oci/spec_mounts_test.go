@@ -219,16 +219,6 @@ func TestMountPropagation(t *testing.T) {
 	}
 }
 
-func TestParseMountInfoLine(t *testing.T) {
-	point, opt, ok := parseMountInfoLine(`36 35 98:0 /mnt1 /mnt\040two rw,noatime master:1 shared:3 - ext3 /dev/root rw`)
-	if !ok || point != "/mnt two" || opt != "master:1 shared:3" {
-		t.Errorf("parse = %q %q %v", point, opt, ok)
-	}
-	if _, _, ok := parseMountInfoLine("garbage"); ok {
-		t.Errorf("garbage parsed")
-	}
-}
-
 func TestDevices(t *testing.T) {
 	if _, err := os.Stat("/dev/null"); err != nil {
 		t.Skip("no /dev/null")

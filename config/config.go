@@ -33,6 +33,7 @@ type RuntimeConfig struct {
 	DefaultHandler    string                    `toml:"default_handler" comment:"Handler used when a pod names none (RuntimeClass unset)."`
 	MonitorPath       string                    `toml:"monitor_path" comment:"Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH."`
 	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged."`
+	MonitorShare      int                       `toml:"monitor_share" comment:"Containers one minicri-conmon process serves at most. A pod's containers share one where they fit, and pods fill a monitor before another starts: each saves a Go runtime (about 0.5 MiB). 1 gives every container its own monitor; a monitor that dies ends the logs and the containers it served."`
 	Handlers          map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
 }
 
@@ -84,6 +85,7 @@ func Default() Config {
 			DefaultHandler:    "runc",
 			MonitorPath:       "minicri-conmon",
 			ExecSyncMaxOutput: 16 << 20,
+			MonitorShare:      8,
 			Handlers: map[string]RuntimeHandler{
 				"runc": {Path: "runc"},
 				"crun": {Path: "crun"},
@@ -170,6 +172,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Streaming.TokenTTL <= 0 {
 		return &InvalidError{"streaming.token_ttl", "must be positive"}
+	}
+	if c.Runtime.MonitorShare < 1 {
+		return &InvalidError{"runtime.monitor_share", "must be at least 1 container"}
 	}
 	if c.Runtime.ExecSyncMaxOutput < 1 {
 		return &InvalidError{"runtime.exec_sync_max_output", "must be at least 1 byte"}

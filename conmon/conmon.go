@@ -46,6 +46,10 @@ type Options struct {
 	Stdin       bool     // keep the container's stdin open for attach
 	StdinOnce   bool     // close stdin when the first attach session that used it ends
 	Binary      string   // path to minicri-conmon; BinaryName in $PATH when empty
+	// JoinDir makes the monitor Create starts a shared one: further
+	// containers join it there (Join). The directory is the monitor's; it
+	// removes it when it exits. Empty: a monitor for this container only.
+	JoinDir string
 }
 
 // Created is what Create reports about a running monitor. Keep all three:
@@ -85,7 +89,7 @@ func (o Options) config() (wire.Config, error) {
 		src string
 	}{
 		{&c.Bundle, o.Bundle}, {&c.ExitFile, o.ExitFile}, {&c.SocketDir, o.SocketDir},
-		{&c.LogPath, o.LogPath}, {&c.RuntimeRoot, o.RuntimeRoot},
+		{&c.LogPath, o.LogPath}, {&c.RuntimeRoot, o.RuntimeRoot}, {&c.JoinDir, o.JoinDir},
 	} {
 		if p.src == "" {
 			continue

@@ -140,7 +140,11 @@ type container struct {
 	cgroup  string // the cgroup parent made for this container alone
 	opts    conmon.Options
 	created conmon.Created
+	joined  bool // created by a shared monitor's join
 }
+
+// shared reports whether the container's monitor may serve others.
+func (c *container) shared() bool { return c.joined || c.opts.JoinDir != "" }
 
 // newContainer prepares a bundle running args; edit may change the spec
 // and the options before anything is created.
@@ -234,6 +238,39 @@ func (c *container) create() {
 	c.created = created
 }
 
+// join has the shared monitor in joinDir create the container, and starts it.
+func (c *container) join(joinDir string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	created, err := conmon.Join(ctx, joinDir, c.opts)
+	if err != nil {
+		c.t.Fatalf("Join: %v", err)
+	}
+	c.created, c.joined = created, true
+	c.runc("start", c.id)
+}
+
+// waitDone waits until the monitor is done with the container and returns
+// the exit file's status; the monitor may go on serving others.
+func (c *container) waitDone(timeout time.Duration) conmon.Exit {
+	c.t.Helper()
+	done, err := conmon.WatchContainer(c.opts.SocketDir)
+	if err != nil {
+		c.t.Fatalf("WatchContainer: %v", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		c.t.Fatalf("monitor %d still serving %s after %v", c.created.MonitorPID, c.id, timeout)
+	}
+	e, ok, err := conmon.ReadExit(c.opts.ExitFile)
+	if err != nil || !ok {
+		c.t.Fatalf("ReadExit once the monitor was done: ok=%v err=%v", ok, err)
+	}
+	return e
+}
+
 // run creates and starts the container.
 func (c *container) run() {
 	c.t.Helper()
@@ -272,7 +309,18 @@ func (c *container) waitExit(timeout time.Duration) conmon.Exit {
 // monitor, reaps what the test process adopted and removes the cgroups.
 func (c *container) cleanup() {
 	exec.Command("runc", "--root", c.opts.RuntimeRoot, "delete", "--force", c.id).Run()
-	if c.created.MonitorPID != 0 {
+	if c.shared() {
+		// The monitor may serve others still: wait until it is done with
+		// this container only.
+		if done, err := conmon.WatchContainer(c.opts.SocketDir); err == nil {
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				c.t.Errorf("shared monitor %d still serves %s after it was deleted", c.created.MonitorPID, c.id)
+			}
+		}
+		reapAdopted(c.created.MonitorPID, c.created.ContainerPID)
+	} else if c.created.MonitorPID != 0 {
 		gone, err := conmon.WatchMonitor(c.created.MonitorPID, c.created.MonitorStartTime)
 		if err == nil {
 			select {

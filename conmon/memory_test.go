@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/conmon"
 )
 
 // memory is a process's share of memory from /proc/PID/smaps_rollup, in KiB.
@@ -44,7 +48,54 @@ func readMemory(t *testing.T, pid int) memory {
 	return m
 }
 
-func average(t *testing.T, pids []int) memory {
+
+func (m memory) String() string {
+	return fmt.Sprintf("PSS %4d KiB  private %4d KiB  RSS %4d KiB", m.pss, m.private, m.rss)
+}
+
+// TestMonitorMemory measures idle containers, 3 and 20 of them, under
+// monitors of their own, under one shared monitor, and under Debian's C
+// conmon when it is installed: the PSS each container costs, side by side.
+// It logs the numbers (go test -v -run TestMonitorMemory; make bench shows
+// them) and asserts a generous bound, and that sharing saves memory. Each
+// kind runs alone (a subtest cleans up before the next): other monitors
+// would share pages and flatter the numbers. Not parallel for the same
+// reason.
+func TestMonitorMemory(t *testing.T) {
+	requireRuntime(t)
+	for _, n := range []int{3, 20} {
+		var own, shared memory
+		t.Run(fmt.Sprintf("own-%d", n), func(t *testing.T) {
+			pids := startIdleContainers(t, n)
+			settle(t, pids)
+			own = perContainer(t, pids, n)
+			t.Logf("minicri-conmon, a monitor per container, %2d containers: %v per container", n, own)
+		})
+		t.Run(fmt.Sprintf("shared-%d", n), func(t *testing.T) {
+			pids := startSharedContainers(t, n)
+			settle(t, pids)
+			shared = perContainer(t, pids, n)
+
+			t.Logf("minicri-conmon, one shared monitor,      %2d containers: %v per container", n, shared)
+		})
+		if own.pss > 4096 || own.private > 4096 {
+			t.Errorf("minicri-conmon with %d containers uses %v each, want under 4 MiB", n, own)
+		}
+		if shared.pss >= own.pss {
+			t.Errorf("a shared monitor costs %v per container, a monitor of its own %v: sharing saves nothing", shared, own)
+		}
+		if _, err := os.Stat("/usr/bin/conmon"); err == nil {
+			t.Run(fmt.Sprintf("conmon-%d", n), func(t *testing.T) {
+				pids := startIdleConmons(t, n)
+				settle(t, pids)
+				t.Logf("C conmon 2.1.6,                          %2d containers: %v per container", n, perContainer(t, pids, n))
+			})
+		}
+	}
+}
+
+// perContainer is the memory of the processes divided among n containers.
+func perContainer(t *testing.T, pids []int, n int) memory {
 	var sum memory
 	for _, pid := range pids {
 		m := readMemory(t, pid)
@@ -52,35 +103,7 @@ func average(t *testing.T, pids []int) memory {
 		sum.private += m.private
 		sum.rss += m.rss
 	}
-	n := len(pids)
 	return memory{pss: sum.pss / n, private: sum.private / n, rss: sum.rss / n}
-}
-
-func (m memory) String() string {
-	return fmt.Sprintf("PSS %4d KiB  private %4d KiB  RSS %4d KiB", m.pss, m.private, m.rss)
-}
-
-// TestMonitorMemory measures idle monitors with 3 and with 20 containers
-// running, next to Debian's C conmon under the same load when it is
-// installed. It logs the numbers (go test -v -run TestMonitorMemory) and
-// asserts only a generous bound. Not parallel: other tests' monitors would
-// share pages and flatter the numbers.
-func TestMonitorMemory(t *testing.T) {
-	requireRuntime(t)
-	for _, n := range []int{3, 20} {
-		pids := startIdleContainers(t, n)
-		settle(t, pids)
-		m := average(t, pids)
-		t.Logf("minicri-conmon, %2d containers: %v", n, m)
-		if m.pss > 4096 || m.private > 4096 {
-			t.Errorf("minicri-conmon with %d containers uses %v, want under 4 MiB", n, m)
-		}
-		if _, err := os.Stat("/usr/bin/conmon"); err == nil {
-			cpids := startIdleConmons(t, n)
-			settle(t, cpids)
-			t.Logf("C conmon,       %2d containers: %v", n, average(t, cpids))
-		}
-	}
 }
 
 // settle waits until the monitors' memory stops changing.
@@ -88,7 +111,7 @@ func settle(t *testing.T, pids []int) {
 	deadline := time.Now().Add(3 * time.Second)
 	prev := -1
 	for time.Now().Before(deadline) {
-		total := average(t, pids).pss
+		total := perContainer(t, pids, 1).pss
 		if total == prev {
 			return
 		}
@@ -105,6 +128,21 @@ func startIdleContainers(t *testing.T, n int) []int {
 		pids = append(pids, c.created.MonitorPID)
 	}
 	return pids
+}
+
+// startSharedContainers runs n containers in one shared monitor and
+// returns its pid.
+func startSharedContainers(t *testing.T, n int) []int {
+	joinDir := filepath.Join(t.TempDir(), "m")
+	if err := os.Mkdir(joinDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
+	first.run()
+	for i := 1; i < n; i++ {
+		newContainer(t, []string{"sleep", "1000"}, nil).join(joinDir)
+	}
+	return []int{first.created.MonitorPID}
 }
 
 // startIdleConmons runs the same containers under Debian's conmon. It

@@ -115,17 +115,15 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	}
 	rec.CgroupsPath = spec.Linux.CgroupsPath
 	crashPoint("container-after-bundle")
-	created, err := s.startMonitor(ctx, rec, rt, cfg)
-	if err != nil {
+	if rec.Monitor, err = s.startMonitor(ctx, rec, rt, cfg); err != nil {
 		return err
 	}
-	rec.Monitor = monitorRef{PID: created.MonitorPID, StartTime: created.MonitorStartTime}
 	crashPoint("container-after-monitor") // a monitor runs that no record names yet
 	rec.State = stateCreated
 	if err := s.containers.Put(id, rec); err != nil {
 		return err
 	}
-	s.watchMonitor(rec)
+	s.watchContainer(rec)
 	return nil
 }
 
@@ -153,36 +151,6 @@ func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runti
 		return nil, err
 	}
 	return spec, nil
-}
-
-func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt *oci.Runtime, cfg *runtime.ContainerConfig) (conmon.Created, error) {
-	if rec.LogPath != "" {
-		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
-			return conmon.Created{}, fmt.Errorf("create log dir: %w", err)
-		}
-	}
-	bin, err := rt.Binary()
-	if err != nil {
-		return conmon.Created{}, err
-	}
-	var runtimeArgs []string
-	if rt.SystemdCgroup {
-		runtimeArgs = append(runtimeArgs, "--systemd-cgroup")
-	}
-	return conmon.Create(ctx, conmon.Options{
-		ID:          rec.ID,
-		Bundle:      rec.Bundle,
-		Runtime:     bin,
-		RuntimeRoot: rt.Root,
-		RuntimeArgs: runtimeArgs,
-		LogPath:     rec.LogPath,
-		ExitFile:    exitFile(rec),
-		SocketDir:   rec.Bundle,
-		Terminal:    cfg.GetTty(),
-		Stdin:       cfg.GetStdin(),
-		StdinOnce:   cfg.GetStdinOnce(),
-		Binary:      s.monitorPath,
-	})
 }
 
 func exitFile(rec containerRecord) string { return filepath.Join(rec.Bundle, "exit") }
@@ -224,7 +192,8 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	}
 	// The monitor writes its exit file into the bundle once the container
 	// is gone; removing the bundle under it could fail or leave that file.
-	s.waitMonitorGone(rec.Monitor)
+	s.waitMonitorDone(rec)
+	s.monitors.release(rec.ID)
 	if err := s.images.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
@@ -239,17 +208,17 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	return s.containers.Delete(rec.ID)
 }
 
-// waitMonitorGone waits, for killGrace at most, until a container's monitor
-// has exited. A monitor whose container was deleted exits at once.
-func (s *Server) waitMonitorGone(m monitorRef) {
-	if m.PID <= 0 {
-		return
-	}
-	done, err := conmon.WatchMonitor(m.PID, m.StartTime)
+// waitMonitorDone waits, for killGrace at most, until the container's
+// monitor is done with it. A monitor whose container was deleted finishes
+// it at once.
+func (s *Server) waitMonitorDone(rec containerRecord) {
+	// By the socket, not the record: a create cut short by a crash has
+	// a monitor that no record names.
+	done, err := conmon.WatchContainer(rec.Bundle)
 	if err != nil {
 		return
 	}
 	if !waitClosed(context.Background(), done, killGrace) {
-		s.log.WithField("monitor", m.PID).Warn("container monitor still running after its container was deleted")
+		s.log.WithField("monitor", rec.Monitor.PID).Warn("container monitor still serving the container after it was deleted")
 	}
 }

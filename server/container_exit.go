@@ -53,11 +53,11 @@ func (w *exitWatches) forget(id string) {
 
 func (s *Server) forgetWatch(id string) { s.exits.forget(id) }
 
-// watchMonitor records the container's exit when its monitor ends: the
-// monitor exits right after writing the exit file, so a wait on the
-// monitor's pidfd is a wait on the container, with no polling.
-func (s *Server) watchMonitor(rec containerRecord) {
-	done, err := conmon.WatchMonitor(rec.Monitor.PID, rec.Monitor.StartTime)
+// watchContainer records the container's exit when its monitor is done
+// with it: the monitor closes the watch's connection right after writing
+// the exit file, or dies, with no polling either way.
+func (s *Server) watchContainer(rec containerRecord) {
+	done, err := conmon.WatchContainer(rec.Bundle)
 	if err != nil {
 		s.log.WithField("container", rec.ID).WithError(err).Warn("cannot watch the container's monitor; treating it as gone")
 		s.recordExit(rec.ID)
@@ -74,6 +74,7 @@ func (s *Server) watchMonitor(rec containerRecord) {
 // that nobody reaps or logs for: it is killed and recorded as failed, so it
 // never shows as running when it is not watched.
 func (s *Server) recordExit(id string) {
+	s.monitors.release(id)
 	rec, err := s.containers.Get(id)
 	if err != nil {
 		return // removed meanwhile

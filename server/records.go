@@ -88,10 +88,12 @@ type containerMetadata struct {
 }
 
 // monitorRef names a container's monitor process. The start time tells a
-// restarted daemon whether the pid still belongs to that monitor.
+// restarted daemon whether the pid still belongs to that monitor. A shared
+// monitor takes further containers on the join socket in JoinDir.
 type monitorRef struct {
 	PID       int
 	StartTime uint64
+	JoinDir   string `json:",omitempty"`
 }
 
 // newID returns a random 64-hex-digit ID, the form the kubelet and crictl expect.

@@ -63,7 +63,8 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 		if c.State == stateCreated {
 			s.recoverStart(ctx, c)
 		}
-		s.watchMonitor(c)
+		s.monitors.assign(c.Monitor, c.ID, c.SandboxID)
+		s.watchContainer(c)
 	default:
 		s.recordExit(c.ID)
 	}
@@ -193,6 +194,7 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 		}
 	}
 	s.sweepInfraProcesses()
+	s.sweepMonitorDirs()
 }
 
 // sweepInfraProcesses kills the infra processes of this daemon's run dir

@@ -53,6 +53,7 @@ type Server struct {
 	images         *image.Store
 	runtimes       *oci.Handlers
 	monitorPath    string
+	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
 	execSpecs      execSpecCache
 }
@@ -68,6 +69,7 @@ func New(opts Options) (*Server, error) {
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),
 		locks:          newKeyedLocks(),
+		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		cni:            network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")),
 	}
 	var err error

@@ -4,6 +4,7 @@
 // the container and writes its exit file, then exits. See docs/monitor.md.
 //
 //	minicri-conmon --id ID --bundle DIR --runtime runc --exit-file FILE --socket-dir DIR [flags]
+//	minicri-conmon --id ID ... --join-dir DIR   (shared: further containers join on DIR/join)
 //	minicri-conmon pause
 //
 // It is started by the daemon with a sync pipe as fd 3, on which it reports
@@ -26,7 +27,7 @@ import (
 
 const usage = `usage: minicri-conmon --id ID --bundle DIR --runtime PATH --exit-file FILE --socket-dir DIR
          [--runtime-root DIR] [--runtime-arg ARG]... [--log-path FILE] [--log-max-line BYTES]
-         [--terminal] [--stdin [--stdin-once]]
+         [--terminal] [--stdin [--stdin-once]] [--join-dir DIR]
        minicri-conmon pause [--pod DIR]
 `
 
@@ -35,6 +36,10 @@ func main() {
 	if len(args) > 0 && args[0] == monitor.ServeCommand {
 		// The second image of a monitor: its descriptors are its state.
 		os.Exit(monitor.Serve(args[1:]))
+	}
+	if len(args) > 0 && args[0] == monitor.JoinCommand {
+		// Started by a shared monitor for one further container.
+		os.Exit(monitor.Join(args[1:]))
 	}
 	// The pod dir after pause only labels the process, for operators and for
 	// the daemon's start-up repair (conmon.FindPauses).

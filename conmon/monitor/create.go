@@ -25,8 +25,11 @@ func (u undo) run() {
 
 // create prepares everything the container's stdio needs, runs the runtime's
 // create, and returns the monitor ready to serve. On failure everything it
-// made is gone again, the runtime's state included.
-func create(cfg wire.Config) (m *monitor, err error) {
+// made is gone again, the runtime's state included. A monitor's first image
+// becomes the child subreaper, so that the container's init is its child
+// once the runtime exits; a join helper must not, so that the init goes to
+// the shared monitor above it instead.
+func create(cfg wire.Config, subreaper bool) (m *monitor, err error) {
 	var u undo
 	defer func() {
 		if err != nil {
@@ -34,8 +37,10 @@ func create(cfg wire.Config) (m *monitor, err error) {
 		}
 	}()
 	m = newMonitor(cfg)
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		return nil, errors.New("become child subreaper: " + err.Error())
+	if subreaper {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return nil, errors.New("become child subreaper: " + err.Error())
+		}
 	}
 	if err := m.prepareDirs(&u); err != nil {
 		return nil, err

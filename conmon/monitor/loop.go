@@ -9,8 +9,9 @@ import (
 	"github.com/minicri/minicri/conmon/wire"
 )
 
-// watch sets up the epoll set the loop waits on. Output, stdin and client
-// fds are non-blocking: one slow party must never stall the others.
+// watch adds the container's descriptors to the pool's epoll set. Output,
+// stdin and client fds are non-blocking: one slow party must never stall
+// the others.
 func (m *monitor) watch() error {
 	var err error
 	// The init is the monitor's child since the runtime's create exited, so
@@ -18,10 +19,6 @@ func (m *monitor) watch() error {
 	if m.pidFD, err = unix.PidfdOpen(m.containerPID, 0); err != nil {
 		return errors.New("pidfd of the container: " + err.Error())
 	}
-	if m.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
-		return errors.New("epoll: " + err.Error())
-	}
-	m.buf = make([]byte, 1+wire.MaxPayload)
 	for _, fd := range []int{m.stdout.fd, m.stderr.fd, m.stdin} {
 		if fd >= 0 {
 			unix.SetNonblock(fd, true)
@@ -46,27 +43,13 @@ func (m *monitor) epoll(op, fd int, events uint32) error {
 	return nil
 }
 
-// orphanReapInterval is how often a monitor whose container shares its PID
-// namespace reaps the orphans that container leaves: no fd tells of them.
-const orphanReapInterval = 10 * time.Second
-
-// serve runs until the container's init was reaped and its output drained.
-func (m *monitor) serve() {
-	for !m.done() {
-		n, err := unix.EpollWait(m.epfd, m.events[:], m.waitMillis())
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		if n == 0 && m.exit == nil {
-			m.reap()
-		}
-		for _, ev := range m.events[:n] {
-			m.handle(int(ev.Fd), ev.Events)
-		}
+// owns reports whether fd is one of the container's descriptors.
+func (m *monitor) owns(fd int) bool {
+	switch fd {
+	case m.pidFD, m.attachFD, m.controlFD, m.stdout.fd, m.stderr.fd, m.stdin:
+		return true
 	}
+	return m.client(fd) != nil || m.waiter(fd) >= 0
 }
 
 // done is true once the container's output is drained and every attached
@@ -92,11 +75,10 @@ func (m *monitor) clientsBehind() bool {
 	return false
 }
 
+// waitMillis is how long the loop may wait for this container: forever
+// while it runs, until the drain deadline once it exited.
 func (m *monitor) waitMillis() int {
 	if m.exit == nil {
-		if m.sharedPIDNS {
-			return int(orphanReapInterval / time.Millisecond)
-		}
 		return -1
 	}
 	left := (m.drainUntil - time.Now().UnixNano()) / int64(time.Millisecond)
@@ -106,7 +88,7 @@ func (m *monitor) waitMillis() int {
 func (m *monitor) handle(fd int, events uint32) {
 	switch {
 	case fd == m.pidFD:
-		m.reap()
+		m.reapInit()
 	case fd == m.attachFD:
 		m.acceptClient()
 	case fd == m.controlFD:
@@ -120,6 +102,8 @@ func (m *monitor) handle(fd int, events uint32) {
 		}
 	case fd == m.stdin:
 		m.flushStdin()
+	case m.waiter(fd) >= 0:
+		m.dropWaiter(fd) // the daemon hung up: it went away
 	default:
 		if c := m.client(fd); c != nil {
 			m.serveClient(c, events)
@@ -158,22 +142,20 @@ func (m *monitor) closeOutput(o *output) {
 	o.fd = -1
 }
 
-// reap collects every child that ended. The container's init is one of
-// them; the rest are orphans that a container sharing the host's PID
-// namespace left to the monitor, the child subreaper.
-func (m *monitor) reap() {
-	for {
+// reapInit reaps the container's init once its pidfd turned readable. Only
+// its pid is waited for: other children of a shared monitor are other
+// containers' inits, whose exits their own pidfds report.
+func (m *monitor) reapInit() {
+	for m.exit == nil {
 		var status unix.WaitStatus
-		pid, err := unix.Wait4(-1, &status, unix.WNOHANG, nil)
+		pid, err := unix.Wait4(m.containerPID, &status, unix.WNOHANG, nil)
 		if err == unix.EINTR {
 			continue
 		}
-		if pid <= 0 || err != nil {
-			return
-		}
-		if pid == m.containerPID && m.exit == nil {
+		if pid == m.containerPID && err == nil {
 			m.containerExited(status)
 		}
+		return
 	}
 }
 
@@ -194,18 +176,33 @@ func (m *monitor) containerExited(status unix.WaitStatus) {
 }
 
 // finish writes the exit file, then lets the clients go: a client that sees
-// its connection end finds the exit file in place.
+// its connection end finds the exit file in place. Everything the container
+// held is closed; a shared monitor goes on serving the others.
 func (m *monitor) finish() {
 	if m.exit != nil {
 		writeExitFile(m.cfg.ExitFile, m.exit.Marshal())
 	}
 	m.log.close()
-	unix.Unlink(wire.AttachSocket)
-	unix.Unlink(wire.ControlSocket)
+	unix.Unlink(m.socketPath(wire.AttachSocket))
+	unix.Unlink(m.socketPath(wire.ControlSocket))
 	for _, c := range m.clients {
 		unix.Close(c.fd)
 	}
 	m.clients = nil
+	if m.stdin == m.stdout.fd {
+		m.stdin = -1 // a pty master is stdout and stdin: closed once
+	}
+	for _, fd := range []*int{&m.attachFD, &m.controlFD, &m.stdout.fd, &m.stderr.fd, &m.stdin, &m.pidFD} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+		}
+		*fd = -1
+	}
+	// Last: a daemon that waits for the end reads the exit file next.
+	for _, fd := range m.waiters {
+		unix.Close(fd)
+	}
+	m.waiters = nil
 }
 
 // writeExitFile replaces the exit file atomically: a reader sees all of it
@@ -279,7 +276,11 @@ func (m *monitor) serveControl() {
 	if err != nil {
 		return
 	}
-	defer unix.Close(conn)
+	defer func() {
+		if conn >= 0 {
+			unix.Close(conn)
+		}
+	}()
 	tv := unix.Timeval{Sec: 1}
 	unix.SetsockoptTimeval(conn, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	unix.SetsockoptTimeval(conn, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
@@ -289,6 +290,13 @@ func (m *monitor) serveControl() {
 	}
 	reply := wire.ReplyOK
 	switch string(m.buf[:n]) {
+	case wire.RequestWait:
+		// Kept open, and only watched for a hang-up: finish closes it.
+		if m.epoll(unix.EPOLL_CTL_ADD, conn, 0) == nil {
+			m.waiters = append(m.waiters, conn)
+			conn = -1
+		}
+		return
 	case wire.RequestReopenLog:
 		if err := m.log.reopen(); err != nil {
 			reply = wire.ReplyError(err)
@@ -297,4 +305,20 @@ func (m *monitor) serveControl() {
 		reply = wire.ReplyError(errors.New("unknown request"))
 	}
 	unix.Write(conn, []byte(reply))
+}
+
+func (m *monitor) waiter(fd int) int {
+	for i, w := range m.waiters {
+		if w == fd {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *monitor) dropWaiter(fd int) {
+	i := m.waiter(fd)
+	unix.EpollCtl(m.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	unix.Close(fd)
+	m.waiters = append(m.waiters[:i], m.waiters[i+1:]...)
 }

@@ -3,13 +3,15 @@
 // stdio, writes the CRI log, serves attach and control sockets, reaps the
 // container as child subreaper and writes its exit file.
 //
-// One process lives as long as its container, one per container, so it is
-// built to stay small: one goroutine runs an epoll loop over raw descriptors,
-// one buffer serves every stream, the steady state allocates nothing and the
-// garbage collector never runs. The process has two images: the first
-// creates the container (Run), then execs the same binary, which starts
-// clean of the create's garbage and only serves (Serve). Only the standard
-// library's smallest packages and x/sys are used.
+// One process serves one container or, when the daemon shares it, several
+// (a pool, see pool.go), so it is built to stay small: one goroutine runs an
+// epoll loop over raw descriptors, one buffer serves every stream, the
+// steady state allocates nothing and the garbage collector never runs. The
+// process has two images: the first creates the first container (Run), then
+// execs the same binary, which starts clean of the create's garbage and only
+// serves (Serve). Further containers are created by short-lived join
+// helpers (Join), which hand them over. Only the standard library's
+// smallest packages and x/sys are used.
 package monitor
 
 import (
@@ -28,13 +30,13 @@ import (
 // process outside the container's PID namespace may still hold it.
 const drainTimeout = time.Second
 
-// monitor is the state of one container's monitor. Everything is touched by
-// the one goroutine that runs the loop; nothing needs a lock.
+// monitor is the state of one container in the monitor process. Everything
+// is touched by the one goroutine that runs the loop; nothing needs a lock.
 type monitor struct {
 	cfg     wire.Config
-	syncFD  int // the pipe to the daemon until the monitor reported, else -1
-	epfd    int
-	buf     []byte // buf[0] is a frame type, buf[1:] one read of output or one client frame
+	syncFD  int    // the pipe (or join connection) to the daemon until the monitor reported, else -1
+	epfd    int    // the pool's
+	buf     []byte // the pool's: buf[0] is a frame type, buf[1:] one read of output or one client frame
 	log     *logWriter
 	logMade bool // the monitor created the log file: a failed start removes it
 
@@ -48,6 +50,7 @@ type monitor struct {
 
 	attachFD, controlFD int
 	clients             []*client
+	waiters             []int // control connections that asked to wait for the end
 
 	// The container's init is a child once the runtime's create exited; its
 	// pidfd turns readable when it exits. The runtime's SIGCHLD handling
@@ -61,7 +64,6 @@ type monitor struct {
 	oom          oomCounter
 	exit         *wire.ExitStatus // set when the container's init has been reaped
 	drainUntil   int64            // unix nanoseconds; reading stops then even without EOF
-	events       [16]unix.EpollEvent
 }
 
 type output struct {
@@ -85,7 +87,7 @@ func newMonitor(cfg wire.Config) *monitor {
 // outcome of the create on syncFD and returns the process's exit code.
 func Run(cfg wire.Config, syncFD int) int {
 	tuneRuntime()
-	m, err := create(cfg)
+	m, err := create(cfg, true)
 	if err != nil {
 		Report(syncFD, wire.FailedMessage(err.Error()))
 		return 1
@@ -94,7 +96,7 @@ func Run(cfg wire.Config, syncFD int) int {
 	m.handOver()
 	// Still here: the exec failed. Serving from this image works the same,
 	// it only keeps the create's garbage.
-	return m.run()
+	return serveFirst(m)
 }
 
 var processName = []byte("minicri-conmon\x00")
@@ -111,22 +113,35 @@ func Serve(args []string) int {
 		Report(-1, wire.FailedMessage("minicri-conmon serve: "+err.Error()))
 		return 2
 	}
-	return m.run()
+	// The handed descriptors came without close-on-exec; the join
+	// helpers and runtimes this process starts must not inherit them.
+	for _, fd := range m.handedFDs() {
+		if *fd >= 0 {
+			unix.CloseOnExec(*fd)
+		}
+	}
+	return serveFirst(m)
 }
 
-// run reports the container created once everything is in place to serve
-// it, serves it until it exits, and writes its exit file.
-func (m *monitor) run() int {
-	if err := m.watch(); err != nil {
+// serveFirst serves the monitor's first container, and the further ones
+// that join it when the daemon shares the monitor, until all have exited.
+func serveFirst(m *monitor) int {
+	p, err := newPool()
+	if err == nil && m.cfg.JoinDir != "" {
+		// Before the first report: once the daemon knows the monitor, it
+		// may send the next container. A monitor that cannot listen
+		// serves its one container; the daemon's join finds nobody there.
+		p.listenJoin(m.cfg.JoinDir)
+	}
+	if err == nil {
+		err = p.add(m)
+	}
+	if err != nil {
 		m.abandon()
 		Report(m.syncFD, wire.FailedMessage(err.Error()))
 		return 1
 	}
-	Report(m.syncFD, wire.CreatedMessage(m.containerPID, unix.Getpid()))
-	unix.Close(m.syncFD)
-	m.syncFD = -1
-	m.serve()
-	m.finish()
+	p.serve()
 	return 0
 }
 
@@ -134,12 +149,17 @@ func (m *monitor) run() int {
 func (m *monitor) abandon() {
 	m.deleteContainer()
 	for _, name := range []string{wire.AttachSocket, wire.ControlSocket, wire.PIDFile, wire.RuntimeLog} {
-		unix.Unlink(name)
+		unix.Unlink(m.socketPath(name))
 	}
 	if m.logMade {
 		unix.Unlink(m.cfg.LogPath)
 	}
 }
+
+// socketPath is a file in the socket directory. A shared monitor works from
+// "/", not from any one container's directory; unlink takes paths of any
+// length, unlike bind and connect.
+func (m *monitor) socketPath(name string) string { return m.cfg.SocketDir + "/" + name }
 
 // tuneRuntime keeps the collector from ever running in the common case. A
 // collection is what costs a monitor most: mark bits, work buffers, worker

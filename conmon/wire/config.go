@@ -23,6 +23,10 @@ const MaxSocketPath = 107
 // the daemon passes it as the first extra file.
 const SyncFD = 3
 
+// HandoverFD is where a join helper finds its socket back to the shared
+// monitor, on which it hands the container over (see JoinSocket).
+const HandoverFD = 4
+
 // Config is the monitor's command line.
 type Config struct {
 	ID          string   // container ID, as the OCI runtime knows it
@@ -37,6 +41,10 @@ type Config struct {
 	Terminal    bool     // container has a pty
 	Stdin       bool     // container's stdin is kept open for attach
 	StdinOnce   bool     // stdin is closed when the first attach session with stdin ends
+	// JoinDir is where a new monitor listens for further containers
+	// (JoinSocket); empty, it serves this one container only. A join
+	// request ignores it.
+	JoinDir string
 }
 
 // Args renders c as minicri-conmon's command line (without the program name).
@@ -69,6 +77,9 @@ func (c Config) Args() []string {
 	}
 	if c.StdinOnce {
 		args = append(args, "--stdin-once")
+	}
+	if c.JoinDir != "" {
+		args = append(args, "--join-dir", c.JoinDir)
 	}
 	return args
 }
@@ -138,6 +149,8 @@ func (c *Config) setFlag(name, value string) error {
 		c.ExitFile = value
 	case "--socket-dir":
 		c.SocketDir = value
+	case "--join-dir":
+		c.JoinDir = value
 	default:
 		return errors.New("unknown flag " + name)
 	}
@@ -157,6 +170,8 @@ func (c Config) Validate() error {
 		return errors.New("exit file: not an absolute path: " + strconv.Quote(c.ExitFile))
 	case !isAbs(c.SocketDir):
 		return errors.New("socket dir: not an absolute path: " + strconv.Quote(c.SocketDir))
+	case c.JoinDir != "" && !isAbs(c.JoinDir):
+		return errors.New("join dir: not an absolute path: " + strconv.Quote(c.JoinDir))
 	case c.LogPath != "" && !isAbs(c.LogPath):
 		return errors.New("log path: not an absolute path: " + strconv.Quote(c.LogPath))
 	case c.LogMaxLine < 0:

@@ -17,6 +17,13 @@ const (
 	RuntimeLog    = "runtime.log" // runc's --log, so its warnings stay out of the container's stderr
 )
 
+// JoinSocket is the SOCK_SEQPACKET socket in a shared monitor's join
+// directory. A connection is one container to create: the daemon sends
+// the container's monitor arguments (Config.Args) separated by NUL bytes;
+// the monitor answers HelperMessage, then its join helper answers on the
+// same connection as a new monitor answers on its sync pipe.
+const JoinSocket = "join"
+
 // Frames on the attach socket. Every message starts with one of these bytes;
 // SOCK_SEQPACKET keeps message boundaries, so there is no length field.
 const (
@@ -34,6 +41,10 @@ const MaxPayload = 16 * 1024
 // Requests and replies on the control socket.
 const (
 	RequestReopenLog = "reopen-log"
+	// RequestWait gets no reply: the monitor closes the connection once
+	// the container's exit file is written and its sockets are gone, or
+	// when the monitor dies.
+	RequestWait      = "wait"
 	ReplyOK          = "ok"
 	replyErrorPrefix = "error "
 )
@@ -80,6 +91,25 @@ func CreatedMessage(containerPID, monitorPID int) []byte {
 // container; msg is usually the runtime's stderr.
 func FailedMessage(msg string) []byte {
 	return []byte(syncFailed + strings.TrimSpace(msg) + "\n")
+}
+
+const syncHelper = "helper "
+
+// HelperMessage is a shared monitor's first answer to a join: the pid of
+// the helper process that runs the create, the leader of its own process
+// group, which the daemon kills when its deadline passes.
+func HelperMessage(pid int) []byte {
+	return []byte(syncHelper + strconv.Itoa(pid) + "\n")
+}
+
+// ParseHelper reads HelperMessage.
+func ParseHelper(msg []byte) (int, error) {
+	rest, ok := strings.CutPrefix(string(msg), syncHelper)
+	pid, err := strconv.Atoi(strings.TrimSuffix(rest, "\n"))
+	if !ok || err != nil || pid <= 0 {
+		return 0, errors.New("monitor join: unexpected message " + strconv.Quote(string(msg)))
+	}
+	return pid, nil
 }
 
 // ErrCreateFailed wraps the monitor's report of a failed create.

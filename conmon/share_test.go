@@ -1,0 +1,132 @@
+package conmon_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/conmon"
+)
+
+// TestSharedMonitorServesSeveralContainers runs three containers in one
+// monitor: each has its own log, sockets and exit status, one ending does
+// not end the others, and the monitor exits with the last, taking its join
+// directory with it.
+func TestSharedMonitorServesSeveralContainers(t *testing.T) {
+	joinDir := filepath.Join(t.TempDir(), "m")
+	if err := os.Mkdir(joinDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	first := newContainer(t, []string{"sh", "-c", "echo first; exec sleep 1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
+	first.run()
+	killed := newContainer(t, []string{"sh", "-c", "echo killed; exec sleep 1000"}, nil)
+	killed.join(joinDir)
+	three := newContainer(t, []string{"sh", "-c", "read x; echo three $x; exit 3"}, func(_ *specs.Spec, o *conmon.Options) { o.Stdin = true })
+	three.join(joinDir)
+	for _, c := range []*container{killed, three} {
+		if c.created.MonitorPID != first.created.MonitorPID || c.created.MonitorStartTime != first.created.MonitorStartTime {
+			t.Fatalf("joined monitor %d, want the shared monitor %d", c.created.MonitorPID, first.created.MonitorPID)
+		}
+		if c.created.ContainerPID == first.created.ContainerPID {
+			t.Fatalf("joined container reports the first container's pid %d", c.created.ContainerPID)
+		}
+	}
+
+	waitFor(t, "the first two containers' lines", 5*time.Second, func() bool {
+		return logHas(first, "first") && logHas(killed, "killed")
+	})
+
+	killed.runc("kill", killed.id, "KILL")
+	if e := killed.waitDone(5 * time.Second); e.Code != 137 {
+		t.Errorf("killed container exit code %d, want 137", e.Code)
+	}
+	// Attach still reaches the third container through the same monitor.
+	attached := make(chan error, 1)
+	go func() {
+		attached <- conmon.Attach(context.Background(), three.opts.SocketDir, strings.NewReader("ok\n"), io.Discard, io.Discard, nil)
+	}()
+	if e := three.waitDone(5 * time.Second); e.Code != 3 {
+		t.Errorf("third container exit code %d, want 3", e.Code)
+	}
+	select {
+	case err := <-attached:
+		if err != nil {
+			t.Errorf("Attach to a joined container: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Attach did not end with the container")
+	}
+	if !logHas(three, "three ok") {
+		t.Errorf("third container's log %q lacks its line", lines(readLog(t, three.opts.LogPath)))
+	}
+	if !conmon.Alive(first.created.MonitorPID, first.created.MonitorStartTime) {
+		t.Fatal("the shared monitor exited while it still served a container")
+	}
+	if logHas(first, "killed") || logHas(killed, "first") {
+		t.Error("one container's output landed in another's log")
+	}
+
+	first.runc("kill", first.id, "KILL")
+	first.waitExit(5 * time.Second)
+	if _, err := os.Stat(joinDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("join dir after the monitor exited: %v, want it gone", err)
+	}
+	late := newContainer(t, []string{"true"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := conmon.Join(ctx, joinDir, late.opts); !errors.Is(err, conmon.ErrJoinRefused) {
+		t.Errorf("Join after the monitor exited: %v, want ErrJoinRefused", err)
+	}
+}
+
+// TestJoinFailureLeavesNothing: a create the runtime refuses comes back as
+// ErrCreateFailed with nothing of the container left, and the shared
+// monitor goes on serving the rest.
+func TestJoinFailureLeavesNothing(t *testing.T) {
+	joinDir := filepath.Join(t.TempDir(), "m")
+	os.Mkdir(joinDir, 0o700)
+	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
+	first.run()
+	bad := newContainer(t, []string{"/no/such/binary"}, func(s *specs.Spec, _ *conmon.Options) { s.Process.Cwd = "relative" })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err := conmon.Join(ctx, joinDir, bad.opts)
+	if !errors.Is(err, conmon.ErrCreateFailed) {
+		t.Fatalf("Join of a bad spec: %v, want ErrCreateFailed", err)
+	}
+	entries, _ := os.ReadDir(bad.opts.SocketDir)
+	for _, e := range entries {
+		t.Errorf("left in the socket dir: %s", e.Name())
+	}
+	if _, err := os.Stat(bad.opts.LogPath); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("log file of the failed create: %v, want none", err)
+	}
+	if !conmon.Alive(first.created.MonitorPID, first.created.MonitorStartTime) {
+		t.Fatal("a failed join ended the shared monitor")
+	}
+	ok := newContainer(t, []string{"sh", "-c", "echo after"}, nil)
+	ok.join(joinDir)
+	if e := ok.waitDone(5 * time.Second); e.Code != 0 {
+		t.Errorf("container joined after a failure: exit %d, want 0", e.Code)
+	}
+}
+
+func logHas(c *container, line string) bool {
+	b, err := os.ReadFile(c.opts.LogPath)
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasSuffix(l, " F "+line) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,210 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/oci"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// monitorPlacement decides which minicri-conmon process serves a new
+// container. A monitor serves up to runtime.monitor_share containers: a
+// pod's containers go where the pod already has one, pods fill a monitor
+// before another starts. Every container in a shared monitor saves a Go
+// runtime's floor, about half a MiB; the price is that a monitor that dies
+// takes the logs and the containers of all it served, which is why pods
+// stay together.
+type monitorPlacement struct {
+	mu    sync.Mutex
+	share int
+	// monitors holds, per live monitor, its containers and their pods. A
+	// container is in from its placement until its exit is recorded.
+	monitors map[monitorRef]map[string]string
+}
+
+func newMonitorPlacement(share int) *monitorPlacement {
+	return &monitorPlacement{share: share, monitors: map[monitorRef]map[string]string{}}
+}
+
+// reserve puts a container into a shared monitor with room, if there is
+// one: the monitor its pod already uses first, else the fullest. The
+// reservation counts at once, so concurrent creates do not overfill it.
+func (p *monitorPlacement) reserve(containerID, podID string) (monitorRef, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var candidates []monitorRef
+	for ref, containers := range p.monitors {
+		if ref.JoinDir != "" && len(containers) < p.share {
+			candidates = append(candidates, ref)
+		}
+	}
+	if len(candidates) == 0 {
+		return monitorRef{}, false
+	}
+	podCount := func(ref monitorRef) int {
+		n := 0
+		for _, pod := range p.monitors[ref] {
+			if pod == podID {
+				n++
+			}
+		}
+		return n
+	}
+	sort.Slice(candidates, func(i, j int) bool {
+		a, b := candidates[i], candidates[j]
+		if pa, pb := podCount(a), podCount(b); pa != pb {
+			return pa > pb
+		}
+		if la, lb := len(p.monitors[a]), len(p.monitors[b]); la != lb {
+			return la > lb
+		}
+		return a.PID < b.PID
+	})
+	p.monitors[candidates[0]][containerID] = podID
+	return candidates[0], true
+}
+
+// assign records that a monitor serves a container.
+func (p *monitorPlacement) assign(ref monitorRef, containerID, podID string) {
+	if ref.PID <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.monitors[ref] == nil {
+		p.monitors[ref] = map[string]string{}
+	}
+	p.monitors[ref][containerID] = podID
+}
+
+// release takes a container out of its monitor; a monitor left empty is
+// forgotten, as it exits. Releasing twice does nothing.
+func (p *monitorPlacement) release(containerID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for ref, containers := range p.monitors {
+		if _, ok := containers[containerID]; ok {
+			delete(containers, containerID)
+			if len(containers) == 0 {
+				delete(p.monitors, ref)
+			}
+			return
+		}
+	}
+}
+
+// closed marks a monitor that refused a join: it takes no more containers,
+// though those it serves still count until their exits are recorded.
+func (p *monitorPlacement) closed(ref monitorRef) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	containers, ok := p.monitors[ref]
+	if !ok {
+		return
+	}
+	delete(p.monitors, ref)
+	ref.JoinDir = ""
+	if len(containers) > 0 {
+		p.monitors[ref] = containers
+	}
+}
+
+// startMonitor has the container created by a monitor: a shared one with
+// room, else a new one, which is shared in turn unless monitor_share is 1.
+func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt *oci.Runtime, cfg *runtime.ContainerConfig) (monitorRef, error) {
+	if rec.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
+			return monitorRef{}, fmt.Errorf("create log dir: %w", err)
+		}
+	}
+	opts, err := s.monitorOptions(rec, rt, cfg)
+	if err != nil {
+		return monitorRef{}, err
+	}
+	for {
+		ref, ok := s.monitors.reserve(rec.ID, rec.SandboxID)
+		if !ok {
+			break
+		}
+		created, err := conmon.Join(ctx, ref.JoinDir, opts)
+		if errors.Is(err, conmon.ErrJoinRefused) {
+			s.monitors.release(rec.ID)
+			s.monitors.closed(ref)
+			continue
+		}
+		if err == nil && (created.MonitorPID != ref.PID || created.MonitorStartTime != ref.StartTime) {
+			err = fmt.Errorf("joined monitor %d, not the shared monitor %d", created.MonitorPID, ref.PID)
+		}
+		if err != nil {
+			s.monitors.release(rec.ID)
+			return monitorRef{}, err
+		}
+		return ref, nil
+	}
+	if s.cfg.Runtime.MonitorShare > 1 {
+		opts.JoinDir = filepath.Join(s.cfg.RunDir, "monitors", rec.ID)
+		if err := os.MkdirAll(opts.JoinDir, 0o700); err != nil {
+			return monitorRef{}, fmt.Errorf("create monitor dir: %w", err)
+		}
+	}
+	created, err := conmon.Create(ctx, opts)
+	if err != nil {
+		if opts.JoinDir != "" {
+			os.RemoveAll(opts.JoinDir)
+		}
+		return monitorRef{}, err
+	}
+	ref := monitorRef{PID: created.MonitorPID, StartTime: created.MonitorStartTime, JoinDir: opts.JoinDir}
+	s.monitors.assign(ref, rec.ID, rec.SandboxID)
+	return ref, nil
+}
+
+func (s *Server) monitorOptions(rec containerRecord, rt *oci.Runtime, cfg *runtime.ContainerConfig) (conmon.Options, error) {
+	bin, err := rt.Binary()
+	if err != nil {
+		return conmon.Options{}, err
+	}
+	var runtimeArgs []string
+	if rt.SystemdCgroup {
+		runtimeArgs = append(runtimeArgs, "--systemd-cgroup")
+	}
+	return conmon.Options{
+		ID:          rec.ID,
+		Bundle:      rec.Bundle,
+		Runtime:     bin,
+		RuntimeRoot: rt.Root,
+		RuntimeArgs: runtimeArgs,
+		LogPath:     rec.LogPath,
+		ExitFile:    exitFile(rec),
+		SocketDir:   rec.Bundle,
+		Terminal:    cfg.GetTty(),
+		Stdin:       cfg.GetStdin(),
+		StdinOnce:   cfg.GetStdinOnce(),
+		Binary:      s.monitorPath,
+	}, nil
+}
+
+// sweepMonitorDirs removes the join directories of monitors that are gone:
+// a monitor removes its own when it exits, unless it was killed.
+func (s *Server) sweepMonitorDirs() {
+	live := map[string]bool{}
+	for _, c := range s.containers.List() {
+		if c.Monitor.JoinDir != "" && conmon.Alive(c.Monitor.PID, c.Monitor.StartTime) {
+			live[c.Monitor.JoinDir] = true
+		}
+	}
+	dir := filepath.Join(s.cfg.RunDir, "monitors")
+	for _, id := range idDirs(dir) {
+		path := filepath.Join(dir, id)
+		if !live[path] {
+			s.sweep("monitor dir", id, os.RemoveAll(path))
+		}
+	}
+}

@@ -48,7 +48,6 @@ func readMemory(t *testing.T, pid int) memory {
 	return m
 }
 
-
 func (m memory) String() string {
 	return fmt.Sprintf("PSS %4d KiB  private %4d KiB  RSS %4d KiB", m.pss, m.private, m.rss)
 }

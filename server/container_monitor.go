@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 
 	"github.com/minicri/minicri/conmon"
@@ -24,13 +23,19 @@ import (
 type monitorPlacement struct {
 	mu    sync.Mutex
 	share int
-	// monitors holds, per live monitor, its containers and their pods. A
-	// container is in from its placement until its exit is recorded.
-	monitors map[monitorRef]map[string]string
+	// monitors holds the live monitors by pid. A container is in its
+	// monitor from its placement until its exit is recorded.
+	monitors map[int]*placedMonitor
+}
+
+type placedMonitor struct {
+	ref        monitorRef
+	closed     bool              // refused a join: takes no more containers
+	containers map[string]string // container ID → pod ID
 }
 
 func newMonitorPlacement(share int) *monitorPlacement {
-	return &monitorPlacement{share: share, monitors: map[monitorRef]map[string]string{}}
+	return &monitorPlacement{share: share, monitors: map[int]*placedMonitor{}}
 }
 
 // reserve puts a container into a shared monitor with room, if there is
@@ -39,36 +44,27 @@ func newMonitorPlacement(share int) *monitorPlacement {
 func (p *monitorPlacement) reserve(containerID, podID string) (monitorRef, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var candidates []monitorRef
-	for ref, containers := range p.monitors {
-		if ref.JoinDir != "" && len(containers) < p.share {
-			candidates = append(candidates, ref)
+	var best *placedMonitor
+	bestPod := 0
+	for _, m := range p.monitors {
+		if m.closed || m.ref.JoinDir == "" || len(m.containers) >= p.share {
+			continue
 		}
-	}
-	if len(candidates) == 0 {
-		return monitorRef{}, false
-	}
-	podCount := func(ref monitorRef) int {
-		n := 0
-		for _, pod := range p.monitors[ref] {
-			if pod == podID {
-				n++
+		pod := 0
+		for _, other := range m.containers {
+			if other == podID {
+				pod++
 			}
 		}
-		return n
+		if best == nil || pod > bestPod || (pod == bestPod && len(m.containers) > len(best.containers)) {
+			best, bestPod = m, pod
+		}
 	}
-	sort.Slice(candidates, func(i, j int) bool {
-		a, b := candidates[i], candidates[j]
-		if pa, pb := podCount(a), podCount(b); pa != pb {
-			return pa > pb
-		}
-		if la, lb := len(p.monitors[a]), len(p.monitors[b]); la != lb {
-			return la > lb
-		}
-		return a.PID < b.PID
-	})
-	p.monitors[candidates[0]][containerID] = podID
-	return candidates[0], true
+	if best == nil {
+		return monitorRef{}, false
+	}
+	best.containers[containerID] = podID
+	return best.ref, true
 }
 
 // assign records that a monitor serves a container.
@@ -78,25 +74,32 @@ func (p *monitorPlacement) assign(ref monitorRef, containerID, podID string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.monitors[ref] == nil {
-		p.monitors[ref] = map[string]string{}
+	m := p.monitors[ref.PID]
+	if m == nil || m.ref.StartTime != ref.StartTime {
+		m = &placedMonitor{ref: ref, containers: map[string]string{}}
+		p.monitors[ref.PID] = m
 	}
-	p.monitors[ref][containerID] = podID
+	m.containers[containerID] = podID
 }
 
-// release takes a container out of its monitor; a monitor left empty is
-// forgotten, as it exits. Releasing twice does nothing.
+// release takes a container out of its monitor. A monitor left empty exits
+// and removes its join directory; one that was killed cannot, and its
+// directory goes here. Releasing twice does nothing.
 func (p *monitorPlacement) release(containerID string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for ref, containers := range p.monitors {
-		if _, ok := containers[containerID]; ok {
-			delete(containers, containerID)
-			if len(containers) == 0 {
-				delete(p.monitors, ref)
-			}
-			return
+	for pid, m := range p.monitors {
+		if _, ok := m.containers[containerID]; !ok {
+			continue
 		}
+		delete(m.containers, containerID)
+		if len(m.containers) == 0 {
+			delete(p.monitors, pid)
+			if m.ref.JoinDir != "" && !conmon.Alive(m.ref.PID, m.ref.StartTime) {
+				os.RemoveAll(m.ref.JoinDir)
+			}
+		}
+		return
 	}
 }
 
@@ -105,14 +108,8 @@ func (p *monitorPlacement) release(containerID string) {
 func (p *monitorPlacement) closed(ref monitorRef) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	containers, ok := p.monitors[ref]
-	if !ok {
-		return
-	}
-	delete(p.monitors, ref)
-	ref.JoinDir = ""
-	if len(containers) > 0 {
-		p.monitors[ref] = containers
+	if m := p.monitors[ref.PID]; m != nil {
+		m.closed = true
 	}
 }
 

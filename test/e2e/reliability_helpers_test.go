@@ -248,7 +248,7 @@ func (d *Daemon) leaks(lc leakCheck) []string {
 	for _, dir := range []string{
 		filepath.Join(d.Root, "sandboxes"), filepath.Join(d.Root, "containers"),
 		filepath.Join(d.RunDir, "pods"), filepath.Join(d.RunDir, "containers"),
-		filepath.Join(d.Root, "image", "snapshots"),
+		filepath.Join(d.RunDir, "monitors"), filepath.Join(d.Root, "image", "snapshots"),
 	} {
 		for _, name := range dirNames(dir) {
 			leaks = append(leaks, "file: "+filepath.Join(dir, name))

@@ -204,7 +204,9 @@ func (p *pool) takeHandover(h *helper) {
 		Report(m.syncFD, wire.FailedMessage(err.Error()))
 		m.finish()
 		unix.Close(m.syncFD)
+		return
 	}
+	dropReadOnlyData(p.buf) // the join read some again
 }
 
 // renumber replaces the helper's descriptor numbers by the received ones:

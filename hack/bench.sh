@@ -7,3 +7,9 @@ bin=${1:?bin dir}
 cd "$(dirname "$0")/.."
 MINICRI_BENCH=1 MINICRI_BIN_DIR="$bin" go test -tags e2e -count=1 -timeout 20m -run '^TestBench$' -v ./test/e2e/ \
 	| grep -v -E '^(=== RUN|--- |PASS|ok )|level=' || true
+# The monitor's memory side by side with Debian's C conmon: a monitor per
+# container, one shared monitor, conmon; PSS per container.
+echo
+echo "monitor memory per container (PSS), idle containers:"
+go test -count=1 -timeout 5m -run '^TestMonitorMemory$' -v ./conmon/ \
+	| sed -n 's/.*memory_test.go:[0-9]*: //p' || true

@@ -42,8 +42,7 @@ func (p *pool) listenJoin(dir string) {
 		return
 	}
 	p.joinDir, p.joinFD = dir, fd
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-	if unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev) != nil {
+	if p.tags.ctl(p.epfd, unix.EPOLL_CTL_ADD, fd, unix.EPOLLIN) != nil {
 		p.closeJoin()
 	}
 }
@@ -129,8 +128,7 @@ func (p *pool) startHelper(conn int, args []string) (*helper, error) {
 	}
 	unix.SetNonblock(h.handoverFD, true)
 	for _, fd := range []int{h.pidFD, h.handoverFD} {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-		unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
+		p.tags.ctl(p.epfd, unix.EPOLL_CTL_ADD, fd, unix.EPOLLIN)
 	}
 	return h, nil
 }

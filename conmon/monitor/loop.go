@@ -36,11 +36,7 @@ func (m *monitor) watch() error {
 }
 
 func (m *monitor) epoll(op, fd int, events uint32) error {
-	ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
-	if err := unix.EpollCtl(m.epfd, op, fd, &ev); err != nil {
-		return errors.New("epoll_ctl: " + err.Error())
-	}
-	return nil
+	return m.tags.ctl(m.epfd, op, fd, events)
 }
 
 // owns reports whether fd is one of the container's descriptors.

@@ -21,6 +21,7 @@ const orphanReapInterval = 10 * time.Second
 // structs, not another Go runtime.
 type pool struct {
 	epfd     int
+	tags     *epollTags
 	buf      []byte
 	events   [16]unix.EpollEvent
 	monitors []*monitor
@@ -36,12 +37,41 @@ func newPool() (*pool, error) {
 	if err != nil {
 		return nil, errors.New("epoll: " + err.Error())
 	}
-	return &pool{epfd: epfd, buf: make([]byte, 1+wire.MaxPayload), joinFD: -1}, nil
+	return &pool{epfd: epfd, tags: &epollTags{tags: map[int]int32{}}, buf: make([]byte, 1+wire.MaxPayload), joinFD: -1}, nil
+}
+
+// epollTags tells stale events from live ones. One wake-up reads a batch
+// of events; handling one may close a descriptor and open another with the
+// same number (an accepted connection, a received descriptor), and a later
+// event of the batch, meant for the closed one, would reach the new one. So
+// every registration carries a tag of its own in the event's data, and an
+// event whose tag is not the descriptor's current one is skipped.
+type epollTags struct {
+	next int32
+	tags map[int]int32
+}
+
+// ctl is epoll_ctl with the tag: a new one for an add, the current one for
+// a change.
+func (t *epollTags) ctl(epfd, op, fd int, events uint32) error {
+	if op == unix.EPOLL_CTL_ADD {
+		t.next++
+		t.tags[fd] = t.next
+	}
+	ev := unix.EpollEvent{Events: events, Fd: int32(fd), Pad: t.tags[fd]}
+	if err := unix.EpollCtl(epfd, op, fd, &ev); err != nil {
+		return errors.New("epoll_ctl: " + err.Error())
+	}
+	return nil
+}
+
+func (t *epollTags) current(ev unix.EpollEvent) bool {
+	return t.tags[int(ev.Fd)] == ev.Pad
 }
 
 // add starts serving a created container and reports it to the daemon.
 func (p *pool) add(m *monitor) error {
-	m.epfd, m.buf = p.epfd, p.buf
+	m.epfd, m.tags, m.buf = p.epfd, p.tags, p.buf
 	if err := m.watch(); err != nil {
 		return err
 	}
@@ -74,7 +104,9 @@ func (p *pool) serve() {
 			p.reapOrphans()
 		}
 		for _, ev := range p.events[:n] {
-			p.handle(int(ev.Fd), ev.Events)
+			if p.tags.current(ev) {
+				p.handle(int(ev.Fd), ev.Events)
+			}
 		}
 		p.finishDone()
 	}

@@ -34,8 +34,8 @@ const drainTimeout = time.Second
 // is touched by the one goroutine that runs the loop; nothing needs a lock.
 type monitor struct {
 	cfg     wire.Config
-	syncFD  int    // the pipe (or join connection) to the daemon until the monitor reported, else -1
-	epfd    int    // the pool's
+	syncFD  int // the pipe (or join connection) to the daemon until the monitor reported, else -1
+	epfd    int // the pool's
 	tags    *epollTags
 	buf     []byte // the pool's: buf[0] is a frame type, buf[1:] one read of output or one client frame
 	log     *logWriter

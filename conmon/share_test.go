@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -129,4 +130,96 @@ func logHas(c *container, line string) bool {
 		}
 	}
 	return false
+}
+
+// TestJoinTerminalInLongDirectories: a tty container joins a shared monitor
+// whose join directory and its own socket directory are both longer than
+// sun_path holds; the pty master comes over to the monitor, resize and
+// stdin reach the container, and the log reopens.
+func TestJoinTerminalInLongDirectories(t *testing.T) {
+	long := strings.Repeat("long-directory-name-", 6)
+	joinDir := filepath.Join(t.TempDir(), long)
+	if err := os.Mkdir(joinDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
+	first.run()
+	tty := newContainer(t, []string{"sh"}, func(s *specs.Spec, o *conmon.Options) {
+		o.SocketDir = filepath.Join(o.SocketDir, long)
+		s.Process.Terminal = true
+		o.Terminal, o.Stdin = true, true
+	})
+	if len(tty.opts.SocketDir) <= 108 || len(joinDir+"/join") <= 108 {
+		t.Fatalf("directories of %d and %d bytes, want more than sun_path holds", len(tty.opts.SocketDir), len(joinDir))
+	}
+	tty.join(joinDir)
+	ctx, cancel := contextWithTimeout(5 * time.Second)
+	defer cancel()
+	if err := conmon.ReopenLog(ctx, tty.opts.SocketDir); err != nil {
+		t.Fatalf("ReopenLog of a joined container: %v", err)
+	}
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	resize := make(chan conmon.Size, 1)
+	resize <- conmon.Size{Rows: 21, Cols: 65}
+	var stdout syncBuffer
+	done := attach(tty, context.Background(), stdinR, &stdout, nil, resize)
+	waitFor(t, "stty size to print 21 65", 10*time.Second, func() bool {
+		io.WriteString(stdinW, "stty size\n")
+		time.Sleep(100 * time.Millisecond)
+		return strings.Contains(stdout.String(), "21 65")
+	})
+	io.WriteString(stdinW, "exit 4\n")
+	if err := waitAttach(t, done, 10*time.Second); err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if e := tty.waitDone(10 * time.Second); e.Code != 4 {
+		t.Errorf("exit code = %d, want 4", e.Code)
+	}
+	if !conmon.Alive(first.created.MonitorPID, first.created.MonitorStartTime) {
+		t.Error("the shared monitor ended with the tty container")
+	}
+}
+
+// TestJoinHonoursDeadline: a join whose runtime hangs gives up at the
+// deadline with the helper and the runtime killed and nothing left, and
+// the shared monitor serves on and takes the next container.
+func TestJoinHonoursDeadline(t *testing.T) {
+	joinDir := filepath.Join(t.TempDir(), "m")
+	os.Mkdir(joinDir, 0o700)
+	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
+	first.run()
+
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "hung.pid")
+	hanging := filepath.Join(dir, "hanging-runtime")
+	script := "#!/bin/sh\nfor a; do if [ \"$a\" = create ]; then echo $$ > " + pidFile + "; exec sleep 60; fi; done\nexit 0\n"
+	if err := os.WriteFile(hanging, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := newContainer(t, []string{"true"}, func(_ *specs.Spec, o *conmon.Options) { o.Runtime = hanging })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := conmon.Join(ctx, joinDir, c.opts); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Join with a hanging runtime: %v, want context.DeadlineExceeded", err)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the runtime never ran: %v", err)
+	}
+	hung, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	// Gone, zombie included: the monitor reaps what the helper left.
+	waitFor(t, "the hanging runtime to be killed and reaped", 5*time.Second, func() bool {
+		_, err := os.Stat("/proc/" + strconv.Itoa(hung))
+		return err != nil
+	})
+	assertNothingLeft(t, c)
+	if !conmon.Alive(first.created.MonitorPID, first.created.MonitorStartTime) {
+		t.Fatal("a join past its deadline ended the shared monitor")
+	}
+	next := newContainer(t, []string{"true"}, nil)
+	next.join(joinDir)
+	if e := next.waitDone(5 * time.Second); e.Code != 0 {
+		t.Errorf("container joined after a timed-out join: exit %d, want 0", e.Code)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -21,6 +22,13 @@ const JoinCommand = "join"
 // few KiB (the request, the helper's command line, the handover); with
 // the collector off, a monitor that lives for months would keep them all.
 const collectEvery = 64
+
+// orphanGrace is how long after a helper's end the monitor looks for
+// orphans it left, every orphanPoll.
+const (
+	orphanGrace = 2 * time.Second
+	orphanPoll  = 100 * time.Millisecond
+)
 
 // helper is a join helper under way: a child of the monitor that creates
 // one container and hands it over on handoverFD, then exits.
@@ -160,6 +168,11 @@ func (p *pool) serveHelper(h *helper, fd int) {
 			break
 		}
 	}
+	// A helper killed by the daemon's deadline leaves its runtime's
+	// create to the monitor, the subreaper above it, which may die a
+	// moment after the helper: look for it again for a little while.
+	p.reapOrphans()
+	p.reapUntil = time.Now().Add(orphanGrace).UnixNano()
 }
 
 // takeHandover receives a created container from its helper: the

@@ -26,10 +26,11 @@ type pool struct {
 	events   [16]unix.EpollEvent
 	monitors []*monitor
 
-	joinDir string
-	joinFD  int // the listening join socket, -1 when not shared (any more)
-	helpers []*helper
-	joins   int
+	joinDir   string
+	joinFD    int // the listening join socket, -1 when not shared (any more)
+	helpers   []*helper
+	joins     int
+	reapUntil int64 // unix nanoseconds: reap orphans now and then until then
 }
 
 func newPool() (*pool, error) {
@@ -155,6 +156,9 @@ func (p *pool) finishDone() {
 // waitMillis is the shortest wait any container allows.
 func (p *pool) waitMillis() int {
 	wait := -1
+	if time.Now().UnixNano() < p.reapUntil {
+		wait = int(orphanPoll / time.Millisecond)
+	}
 	for _, m := range p.monitors {
 		w := m.waitMillis()
 		if m.exit == nil && m.sharedPIDNS {

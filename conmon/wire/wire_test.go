@@ -15,7 +15,7 @@ func TestConfigArgsRoundTrip(t *testing.T) {
 			ID: "c1", Bundle: "/run/b", Runtime: "/usr/bin/crun", RuntimeRoot: "/run/crun",
 			RuntimeArgs: []string{"--systemd-cgroup", "--log-format=json", "value with spaces"},
 			LogPath:     "/var/log/pods/x/0.log", LogMaxLine: 100, ExitFile: "/run/e", SocketDir: "/run/s",
-			Terminal: true, Stdin: true, StdinOnce: true,
+			Terminal: true, Stdin: true, StdinOnce: true, JoinDir: "/run/minicri/monitors/c1",
 		},
 	} {
 		got, err := ParseArgs(c.Args())
@@ -43,6 +43,7 @@ func TestParseArgsRejects(t *testing.T) {
 		{"id with slash", append(valid, "--id", "../x"), "id"},
 		{"stdin once alone", append(valid, "--stdin-once"), "stdin once"},
 		{"missing exit file", valid[:6], "exit file"},
+		{"relative join dir", append(valid, "--join-dir", "m"), "join dir"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseArgs(tc.args)
@@ -50,6 +51,17 @@ func TestParseArgsRejects(t *testing.T) {
 				t.Fatalf("ParseArgs: %v, want an error about %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestHelperMessage(t *testing.T) {
+	if pid, err := ParseHelper(HelperMessage(4242)); err != nil || pid != 4242 {
+		t.Fatalf("ParseHelper(HelperMessage(4242)) = %d, %v", pid, err)
+	}
+	for _, bad := range []string{"created 1 2\n", "helper \n", "helper -3\n", "helper x\n", ""} {
+		if _, err := ParseHelper([]byte(bad)); err == nil {
+			t.Errorf("ParseHelper(%q) took it", bad)
+		}
 	}
 }
 

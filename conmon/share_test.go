@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -221,5 +222,56 @@ func TestJoinHonoursDeadline(t *testing.T) {
 	next.join(joinDir)
 	if e := next.waitDone(5 * time.Second); e.Code != 0 {
 		t.Errorf("container joined after a timed-out join: exit %d, want 0", e.Code)
+	}
+}
+
+// TestWatchRightAfterJoin: the daemon watches a container the moment its
+// join returns, while the join helper exits and the monitor gets its
+// SIGCHLD (here: a stream of them). A watch must only end with its
+// container.
+func TestWatchRightAfterJoin(t *testing.T) {
+	joinDir := filepath.Join(t.TempDir(), "m")
+	os.Mkdir(joinDir, 0o700)
+	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
+	first.run()
+	// What a helper's exit does, many times over: a SIGCHLD at any moment.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				syscall.Kill(first.created.MonitorPID, syscall.SIGCHLD)
+				time.Sleep(50 * time.Microsecond)
+			}
+		}
+	}()
+	var watches []<-chan struct{}
+	for i := 0; i < 7; i++ {
+		c := newContainer(t, []string{"sleep", "1000"}, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		created, err := conmon.Join(ctx, joinDir, c.opts)
+		cancel()
+		if err != nil {
+			t.Fatalf("Join: %v", err)
+		}
+		c.created, c.joined = created, true
+		// As the daemon does: before the start, at once.
+		done, err := conmon.WatchContainer(c.opts.SocketDir)
+		if err != nil {
+			t.Fatalf("WatchContainer: %v", err)
+		}
+		watches = append(watches, done)
+		c.runc("start", c.id)
+	}
+	time.Sleep(200 * time.Millisecond)
+	for i, done := range watches {
+		select {
+		case <-done:
+			t.Errorf("the watch of running container %d ended", i+1)
+		default:
+		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/store"
 )
@@ -81,6 +83,8 @@ func (s *Server) recordExit(id string) {
 	}
 	exit, ok, err := conmon.ReadExit(exitFile(rec))
 	if err != nil || !ok {
+		s.log.WithFields(logrus.Fields{"container": id, "monitor": rec.Monitor.PID, "monitor_alive": conmon.Alive(rec.Monitor.PID, rec.Monitor.StartTime)}).
+			WithError(err).Warn("the container's monitor let go of it without an exit file; killing the container")
 		s.killOrphan(rec)
 		exit = conmon.Exit{Code: 128 + int(syscall.SIGKILL), At: time.Now()}
 	}

@@ -132,6 +132,7 @@ func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt *oci.
 		}
 		created, err := conmon.Join(ctx, ref.JoinDir, opts)
 		if errors.Is(err, conmon.ErrJoinRefused) {
+			s.log.WithField("monitor", ref.PID).WithError(err).Info("shared monitor takes no more containers")
 			s.monitors.release(rec.ID)
 			s.monitors.closed(ref)
 			continue

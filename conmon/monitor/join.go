@@ -85,7 +85,7 @@ func (p *pool) acceptJoin() {
 	}
 	tv := unix.Timeval{Sec: 1}
 	unix.SetsockoptTimeval(conn, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-	n, err := unix.Read(conn, p.buf)
+	n, err := readRequest(conn, p.buf)
 	if n <= 0 || err != nil {
 		return
 	}

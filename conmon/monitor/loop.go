@@ -280,7 +280,7 @@ func (m *monitor) serveControl() {
 	tv := unix.Timeval{Sec: 1}
 	unix.SetsockoptTimeval(conn, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	unix.SetsockoptTimeval(conn, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
-	n, err := unix.Read(conn, m.buf)
+	n, err := readRequest(conn, m.buf)
 	if n <= 0 || err != nil {
 		return
 	}
@@ -300,7 +300,21 @@ func (m *monitor) serveControl() {
 	default:
 		reply = wire.ReplyError(errors.New("unknown request"))
 	}
-	unix.Write(conn, []byte(reply))
+	writeAll(conn, []byte(reply))
+}
+
+// readRequest reads one request from a connection with a receive timeout.
+// A signal interrupts such a read even under SA_RESTART (signal(7)), and a
+// monitor gets SIGCHLD whenever a child of its ends: a join helper just
+// after its handover, as the daemon sends its first request. Dropping the
+// connection then would make the daemon take a live container for dead.
+func readRequest(conn int, buf []byte) (int, error) {
+	for {
+		n, err := unix.Read(conn, buf)
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
 }
 
 func (m *monitor) waiter(fd int) int {

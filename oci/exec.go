@@ -40,6 +40,11 @@ type ExecIO struct {
 	Stdout, Stderr io.Writer
 	// Resize, with a terminal, carries the client's window size changes.
 	Resize <-chan TerminalSize
+	// Stream marks an exec whose output is streamed to a client and may be
+	// large. Without a terminal it then runs under the runtime's exec shim
+	// (Runtime.ExecShim), which saves a copy of every byte; a probe's few
+	// bytes come back sooner without the shim's own start.
+	Stream bool
 }
 
 // ExecKillGrace bounds the wait for the runtime to finish once the exec's
@@ -141,8 +146,7 @@ func (r *Runtime) startExec(id, stateDir string, proc *specs.Process, o ExecIO) 
 	e.pidFile = filepath.Join(stateDir, "exec-"+randomHex(8)+".pid")
 	// The process file and the log are pipes (fds 3 and 4 in the runtime):
 	// no file to write, sync or forget in the bundle.
-	args := append(r.globalArgs("/proc/self/fd/4"), "exec", "--process", "/proc/self/fd/3", "--pid-file", e.pidFile, id)
-	e.cmd = exec.Command(bin, args...)
+	e.cmd = r.execCommand(bin, e.pidFile, id, o.Stream && !proc.Terminal)
 	e.cmd.ExtraFiles = []*os.File{procR, logW}
 	// A session of its own: no signal meant for the daemon's process group
 	// reaches the runtime, and the runtime never gets the daemon's terminal.
@@ -171,6 +175,22 @@ func (r *Runtime) startExec(id, stateDir string, proc *specs.Process, o ExecIO) 
 		close(e.exited)
 	}()
 	return e, nil
+}
+
+// execCommand is the runtime's exec, with the process file and the log on
+// pipes (fds 3 and 4 in the runtime): no file to write, sync or forget in
+// the bundle. A bulk exec runs detached under the exec shim: attached, runc
+// would put pipes of its own between the process and ours and copy every
+// byte of output once more. With a terminal runc stays attached: it relays
+// between our pty and the container's.
+func (r *Runtime) execCommand(bin, pidFile, id string, bulk bool) *exec.Cmd {
+	args := append(r.globalArgs("/proc/self/fd/4"), "exec")
+	if !bulk || r.ExecShim == "" {
+		args = append(args, "--process", "/proc/self/fd/3", "--pid-file", pidFile, id)
+		return exec.Command(bin, args...)
+	}
+	args = append(args, "--detach", "--process", "/proc/self/fd/3", "--pid-file", pidFile, id)
+	return exec.Command(r.ExecShim, append([]string{"exec", bin}, args...)...)
 }
 
 // processPipe returns the read end of a pipe that holds the whole process
@@ -416,6 +436,12 @@ func (e *execRun) wait(ctx context.Context) (int, error) {
 	select {
 	case <-delivered:
 	case <-ctx.Done():
+		// Under the exec shim the runtime is gone once the process is, so
+		// a background child that holds the output open is still there:
+		// it goes the way terminate sends it with an attached runtime.
+		if pid := e.execPID(); pid > 0 {
+			killSession(pid)
+		}
 		timer := time.NewTimer(ExecKillGrace)
 		select {
 		case <-delivered:

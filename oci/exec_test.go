@@ -85,14 +85,19 @@ func execContainer(t *testing.T) (*Runtime, string, string, *specs.Process) {
 }
 
 func TestExecStdio(t *testing.T) {
+	forExecModes(t, testExecStdio)
+}
+
+func testExecStdio(t *testing.T, stream bool) {
 	rt, id, bundle, base := execContainer(t)
+	rt.ExecShim = execShim
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	t.Run("exit code and separate streams", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		code, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, false),
-			ExecIO{Stdout: &stdout, Stderr: &stderr})
+			ExecIO{Stream: stream, Stdout: &stdout, Stderr: &stderr})
 		if err != nil || code != 3 {
 			t.Fatalf("exit %d, %v; want 3", code, err)
 		}
@@ -103,7 +108,7 @@ func TestExecStdio(t *testing.T) {
 	t.Run("end of stdin ends cat", func(t *testing.T) {
 		var stdout bytes.Buffer
 		code, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"cat"}, false),
-			ExecIO{Stdin: strings.NewReader("piped\n"), Stdout: &stdout})
+			ExecIO{Stream: stream, Stdin: strings.NewReader("piped\n"), Stdout: &stdout})
 		if err != nil || code != 0 || stdout.String() != "piped\n" {
 			t.Errorf("exit %d, %v, output %q", code, err, stdout.String())
 		}
@@ -117,7 +122,7 @@ func TestExecStdio(t *testing.T) {
 			inW.Close()
 		}()
 		code, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "test -t 0 && echo is-a-tty; read line; echo got:$line"}, true),
-			ExecIO{Stdin: in, Stdout: &stdout})
+			ExecIO{Stream: stream, Stdin: in, Stdout: &stdout})
 		if err != nil || code != 0 {
 			t.Fatalf("exit %d, %v", code, err)
 		}
@@ -126,14 +131,14 @@ func TestExecStdio(t *testing.T) {
 		}
 	})
 	t.Run("unknown executable is the runtime's error", func(t *testing.T) {
-		_, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"/no/such/binary"}, false), ExecIO{})
+		_, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"/no/such/binary"}, false), ExecIO{Stream: stream})
 		var rerr *RuntimeError
 		if !errors.As(err, &rerr) || !strings.Contains(err.Error(), "no/such/binary") {
 			t.Errorf("err = %v, want a RuntimeError naming the binary", err)
 		}
 	})
 	t.Run("unknown container", func(t *testing.T) {
-		_, err := rt.Exec(ctx, "no-such-container", bundle, ExecProcessSpec(base, []string{"true"}, false), ExecIO{})
+		_, err := rt.Exec(ctx, "no-such-container", bundle, ExecProcessSpec(base, []string{"true"}, false), ExecIO{Stream: stream})
 		if !errors.Is(err, ErrNotFound) {
 			t.Errorf("err = %v, want ErrNotFound", err)
 		}
@@ -142,7 +147,12 @@ func TestExecStdio(t *testing.T) {
 }
 
 func TestExecDeadline(t *testing.T) {
+	forExecModes(t, testExecDeadline)
+}
+
+func testExecDeadline(t *testing.T, stream bool) {
 	rt, id, bundle, base := execContainer(t)
+	rt.ExecShim = execShim
 	ctx := context.Background()
 
 	t.Run("kills the process and its children", func(t *testing.T) {
@@ -150,7 +160,7 @@ func TestExecDeadline(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		var out bytes.Buffer
-		_, err := rt.Exec(short, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "sleep 100 & echo started; sleep 100"}, false), ExecIO{Stdout: &out})
+		_, err := rt.Exec(short, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "sleep 100 & echo started; sleep 100"}, false), ExecIO{Stream: stream, Stdout: &out})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err = %v, want DeadlineExceeded", err)
 		}
@@ -163,13 +173,25 @@ func TestExecDeadline(t *testing.T) {
 		short, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		var out bytes.Buffer
-		code, err := rt.Exec(short, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "sleep 300 & echo ok"}, false), ExecIO{Stdout: &out})
+		code, err := rt.Exec(short, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "sleep 300 & echo ok"}, false), ExecIO{Stream: stream, Stdout: &out})
 		if err != nil || code != 0 || out.String() != "ok\n" {
 			t.Errorf("exit %d, %v, output %q; want 0 and ok", code, err, out.String())
 		}
 		assertNoSleepIn(t, rt, id)
 	})
 	assertNoExecFiles(t, bundle)
+}
+
+// forExecModes runs an exec test with runc attached, and with runc
+// detached under the exec shim, as a streaming exec runs.
+func forExecModes(t *testing.T, test func(t *testing.T, stream bool)) {
+	t.Run("attached", func(t *testing.T) { test(t, false) })
+	t.Run("shim", func(t *testing.T) {
+		if execShim == "" {
+			t.Skip("minicri-conmon was not built")
+		}
+		test(t, true)
+	})
 }
 
 // assertNoSleepIn fails when a sleep other than the container's init still

@@ -42,10 +42,29 @@ func TestMain(m *testing.M) {
 				return 1
 			}
 			sharedRootfs = dir
+			if shimDir, err := os.MkdirTemp("", "oci-shim-"); err == nil {
+				defer os.RemoveAll(shimDir)
+				execShim = buildExecShim(shimDir)
+			}
 		}
 		return m.Run()
 	}()
 	os.Exit(code)
+}
+
+// execShim is a minicri-conmon built for the exec tests, "" when the
+// build failed (those tests then skip).
+var execShim string
+
+func buildExecShim(dir string) string {
+	bin := filepath.Join(dir, "minicri-conmon")
+	build := exec.Command("go", "build", "-o", bin, "github.com/minicri/minicri/cmd/minicri-conmon")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build minicri-conmon: %v\n%s", err, out)
+		return ""
+	}
+	return bin
 }
 
 var busyboxApplets = []string{

@@ -33,6 +33,10 @@ type Runtime struct {
 	// SystemdCgroup makes the runtime manage cgroups through systemd; spec
 	// cgroup paths must then be slice:prefix:name (see CgroupsPath).
 	SystemdCgroup bool
+	// ExecShim, when set, is minicri-conmon: an exec without a terminal
+	// then runs the runtime detached under "ExecShim exec", which waits
+	// for the process, so the runtime does not copy its output.
+	ExecShim string
 
 	resolveOnce sync.Once
 	resolved    string

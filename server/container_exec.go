@@ -162,7 +162,7 @@ func (r streamRuntime) Exec(ctx context.Context, containerID string, cmd []strin
 	defer stopResize()
 	code, err := t.rt.Exec(ctx, t.rec.ID, t.rec.Bundle, oci.ExecProcessSpec(t.base, cmd, st.TTY), oci.ExecIO{
 		// A nil WriteCloser stays a nil Writer: the process gets /dev/null.
-		Stdin: st.Stdin, Stdout: st.Stdout, Stderr: st.Stderr, Resize: resize,
+		Stdin: st.Stdin, Stdout: st.Stdout, Stderr: st.Stderr, Resize: resize, Stream: true,
 	})
 	if err != nil {
 		return fmt.Errorf("exec in container %s: %w", t.rec.ID, err)

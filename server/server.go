@@ -76,10 +76,10 @@ func New(opts Options) (*Server, error) {
 	if s.images, err = openImages(cfg, opts.Log); err != nil {
 		return nil, err
 	}
-	s.runtimes = runtimeHandlers(cfg)
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}
+	s.runtimes = runtimeHandlers(cfg, s.monitorPath)
 	if s.sandboxes, err = openTable[sandboxRecord](s, "sandboxes"); err != nil {
 		return nil, err
 	}
@@ -111,10 +111,10 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 	return st, nil
 }
 
-func runtimeHandlers(cfg config.Config) *oci.Handlers {
+func runtimeHandlers(cfg config.Config, execShim string) *oci.Handlers {
 	h := &oci.Handlers{Default: cfg.Runtime.DefaultHandler, Runtimes: map[string]*oci.Runtime{}}
 	for name, rc := range cfg.Runtime.Handlers {
-		h.Runtimes[name] = &oci.Runtime{Name: name, Path: rc.Path, Root: rc.Root, SystemdCgroup: cfg.CgroupDriver == "systemd"}
+		h.Runtimes[name] = &oci.Runtime{Name: name, Path: rc.Path, Root: rc.Root, SystemdCgroup: cfg.CgroupDriver == "systemd", ExecShim: execShim}
 	}
 	return h
 }

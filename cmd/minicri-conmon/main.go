@@ -6,6 +6,7 @@
 //	minicri-conmon --id ID --bundle DIR --runtime runc --exit-file FILE --socket-dir DIR [flags]
 //	minicri-conmon --id ID ... --join-dir DIR   (shared: further containers join on DIR/join)
 //	minicri-conmon pause
+//	minicri-conmon exec RUNTIME ... exec --detach --pid-file FILE ... ID   (the daemon's exec shim)
 //
 // It is started by the daemon with a sync pipe as fd 3, on which it reports
 // "created CONTAINER_PID MONITOR_PID" or "failed MESSAGE". It is built with
@@ -36,6 +37,10 @@ func main() {
 	if len(args) > 0 && args[0] == monitor.ServeCommand {
 		// The second image of a monitor: its descriptors are its state.
 		os.Exit(monitor.Serve(args[1:]))
+	}
+	if len(args) > 0 && args[0] == monitor.ExecCommand {
+		// The daemon's exec shim: its fds 0-4 are the exec's.
+		os.Exit(monitor.Exec(args[1:]))
 	}
 	if len(args) > 0 && args[0] == monitor.JoinCommand {
 		// Started by a shared monitor for one further container.

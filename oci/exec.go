@@ -262,11 +262,13 @@ func (e *execRun) pipeStdio(o ExecIO) error {
 // Output is copied in batches when it comes in bulk: a read of at least
 // bulkRead bytes makes the copy read on for up to batchWait, until it holds
 // batchSize bytes, so that a stream client gets fewer, larger frames. Less
-// output than that (a prompt, a line) goes out at once.
+// output than that (a prompt, a line, a probe's answer) goes out at once,
+// from a small buffer: the batch buffer is only made for bulk.
 const (
-	outputPipeSize = 256 << 10
+	outputPipeSize = 1 << 20
 	bulkRead       = 4 << 10
-	batchSize      = 64 << 10
+	smallBuffer    = 32 << 10
+	batchSize      = 128 << 10
 	batchWait      = 2 * time.Millisecond
 )
 
@@ -276,10 +278,13 @@ func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
 	go func() {
 		defer e.copies.Done()
 		defer src.Close()
-		buf := make([]byte, 2*batchSize)
+		buf := make([]byte, smallBuffer)
 		for {
 			n, err := src.Read(buf)
 			if n >= bulkRead && err == nil {
+				if len(buf) < batchSize {
+					buf = append(buf[:n], make([]byte, batchSize-n)...)
+				}
 				n, err = readBatch(src, buf, n)
 			}
 			if n > 0 {
@@ -294,13 +299,13 @@ func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
 	}()
 }
 
-// readBatch reads on into buf[n:] until batchSize bytes or batchWait.
+// readBatch reads on into buf[n:] until it is full or batchWait passed.
 func readBatch(src *os.File, buf []byte, n int) (int, error) {
 	if src.SetReadDeadline(time.Now().Add(batchWait)) != nil {
 		return n, nil
 	}
 	defer src.SetReadDeadline(time.Time{})
-	for n < batchSize {
+	for n < len(buf) {
 		m, err := src.Read(buf[n:])
 		n += m
 		if errors.Is(err, os.ErrDeadlineExceeded) {

@@ -33,11 +33,8 @@ func Create(ctx context.Context, o Options) (Created, error) {
 	if err != nil {
 		return Created{}, fmt.Errorf("find monitor: %w", err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultCreateTimeout)
-		defer cancel()
-	}
+	ctx, cancel := createContext(ctx)
+	defer cancel()
 	syncR, syncW, err := os.Pipe()
 	if err != nil {
 		return Created{}, fmt.Errorf("monitor sync pipe: %w", err)
@@ -65,6 +62,15 @@ func Create(ctx context.Context, o Options) (Created, error) {
 	}
 	created.MonitorStartTime = start
 	return created, nil
+}
+
+// createContext gives a create DefaultCreateTimeout when ctx has no
+// deadline: a runtime that hangs must not hang the daemon's call for ever.
+func createContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, DefaultCreateTimeout)
 }
 
 // monitorCommand detaches the monitor from the daemon: a session of its own

@@ -29,11 +29,8 @@ func Join(ctx context.Context, joinDir string, o Options) (Created, error) {
 	if err != nil {
 		return Created{}, fmt.Errorf("monitor options: %w", err)
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultCreateTimeout)
-		defer cancel()
-	}
+	ctx, cancel := createContext(ctx)
+	defer cancel()
 	conn, err := dial(ctx, joinDir, wire.JoinSocket)
 	if err != nil {
 		return Created{}, fmt.Errorf("%w: %w", ErrJoinRefused, err)

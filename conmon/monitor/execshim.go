@@ -45,14 +45,14 @@ func Exec(argv []string) int {
 	if err != nil {
 		return execFailed(errors.New("exec shim: run " + path + ": " + err.Error()))
 	}
-	if status, err := waitPID(runtimePID); err != nil || !status.Exited() || status.ExitStatus() != 0 {
+	if _, status, err := wait4(runtimePID, 0); err != nil || !status.Exited() || status.ExitStatus() != 0 {
 		return 255 // the runtime logged why
 	}
 	pid, err := readPIDFile(pidFile)
 	if err != nil {
 		return execFailed(err)
 	}
-	status, err := waitPID(pid)
+	_, status, err := wait4(pid, 0)
 	if err != nil {
 		return execFailed(errors.New("exec shim: wait for the process: " + err.Error()))
 	}
@@ -61,16 +61,6 @@ func Exec(argv []string) int {
 		return 128 + int(status.Signal())
 	}
 	return status.ExitStatus()
-}
-
-func waitPID(pid int) (unix.WaitStatus, error) {
-	var status unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &status, 0, nil)
-		if err != unix.EINTR {
-			return status, err
-		}
-	}
 }
 
 // flagValue is the value of the first "name value" or "name=value" in argv.

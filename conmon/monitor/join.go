@@ -151,13 +151,7 @@ func (p *pool) serveHelper(h *helper, fd int) {
 	if fd != h.pidFD {
 		return
 	}
-	var status unix.WaitStatus
-	for {
-		_, err := unix.Wait4(h.pid, &status, unix.WNOHANG, nil)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	wait4(h.pid, unix.WNOHANG)
 	unix.Close(h.pidFD)
 	if h.handoverFD >= 0 {
 		unix.Close(h.handoverFD)

@@ -142,16 +142,11 @@ func (m *monitor) closeOutput(o *output) {
 // its pid is waited for: other children of a shared monitor are other
 // containers' inits, whose exits their own pidfds report.
 func (m *monitor) reapInit() {
-	for m.exit == nil {
-		var status unix.WaitStatus
-		pid, err := unix.Wait4(m.containerPID, &status, unix.WNOHANG, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if pid == m.containerPID && err == nil {
-			m.containerExited(status)
-		}
+	if m.exit != nil {
 		return
+	}
+	if pid, status, err := wait4(m.containerPID, unix.WNOHANG); pid == m.containerPID && err == nil {
+		m.containerExited(status)
 	}
 }
 

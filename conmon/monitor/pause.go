@@ -26,16 +26,3 @@ func Pause() int {
 	}
 	return 0
 }
-
-func reapAll() {
-	for {
-		var status unix.WaitStatus
-		pid, err := unix.Wait4(-1, &status, unix.WNOHANG, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if pid <= 0 || err != nil {
-			return
-		}
-	}
-}

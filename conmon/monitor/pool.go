@@ -181,19 +181,11 @@ func (p *pool) reapOrphans() {
 	if len(p.helpers) > 0 {
 		return
 	}
-	for {
-		var status unix.WaitStatus
-		pid, err := unix.Wait4(-1, &status, unix.WNOHANG, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if pid <= 0 || err != nil {
-			return
-		}
+	reapChildren(func(pid int, status unix.WaitStatus) {
 		for _, m := range p.monitors {
 			if m.containerPID == pid && m.exit == nil {
 				m.containerExited(status)
 			}
 		}
-	}
+	})
 }

@@ -150,17 +150,11 @@ func (m *monitor) runRuntime(argv []string, files [3]int) (unix.WaitStatus, erro
 	if err != nil {
 		return 0, errors.New("run " + path + ": " + err.Error())
 	}
-	var status unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &status, 0, nil)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, errors.New("wait for " + path + ": " + err.Error())
-		}
-		return status, nil
+	_, status, err := wait4(pid, 0)
+	if err != nil {
+		return 0, errors.New("wait for " + path + ": " + err.Error())
 	}
+	return status, nil
 }
 
 // runtimeEnv is the monitor's environment without the monitor's own Go

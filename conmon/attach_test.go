@@ -125,13 +125,7 @@ func TestAttachTerminalResize(t *testing.T) {
 	resize <- conmon.Size{Rows: 33, Cols: 77}
 	var stdout syncBuffer
 	done := attach(c, context.Background(), stdinR, &stdout, nil, resize)
-	// Resize and stdin travel on separate goroutines: ask until the
-	// answer shows the new size.
-	waitFor(t, "stty size to print 33 77", 10*time.Second, func() bool {
-		io.WriteString(stdinW, "stty size\n")
-		time.Sleep(100 * time.Millisecond)
-		return strings.Contains(stdout.String(), "33 77")
-	})
+	waitForTTYSize(t, stdinW, &stdout, "33 77")
 	io.WriteString(stdinW, "exit 5\n")
 	if err := waitAttach(t, done, 10*time.Second); err != nil {
 		t.Fatalf("Attach: %v", err)

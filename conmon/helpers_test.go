@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -461,4 +462,30 @@ func processesMentioning(s string) []int {
 		}
 	}
 	return pids
+}
+
+// hangingRuntime is an OCI runtime whose create never returns: it writes
+// its pid to pidFile and sleeps.
+func hangingRuntime(t *testing.T) (path, pidFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	pidFile = filepath.Join(dir, "hung.pid")
+	path = filepath.Join(dir, "hanging-runtime")
+	script := "#!/bin/sh\nfor a; do if [ \"$a\" = create ]; then echo $$ > " + pidFile + "; exec sleep 60; fi; done\nexit 0\n"
+	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path, pidFile
+}
+
+// waitForTTYSize asks an attached shell for its terminal size until it
+// answers size ("ROWS COLS"). Resize and stdin travel on separate
+// goroutines, so one ask may come before the resize.
+func waitForTTYSize(t *testing.T, stdin io.Writer, stdout *syncBuffer, size string) {
+	t.Helper()
+	waitFor(t, "stty size to print "+size, 10*time.Second, func() bool {
+		io.WriteString(stdin, "stty size\n")
+		time.Sleep(100 * time.Millisecond)
+		return strings.Contains(stdout.String(), size)
+	})
 }

@@ -79,17 +79,12 @@ func Join(ctx context.Context, joinDir string, o Options) (Created, error) {
 // helperExited is closed when the join helper, not the daemon's child, has
 // exited; at once when it is gone already.
 func helperExited(pid int) <-chan struct{} {
-	start, err := startTime(pid)
-	if err != nil {
-		done := make(chan struct{})
-		close(done)
-		return done
-	}
+	// A helper gone already has no start time; WatchMonitor then finds
+	// no process, or one whose start time is not 0: closed at once.
+	start, _ := startTime(pid)
 	done, err := WatchMonitor(pid, start)
 	if err != nil {
-		done := make(chan struct{})
-		close(done)
-		return done
+		return closedChannel()
 	}
 	return done
 }
@@ -100,22 +95,20 @@ func helperExited(pid int) <-chan struct{} {
 // socket, which the monitor closes then; a container already done gives a
 // channel closed at once.
 func WatchContainer(socketDir string) (<-chan struct{}, error) {
-	done := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := dial(ctx, socketDir, wire.ControlSocket)
 	if errors.Is(err, ErrNotRunning) || errors.Is(err, os.ErrNotExist) {
-		close(done)
-		return done, nil
+		return closedChannel(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("watch container: %w", err)
 	}
 	if _, err := conn.Write([]byte(wire.RequestWait)); err != nil {
 		conn.Close()
-		close(done) // the monitor closed the socket meanwhile: done
-		return done, nil
+		return closedChannel(), nil // the monitor closed the socket meanwhile: done
 	}
+	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		defer conn.Close()

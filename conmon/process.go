@@ -16,11 +16,9 @@ import (
 // already gone, or a pid that now belongs to another process (its start
 // time is not started), gives a channel closed at once.
 func WatchMonitor(pid int, started uint64) (<-chan struct{}, error) {
-	done := make(chan struct{})
 	pidfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if errors.Is(err, unix.ESRCH) {
-		close(done)
-		return done, nil
+		return closedChannel(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("watch monitor %d: pidfd_open: %w", pid, err)
@@ -29,9 +27,9 @@ func WatchMonitor(pid int, started uint64) (<-chan struct{}, error) {
 	// cannot go stale.
 	if st, err := startTime(pid); err != nil || st != started {
 		unix.Close(pidfd)
-		close(done)
-		return done, nil
+		return closedChannel(), nil
 	}
+	done := make(chan struct{})
 	f := os.NewFile(uintptr(pidfd), "pidfd")
 	go func() {
 		defer close(done)
@@ -39,6 +37,13 @@ func WatchMonitor(pid int, started uint64) (<-chan struct{}, error) {
 		waitExited(f)
 	}()
 	return done, nil
+}
+
+// closedChannel is the answer of a watch whose process is gone already.
+func closedChannel() <-chan struct{} {
+	done := make(chan struct{})
+	close(done)
+	return done
 }
 
 // Alive reports whether the monitor that started at started (clock ticks
@@ -52,12 +57,11 @@ func Alive(pid int, started uint64) bool {
 // it, so that no zombie stays behind; the channel closes then. A daemon that
 // restarted has no such child: its monitors went to the init process.
 func reapChild(pid int) <-chan struct{} {
-	done := make(chan struct{})
 	pidfd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
-		close(done) // cannot happen for an unreaped child; nothing to wait on
-		return done
+		return closedChannel() // cannot happen for an unreaped child; nothing to wait on
 	}
+	done := make(chan struct{})
 	f := os.NewFile(uintptr(pidfd), "pidfd")
 	go func() {
 		defer close(done)

@@ -209,13 +209,7 @@ func assertNothingLeft(t *testing.T, c *container) {
 
 func TestCreateHonoursDeadline(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "hung.pid")
-	runtime := filepath.Join(dir, "hanging-runtime")
-	script := "#!/bin/sh\nfor a; do if [ \"$a\" = create ]; then echo $$ > " + pidFile + "; exec sleep 60; fi; done\nexit 0\n"
-	if err := os.WriteFile(runtime, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	runtime, pidFile := hangingRuntime(t)
 	c := newContainer(t, []string{"true"}, func(_ *specs.Spec, o *conmon.Options) { o.Runtime = runtime })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -165,11 +165,7 @@ func TestJoinTerminalInLongDirectories(t *testing.T) {
 	resize <- conmon.Size{Rows: 21, Cols: 65}
 	var stdout syncBuffer
 	done := attach(tty, context.Background(), stdinR, &stdout, nil, resize)
-	waitFor(t, "stty size to print 21 65", 10*time.Second, func() bool {
-		io.WriteString(stdinW, "stty size\n")
-		time.Sleep(100 * time.Millisecond)
-		return strings.Contains(stdout.String(), "21 65")
-	})
+	waitForTTYSize(t, stdinW, &stdout, "21 65")
 	io.WriteString(stdinW, "exit 4\n")
 	if err := waitAttach(t, done, 10*time.Second); err != nil {
 		t.Fatalf("Attach: %v", err)
@@ -191,13 +187,7 @@ func TestJoinHonoursDeadline(t *testing.T) {
 	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
 	first.run()
 
-	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "hung.pid")
-	hanging := filepath.Join(dir, "hanging-runtime")
-	script := "#!/bin/sh\nfor a; do if [ \"$a\" = create ]; then echo $$ > " + pidFile + "; exec sleep 60; fi; done\nexit 0\n"
-	if err := os.WriteFile(hanging, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	hanging, pidFile := hangingRuntime(t)
 	c := newContainer(t, []string{"true"}, func(_ *specs.Spec, o *conmon.Options) { o.Runtime = hanging })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

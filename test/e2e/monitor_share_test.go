@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"os"
 	"slices"
 	"strconv"
@@ -121,13 +120,6 @@ func TestSharedMonitorAcrossRestartAndKill(t *testing.T) {
 	if got := d.monitorsOf(); len(got) != 1 || got[0] == monitors[0] {
 		t.Errorf("monitors %v after the shared one was killed, want one new one", got)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := d.Runtime.StopPodSandbox(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Runtime.RemovePodSandbox(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	d.removeAll(t)
 	d.assertNoLeaks(t, leakCheck{pids: monitors})
 }

@@ -9,7 +9,7 @@ BIN      := $(CURDIR)/bin
 PREFIX   ?= /usr/local
 E2E_TIMEOUT ?= 15m
 
-.PHONY: all deps build run test vet fmt-check unit e2e bench install clean
+.PHONY: all deps build kubelet run test vet fmt-check unit e2e bench install clean
 
 all: build
 
@@ -49,9 +49,19 @@ unit:
 	$(GO) test -race -count=1 ./...
 	for t in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) ./$${t#*:}/ || exit 1; done
 
-# End-to-end tests: the real daemon, real runc, real registry; needs root.
-e2e: build
-	MINICRI_BIN_DIR=$(BIN) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/
+# The real kubelet the kubelet e2e tests run (docs/kubelet.md), built from
+# hack/kubelet and cached outside the repository: the first build takes
+# minutes, every later one (any clone) reuses it. MINICRI_KUBELET=PATH (in
+# the environment or on the command line) runs another kubelet instead.
+MINICRI_KUBELET ?= $(shell hack/build-kubelet.sh --path)
+KUBELET_DEP := $(if $(filter environment command,$(origin MINICRI_KUBELET)),,kubelet)
+kubelet:
+	@hack/build-kubelet.sh >/dev/null
+
+# End-to-end tests: the real daemon, real runc, real registry, a real
+# kubelet; needs root.
+e2e: build $(KUBELET_DEP)
+	MINICRI_BIN_DIR=$(BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/
 
 bench: deps build
 	@hack/bench.sh $(BIN)

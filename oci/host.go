@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,9 @@ type hostFacts struct {
 	cgroup2 bool
 	// swapAccounting is true when the memory cgroup can limit swap.
 	swapAccounting bool
+	// hugetlb is true when the hugetlb controller is available to
+	// containers: mounted in the v1 hierarchy, or enabled in the v2 root.
+	hugetlb bool
 	// apparmor is true when the kernel has AppArmor enabled.
 	apparmor bool
 }
@@ -49,6 +53,7 @@ func readHostFacts() hostFacts {
 		apparmor:     readAppArmorEnabled("/sys/module/apparmor/parameters/enabled"),
 	}
 	h.swapAccounting = detectSwapAccounting(h.cgroup2)
+	h.hugetlb = hasController(h.cgroup2, "hugetlb")
 	return h
 }
 
@@ -145,4 +150,36 @@ func ownCgroup2Path(procFile string) string {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// hasController tells whether a container's cgroup can use the named
+// controller. On v1 (and hybrid) hosts that is a controller mounted in a
+// hierarchy of its own, which /proc/self/cgroup lists with a non-zero
+// hierarchy ID; a hybrid host's v2 tree beside it does not count, since runc
+// uses v1 there. On v2 it is a controller the root offers.
+func hasController(cgroup2 bool, name string) bool {
+	if cgroup2 {
+		data, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers"))
+		return err == nil && slices.Contains(strings.Fields(string(data)), name)
+	}
+	return slices.Contains(v1Controllers("/proc/self/cgroup"), name)
+}
+
+// v1Controllers lists the controllers of the v1 hierarchies in a
+// /proc/PID/cgroup file ("4:memory:/path", "1:cpu,cpuacct:/").
+func v1Controllers(procFile string) []string {
+	data, err := os.ReadFile(procFile)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.Lines(string(data)) {
+		id, rest, ok := strings.Cut(line, ":")
+		if !ok || id == "0" {
+			continue
+		}
+		list, _, _ := strings.Cut(rest, ":")
+		out = append(out, strings.Split(list, ",")...)
+	}
+	return out
 }

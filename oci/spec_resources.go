@@ -33,6 +33,9 @@ func resourcesFor(r *Resources, h hostFacts) (*specs.LinuxResources, error) {
 		out.Pids = &specs.LinuxPids{Limit: &limit}
 	}
 	for _, hp := range r.HugepageLimits {
+		if !h.hugetlb {
+			break // see MissingControllers
+		}
 		out.HugepageLimits = append(out.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: hp.PageSize, Limit: hp.Limit})
 	}
 	if len(r.Unified) > 0 {
@@ -64,6 +67,31 @@ func cpuResources(r *Resources) *specs.LinuxCPU {
 	return cpu
 }
 
+// MissingControllers names the cgroup controllers whose limits r sets but
+// this host cannot apply: "hugetlb" where the controller is not mounted,
+// "memory swap" where the memory cgroup does not account swap. GenerateSpec
+// and LinuxResources leave those limits out instead of failing, as containerd
+// does by default (tolerate_missing_hugetlb_controller): the kubelet sends a
+// zero hugepage limit for every page size on every container, and a node
+// without the controller cannot run a pod otherwise.
+func MissingControllers(r *Resources) []string {
+	return missingControllers(r, currentHost())
+}
+
+func missingControllers(r *Resources, h hostFacts) []string {
+	if r == nil {
+		return nil
+	}
+	var out []string
+	if len(r.HugepageLimits) > 0 && !h.hugetlb {
+		out = append(out, "hugetlb")
+	}
+	if r.MemorySwapLimitBytes > 0 && r.MemoryLimitBytes > 0 && !h.swapAccounting {
+		out = append(out, "memory swap")
+	}
+	return out
+}
+
 // memoryResources sets the limit and, when swap is accounted and no swap limit
 // is given, memory+swap equal to the limit: a container must not dodge its
 // limit by swapping (containerd does the same).
@@ -74,7 +102,7 @@ func memoryResources(r *Resources, h hostFacts) *specs.LinuxMemory {
 	limit := r.MemoryLimitBytes
 	mem := &specs.LinuxMemory{Limit: &limit}
 	switch {
-	case r.MemorySwapLimitBytes > 0:
+	case r.MemorySwapLimitBytes > 0 && h.swapAccounting:
 		swap := r.MemorySwapLimitBytes
 		mem.Swap = &swap
 	case h.swapAccounting:

@@ -21,6 +21,7 @@ func testHost() hostFacts {
 		lastCap:        40,
 		boundingCaps:   ^capSet(0),
 		swapAccounting: true,
+		hugetlb:        true,
 	}
 }
 
@@ -335,6 +336,8 @@ func TestResources(t *testing.T) {
 	noSwap.swapAccounting = false
 	v2 := testHost()
 	v2.cgroup2 = true
+	noHugetlb := testHost()
+	noHugetlb.hugetlb = false
 	tests := []struct {
 		name    string
 		r       *Resources
@@ -374,6 +377,16 @@ func TestResources(t *testing.T) {
 			}
 			if want := []specs.LinuxHugepageLimit{{Pagesize: "2MB", Limit: 4 << 20}}; !reflect.DeepEqual(r.HugepageLimits, want) {
 				t.Errorf("hugepages = %+v, want %+v", r.HugepageLimits, want)
+			}
+		}},
+		{name: "no hugetlb controller: hugepage limits skipped", r: &Resources{HugepageLimits: []HugepageLimit{{PageSize: "2MB"}, {PageSize: "1GB"}}}, host: noHugetlb, check: func(t *testing.T, r *specs.LinuxResources) {
+			if r.HugepageLimits != nil {
+				t.Errorf("hugepages = %+v on a host without the hugetlb controller; runc would fail the create", r.HugepageLimits)
+			}
+		}},
+		{name: "no swap accounting: explicit swap limit skipped", r: &Resources{MemoryLimitBytes: 64 << 20, MemorySwapLimitBytes: 128 << 20}, host: noSwap, check: func(t *testing.T, r *specs.LinuxResources) {
+			if r.Memory.Swap != nil || *r.Memory.Limit != 64<<20 {
+				t.Errorf("memory = %+v, want the limit alone on a host without swap accounting", r.Memory)
 			}
 		}},
 		{name: "unified on v2", r: &Resources{Unified: map[string]string{"memory.high": "1000000"}}, host: v2, check: func(t *testing.T, r *specs.LinuxResources) {
@@ -530,5 +543,48 @@ func TestWriteSpecIsAtomicAndReadable(t *testing.T) {
 	}
 	if err := WriteSpec(filepath.Join(dir, "missing"), s); err == nil {
 		t.Errorf("WriteSpec into a missing directory succeeded")
+	}
+}
+
+func TestMissingControllers(t *testing.T) {
+	bare := testHost()
+	bare.hugetlb, bare.swapAccounting = false, false
+	hugepages := []HugepageLimit{{PageSize: "2MB"}}
+	tests := []struct {
+		name string
+		r    *Resources
+		host hostFacts
+		want []string
+	}{
+		{"nil resources", nil, bare, nil},
+		{"nothing asked", &Resources{MemoryLimitBytes: 1 << 20}, bare, nil},
+		{"hugepages on a host with hugetlb", &Resources{HugepageLimits: hugepages}, testHost(), nil},
+		{"hugepages without hugetlb", &Resources{HugepageLimits: hugepages}, bare, []string{"hugetlb"}},
+		{"swap without accounting", &Resources{MemoryLimitBytes: 1 << 20, MemorySwapLimitBytes: 2 << 20}, bare, []string{"memory swap"}},
+		{"both", &Resources{HugepageLimits: hugepages, MemoryLimitBytes: 1 << 20, MemorySwapLimitBytes: 2 << 20}, bare, []string{"hugetlb", "memory swap"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := missingControllers(tt.r, tt.host); !slices.Equal(got, tt.want) {
+				t.Errorf("missingControllers = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestV1Controllers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cgroup")
+	data := "9:name=systemd:/\n4:memory:/x\n1:cpu,cpuacct:/\n0::/\n"
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := v1Controllers(path)
+	for _, want := range []string{"memory", "cpu", "cpuacct"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("v1Controllers = %q, want it to hold %q", got, want)
+		}
+	}
+	if slices.Contains(got, "hugetlb") || slices.Contains(got, "") {
+		t.Errorf("v1Controllers = %q: an unmounted or empty controller listed", got)
 	}
 }

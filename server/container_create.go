@@ -143,6 +143,7 @@ func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runti
 	if err != nil {
 		return nil, err
 	}
+	s.warnMissingControllers(cs.Resources)
 	spec, err := oci.GenerateSpec(cs)
 	if err != nil {
 		return nil, err

@@ -42,7 +42,9 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.Upda
 }
 
 func (s *Server) updateResources(ctx context.Context, rec containerRecord, resources *runtime.LinuxContainerResources) error {
-	limits, err := oci.LinuxResources(ociResources(resources))
+	wanted := ociResources(resources)
+	s.warnMissingControllers(wanted)
+	limits, err := oci.LinuxResources(wanted)
 	if err != nil {
 		return err
 	}
@@ -67,4 +69,16 @@ func (s *Server) updateResources(ctx context.Context, rec containerRecord, resou
 	}
 	_, err = s.containers.Update(rec.ID, func(r *containerRecord) error { r.Config = raw; return nil })
 	return err
+}
+
+// warnMissingControllers logs, once per controller for the daemon's life,
+// that limits were asked of a cgroup controller this host lacks and are
+// skipped (oci.MissingControllers). The kubelet asks for them on every
+// container, so a line each time would drown the log.
+func (s *Server) warnMissingControllers(r *oci.Resources) {
+	for _, c := range oci.MissingControllers(r) {
+		if _, logged := s.missingControllers.LoadOrStore(c, true); !logged {
+			s.log.WithField("controller", c).Warn("this host lacks the cgroup controller: its limits are skipped for every container")
+		}
+	}
 }

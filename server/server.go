@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
@@ -56,6 +57,9 @@ type Server struct {
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
 	execSpecs      execSpecCache
+	// missingControllers holds the cgroup controllers already logged as
+	// missing (see warnMissingControllers).
+	missingControllers sync.Map
 }
 
 // New builds the server and starts its streaming server, which Close stops.

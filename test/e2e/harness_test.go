@@ -56,11 +56,14 @@ func runSuite(m *testing.M) int {
 		binDir = dir
 	}
 	ipForward, _ := os.ReadFile(ipForwardPath)
+	restoreSysctls := saveSysctls(kubeletSysctls)
 	code := m.Run()
-	// The bridge plugin turns forwarding on for the whole host: put it back.
+	// The bridge plugin turns forwarding on for the whole host, and a kubelet
+	// sets kernel tunables at start: put them back.
 	if len(ipForward) > 0 {
 		_ = os.WriteFile(ipForwardPath, ipForward, 0o644)
 	}
+	restoreSysctls()
 	leaks := append(findLeaks(), removeTestCgroups()...)
 	if len(leaks) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: the suite left things behind:\n  %s\n", strings.Join(leaks, "\n  "))

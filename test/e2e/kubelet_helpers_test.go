@@ -1,0 +1,512 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// kubeletEnv names the kubelet binary the kubelet tests run; make e2e sets it.
+const kubeletEnv = "MINICRI_KUBELET"
+
+// kubeletSysctls are the kernel settings a kubelet sets for itself at start
+// (setupKernelTunables). The suite puts them back when it ends, as it does
+// ip_forward: a test must not leave the host changed.
+var kubeletSysctls = []string{
+	"/proc/sys/vm/overcommit_memory",
+	"/proc/sys/vm/panic_on_oom",
+	"/proc/sys/kernel/panic",
+	"/proc/sys/kernel/panic_on_oops",
+	"/proc/sys/kernel/keys/root_maxkeys",
+	"/proc/sys/kernel/keys/root_maxbytes",
+}
+
+// saveSysctls reads the files and returns a function that writes them back.
+func saveSysctls(paths []string) (restore func()) {
+	saved := map[string][]byte{}
+	for _, p := range paths {
+		if v, err := os.ReadFile(p); err == nil {
+			saved[p] = v
+		}
+	}
+	return func() {
+		for p, v := range saved {
+			_ = os.WriteFile(p, v, 0o644)
+		}
+	}
+}
+
+// Kubelet is a real kubelet, standalone (no API server: static pods from a
+// manifest directory), talking to one Daemon.
+type Kubelet struct {
+	d           *Daemon
+	Dir         string // everything of this kubelet lives below it
+	ManifestDir string
+	RootDir     string
+	NodeName    string
+	Port        int    // the kubelet's API: /pods, /exec, /containerLogs …
+	CgroupRoot  string // the cgroup all its pods go below
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    string
+	client *http.Client
+}
+
+// kubeletBinary is the kubelet to run; it skips the test, saying how to get
+// one, when MINICRI_KUBELET is not set.
+func kubeletBinary(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv(kubeletEnv)
+	if bin == "" {
+		t.Skipf("%s is not set: build the kubelet with `make kubelet` (hack/build-kubelet.sh prints its path) "+
+			"and run %s=PATH go test -tags e2e -run TestKubelet ./test/e2e/; make e2e sets it", kubeletEnv, kubeletEnv)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s=%s: %v", kubeletEnv, bin, err)
+	}
+	return bin
+}
+
+// startKubelet starts a kubelet on d's socket, waits until it is healthy,
+// and at the end of the test kills it by pid, removes every pod it made
+// from the daemon, and removes its cgroups. It skips the test when
+// MINICRI_KUBELET is not set.
+func startKubelet(t *testing.T, d *Daemon) *Kubelet {
+	t.Helper()
+	bin := kubeletBinary(t)
+	k := &Kubelet{
+		d:           d,
+		Dir:         filepath.Join(d.Dir, "kubelet"),
+		NodeName:    "kn" + randomHex(3),
+		Port:        freeTCPPort(t),
+		CgroupRoot:  cgroupParent + "/kubelet-" + randomHex(4),
+		ManifestDir: filepath.Join(d.Dir, "kubelet", "manifests"),
+		RootDir:     filepath.Join(d.Dir, "kubelet", "root"),
+		exited:      make(chan struct{}),
+	}
+	k.log = filepath.Join(k.Dir, "kubelet.log")
+	for _, dir := range []string{k.ManifestDir, k.RootDir, filepath.Join(k.Dir, "pod-logs"), filepath.Join(k.Dir, "volume-plugins")} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolvConf := filepath.Join(k.Dir, "resolv.conf")
+	if err := os.WriteFile(resolvConf, []byte("nameserver 10.96.0.10\nsearch e2e.local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// With cgroupsPerQOS the kubelet wants its cgroup root to exist in every
+	// hierarchy; a root of its own per run keeps concurrent runs apart, and
+	// below the suite's cgroup parent the final leak check sees it.
+	for _, h := range cgroupV1Hierarchies() {
+		if err := os.MkdirAll(filepath.Join(h, k.CgroupRoot), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := filepath.Join(k.Dir, "config.yaml")
+	if err := os.WriteFile(config, []byte(k.config(d, resolvConf, freeTCPPort(t))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(k.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	k.cmd = exec.Command(bin, "--config", config, "--root-dir", k.RootDir, "--cert-dir", filepath.Join(k.Dir, "pki"),
+		"--hostname-override", k.NodeName, "--v=2")
+	k.cmd.Stdout, k.cmd.Stderr = logFile, logFile
+	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := k.cmd.Start(); err != nil {
+		t.Fatalf("start kubelet: %v", err)
+	}
+	go func() { _ = k.cmd.Wait(); close(k.exited) }()
+	t.Cleanup(func() { k.stop(t) })
+
+	k.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		// The kubelet serves a self-signed certificate it made at start.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := k.client.Get(k.url("/healthz"))
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+			err = fmt.Errorf("%s: %s", resp.Status, body)
+		}
+		select {
+		case <-k.exited:
+			t.Fatalf("kubelet exited at start: %v\n%s", k.cmd.ProcessState, k.logTail())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubelet not healthy on port %d after 60 s: %v\n%s", k.Port, err, k.logTail())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return k
+}
+
+// config is the KubeletConfiguration of a standalone test kubelet: everything
+// it writes in the test's dir, its own ports on 127.0.0.1, nothing it would
+// do to the node on its own (evictions, image GC, node allocatable, iptables)
+// and short loops so that tests see changes within a second or two.
+func (k *Kubelet) config(d *Daemon, resolvConf string, healthzPort int) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: %[1]s
+imageServiceEndpoint: %[1]s
+cgroupDriver: cgroupfs
+failCgroupV1: false
+cgroupsPerQOS: true
+cgroupRoot: %[2]s
+enforceNodeAllocatable: []
+staticPodPath: %[3]s
+fileCheckFrequency: 1s
+syncFrequency: 2s
+address: 127.0.0.1
+port: %[4]d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %[5]d
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+registerNode: false
+failSwapOn: false
+resolvConf: %[6]s
+podLogsDir: %[7]s
+volumePluginDir: %[8]s
+serializeImagePulls: true
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {}
+makeIPTablesUtilChains: false
+runtimeRequestTimeout: 2m
+`, d.Endpoint, k.CgroupRoot, k.ManifestDir, k.Port, healthzPort, resolvConf,
+		filepath.Join(k.Dir, "pod-logs"), filepath.Join(k.Dir, "volume-plugins"))
+}
+
+// stop kills the kubelet (it does not stop pods when it exits, like a node
+// losing its kubelet), then removes the pods it left in the daemon, what it
+// mounted under its root dir, and its cgroups.
+func (k *Kubelet) stop(t *testing.T) {
+	select {
+	case <-k.exited:
+	default:
+		_ = k.cmd.Process.Signal(syscall.SIGKILL) // by pid: only the process we started
+		<-k.exited
+	}
+	if t.Failed() {
+		t.Logf("--- kubelet log (tail) ---\n%s", k.logTail())
+	}
+	k.removeAllPods(t)
+	for _, m := range mountsBelow(k.RootDir) {
+		unmountQuietly(m)
+	}
+	for _, h := range cgroupV1Hierarchies() {
+		if err := removeCgroupTree(filepath.Join(h, k.CgroupRoot)); err != nil {
+			t.Errorf("the kubelet's cgroups: %v", err)
+		}
+	}
+}
+
+// removeAllPods stops and removes every sandbox in the daemon, as a drained
+// node would.
+func (k *Kubelet) removeAllPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pods, err := k.d.Runtime.ListPodSandbox(ctx, nil)
+	if err != nil {
+		t.Errorf("cleanup: ListPodSandbox: %v", err)
+		return
+	}
+	for _, p := range pods {
+		if err := k.d.Runtime.StopPodSandbox(ctx, p.GetId()); err != nil {
+			t.Errorf("cleanup: StopPodSandbox %s: %v", p.GetMetadata().GetName(), err)
+		}
+		if err := k.d.Runtime.RemovePodSandbox(ctx, p.GetId()); err != nil {
+			t.Errorf("cleanup: RemovePodSandbox %s: %v", p.GetMetadata().GetName(), err)
+		}
+	}
+}
+
+// logTail is the last 150 lines of the kubelet's log.
+func (k *Kubelet) logTail() string {
+	data, _ := os.ReadFile(k.log)
+	lines := strings.Split(string(data), "\n")
+	if len(lines) > 150 {
+		lines = lines[len(lines)-150:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (k *Kubelet) url(path string) string {
+	return fmt.Sprintf("https://127.0.0.1:%d%s", k.Port, path)
+}
+
+// get GETs a path of the kubelet's API and returns the status code and body.
+func (k *Kubelet) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := k.client.Get(k.url(path))
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// pods lists the kubelet's pods with their status, from its /pods.
+func (k *Kubelet) pods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	code, body := k.get(t, "/pods")
+	if code != http.StatusOK {
+		t.Fatalf("GET /pods: %d %s", code, body)
+	}
+	var list corev1.PodList
+	if err := json.Unmarshal([]byte(body), &list); err != nil {
+		t.Fatalf("GET /pods: %v", err)
+	}
+	return list.Items
+}
+
+// pod is the kubelet's view of one of its pods, by manifest name; nil when
+// it has no such pod.
+func (k *Kubelet) pod(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	for _, p := range k.pods(t) {
+		if p.Name == k.podName(name) {
+			return &p
+		}
+	}
+	return nil
+}
+
+// podName is the name the kubelet gives a static pod: NAME-NODENAME.
+func (k *Kubelet) podName(name string) string { return name + "-" + k.NodeName }
+
+// waitPod polls the kubelet's view of a pod until cond holds, and returns
+// the pod; it fails the test with the pod's last status when time is up.
+func (k *Kubelet) waitPod(t *testing.T, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		p := k.pod(t, name)
+		if p != nil && cond(p) {
+			return p
+		}
+		if time.Now().After(deadline) {
+			var st []byte
+			if p != nil {
+				st, _ = json.MarshalIndent(p.Status, "", "  ")
+			}
+			t.Fatalf("timed out after %s waiting for pod %s: %s; last status:\n%s", timeout, name, what, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// writeManifest puts a static pod into the kubelet's manifest dir. The write
+// goes to a hidden file first (the kubelet skips those) and is renamed into
+// place, so that the kubelet never reads half a manifest.
+func (k *Kubelet) writeManifest(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	pod.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	if pod.Namespace == "" {
+		pod.Namespace = "e2e"
+	}
+	data, err := json.MarshalIndent(pod, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(k.ManifestDir, "."+pod.Name+".json")
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(k.ManifestDir, pod.Name+".json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// removeManifest deletes a static pod's manifest: the kubelet tears the pod down.
+func (k *Kubelet) removeManifest(t *testing.T, name string) {
+	t.Helper()
+	if err := os.Remove(filepath.Join(k.ManifestDir, name+".json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// criSandbox is the daemon's sandbox of a kubelet pod (nil when none), the
+// newest when there are several.
+func (k *Kubelet) criSandbox(t *testing.T, name string) *runtime.PodSandbox {
+	t.Helper()
+	pods, err := k.d.Runtime.ListPodSandbox(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("ListPodSandbox: %v", err)
+	}
+	var found *runtime.PodSandbox
+	for _, p := range pods {
+		if p.GetMetadata().GetName() == k.podName(name) && (found == nil || p.GetCreatedAt() > found.GetCreatedAt()) {
+			found = p
+		}
+	}
+	return found
+}
+
+// criContainers lists the daemon's containers of a kubelet pod.
+func (k *Kubelet) criContainers(t *testing.T, name string) []*runtime.Container {
+	t.Helper()
+	all, err := k.d.Runtime.ListContainers(context.Background(), nil)
+	if err != nil {
+		t.Fatalf("ListContainers: %v", err)
+	}
+	var out []*runtime.Container
+	for _, c := range all {
+		if c.GetLabels()["io.kubernetes.pod.name"] == k.podName(name) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// runningContainer is the ID of the running container NAME of a kubelet pod.
+func (k *Kubelet) runningContainer(t *testing.T, pod, name string) string {
+	t.Helper()
+	for _, c := range k.criContainers(t, pod) {
+		if c.GetMetadata().GetName() == name && c.GetState() == runtime.ContainerState_CONTAINER_RUNNING {
+			return c.GetId()
+		}
+	}
+	t.Fatalf("pod %s has no running container %s", pod, name)
+	return ""
+}
+
+// containerStatus is a container's status in a kubelet pod (init or app).
+func containerStatus(p *corev1.Pod, name string) *corev1.ContainerStatus {
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
+
+// podReady tells whether the pod's Ready condition is true.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// running tells whether the pod is Running with every app container running.
+func running(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// restartCounts maps each container of the pod to its restart count.
+func restartCounts(p *corev1.Pod) map[string]int32 {
+	out := map[string]int32{}
+	for _, c := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		out[c.Name] = c.RestartCount
+	}
+	return out
+}
+
+// cgroupV1Hierarchies are the mount points of the host's cgroup v1
+// hierarchies (one per controller, or named), not the unified one.
+func cgroupV1Hierarchies() []string {
+	var out []string
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && f[2] == "cgroup" {
+			out = append(out, f[1])
+		}
+	}
+	return out
+}
+
+// removeCgroupTree removes a cgroup and those below it, deepest first.
+func removeCgroupTree(top string) error {
+	var dirs []string
+	_ = filepath.WalkDir(top, func(p string, e os.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	var errs []error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mountsBelow lists the mount points at or below dir, deepest first.
+func mountsBelow(dir string) []string {
+	var out []string
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	for _, line := range strings.Split(string(mounts), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && (f[1] == dir || strings.HasPrefix(f[1], dir+"/")) {
+			out = append([]string{f[1]}, out...)
+		}
+	}
+	return out
+}
+
+// freeTCPPort is a port on 127.0.0.1 free right now, for a server the test
+// starts next.
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,428 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/test/registry"
+	"github.com/minicri/minicri/test/testimage"
+)
+
+// kubeletNode is one daemon on a bridge network, one kubelet on it, and the
+// busybox image in a registry the pods pull from.
+type kubeletNode struct {
+	d   *Daemon
+	k   *Kubelet
+	ref string
+}
+
+func newKubeletNode(t *testing.T) *kubeletNode {
+	t.Helper()
+	kubeletBinary(t)
+	d := StartDaemon(t)
+	d.bridgeNetwork(t)
+	reg := registry.Start(t, registry.Options{})
+	ref := reg.Host() + "/e2e/busybox:latest"
+	testimage.Push(t, testimage.Busybox(t), ref)
+	return &kubeletNode{d: d, k: startKubelet(t, d), ref: ref}
+}
+
+// sleepForever is a container's command that runs until the kubelet stops
+// it, and ends at once on SIGTERM (a shell as PID 1 ignores it otherwise).
+const sleepForever = "trap 'exit 0' TERM; sleep 3600 & wait"
+
+// container is a busybox container running script with sh -c.
+func (n *kubeletNode) container(name, script string) corev1.Container {
+	return corev1.Container{
+		Name:            name,
+		Image:           n.ref,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"sh", "-c", script},
+	}
+}
+
+// staticPod is a pod with the given containers, quick to stop.
+func staticPod(name string, containers ...corev1.Container) *corev1.Pod {
+	grace := int64(2)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "e2e"},
+		Spec: corev1.PodSpec{
+			Containers:                    containers,
+			TerminationGracePeriodSeconds: &grace,
+			DNSPolicy:                     corev1.DNSDefault,
+		},
+	}
+}
+
+// execProbe is an exec probe run every second.
+func execProbe(failureThreshold int32, cmd ...string) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: cmd}},
+		PeriodSeconds:    1,
+		TimeoutSeconds:   5,
+		FailureThreshold: failureThreshold,
+	}
+}
+
+// execSync runs cmd in a container through the daemon and returns its
+// stdout, failing the test on an error or a non-zero exit.
+func (n *kubeletNode) execSync(t *testing.T, id string, cmd ...string) string {
+	t.Helper()
+	stdout, stderr, err := n.d.Runtime.ExecSync(context.Background(), id, cmd, 10*time.Second)
+	if err != nil {
+		t.Fatalf("ExecSync %v: %v (stderr %q)", cmd, err, stderr)
+	}
+	return string(stdout)
+}
+
+// A node's day under a real kubelet: pods with init containers and shared
+// volumes, probes, resources, host ports, logs, exec/attach/port-forward
+// through the kubelet, a restart of minicri, and pods removed. One kubelet
+// and one pod set serve every subtest, started together to save time.
+func TestKubelet(t *testing.T) {
+	n := newKubeletNode(t)
+	k := n.k
+	hostPort := freeTCPPort(t)
+
+	// Removed early, checked at the end: the kubelet removes sandboxes only
+	// in its container GC, which runs once a minute.
+	gone := staticPod("gone", n.container("c", sleepForever))
+	k.writeManifest(t, gone)
+
+	init := staticPod("init",
+		n.container("app", "cat /work/msg; "+sleepForever),
+		n.container("peer", "echo from-peer > /work/peer; "+sleepForever))
+	init.Spec.InitContainers = []corev1.Container{
+		n.container("init1", "echo one > /work/msg"),
+		n.container("init2", "echo two >> /work/msg"),
+	}
+	init.Spec.Volumes = []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	for _, list := range [][]corev1.Container{init.Spec.InitContainers, init.Spec.Containers} {
+		for i := range list {
+			list[i].VolumeMounts = []corev1.VolumeMount{{Name: "work", MountPath: "/work"}}
+		}
+	}
+	k.writeManifest(t, init)
+
+	// The first run never becomes healthy and is killed by its liveness
+	// probe; the run after it (told apart by a file in an emptyDir, which
+	// outlives the container) is healthy.
+	live := n.container("live", "if [ -e /data/ran ]; then echo second-run; touch /tmp/healthy; else touch /data/ran; echo first-run; fi; "+sleepForever)
+	live.LivenessProbe = execProbe(1, "cat", "/tmp/healthy")
+	live.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	liveness := staticPod("liveness", live)
+	liveness.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	k.writeManifest(t, liveness)
+
+	web := n.container("web", "touch /tmp/ready; "+sleepForever)
+	web.ReadinessProbe = execProbe(1, "cat", "/tmp/ready")
+	slow := n.container("slow", sleepForever)
+	slow.StartupProbe = execProbe(120, "cat", "/tmp/started")
+	slow.ReadinessProbe = execProbe(1, "true")
+	k.writeManifest(t, staticPod("ready", web, slow))
+
+	limited := n.container("limited", sleepForever)
+	limited.Resources = corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	k.writeManifest(t, staticPod("resources", limited))
+
+	server := n.container("server", "trap 'exit 0' TERM; while true; do echo port-ok | nc -l -p 8080; done & wait")
+	server.Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: int32(hostPort), Protocol: corev1.ProtocolTCP}}
+	k.writeManifest(t, staticPod("hostport", server))
+
+	// A background list reads /dev/null unless its stdin is redirected
+	// explicitly: the attach's stdin goes through fd 3.
+	echo := n.container("echo", "trap 'exit 0' TERM; exec 3<&0; while read line; do echo \"got $line\"; done <&3 & wait")
+	echo.Stdin = true
+	k.writeManifest(t, staticPod("stream", n.container("shell", sleepForever), echo))
+
+	for _, name := range []string{"gone", "init", "resources", "hostport", "stream"} {
+		k.waitPod(t, name, "Running with every container running", 90*time.Second, running)
+	}
+
+	t.Run("RemovedManifestStopsPod", func(t *testing.T) { testRemovedManifestStopsPod(t, n, "gone") })
+	t.Run("InitContainersShareEmptyDir", func(t *testing.T) { testInitContainersShareEmptyDir(t, n) })
+	t.Run("LivenessProbeRestartsContainer", func(t *testing.T) { testLivenessProbeRestartsContainer(t, n) })
+	t.Run("StartupAndReadinessProbesFlipReady", func(t *testing.T) { testStartupAndReadinessProbes(t, n) })
+	t.Run("ResourcesReachCgroups", func(t *testing.T) { testResourcesReachCgroups(t, n) })
+	t.Run("HostPortReachesContainer", func(t *testing.T) { testHostPort(t, n, hostPort) })
+	t.Run("ContainerLogsIncludingPrevious", func(t *testing.T) { testContainerLogs(t, n) })
+	t.Run("ExecThroughKubelet", func(t *testing.T) { testExecThroughKubelet(t, n) })
+	t.Run("AttachThroughKubelet", func(t *testing.T) { testAttachThroughKubelet(t, n) })
+	t.Run("PortForwardThroughKubelet", func(t *testing.T) { testPortForwardThroughKubelet(t, n) })
+	t.Run("DaemonRestartKeepsPodsRunning", func(t *testing.T) { testDaemonRestart(t, n) })
+	t.Run("RemovedPodsLeaveNothing", func(t *testing.T) { testRemovedPodsLeaveNothing(t, n) })
+}
+
+func testInitContainersShareEmptyDir(t *testing.T, n *kubeletNode) {
+	k := n.k
+	p := k.waitPod(t, "init", "Running", 30*time.Second, running)
+	for _, name := range []string{"init1", "init2"} {
+		st := containerStatus(p, name)
+		if st == nil || st.State.Terminated == nil || st.State.Terminated.ExitCode != 0 {
+			t.Errorf("init container %s: %+v, want terminated with exit code 0", name, st)
+		}
+	}
+	if code, body := k.get(t, "/containerLogs/e2e/"+k.podName("init")+"/app"); code != http.StatusOK || body != "one\ntwo\n" {
+		t.Errorf("the app read %q (HTTP %d) from the emptyDir, want both init containers' lines in order", body, code)
+	}
+	app := k.runningContainer(t, "init", "app")
+	waitFor(t, "the peer container's file in the shared emptyDir", 10*time.Second, func() bool {
+		out, _, err := n.d.Runtime.ExecSync(context.Background(), app, []string{"cat", "/work/peer"}, 10*time.Second)
+		return err == nil && string(out) == "from-peer\n"
+	})
+}
+
+func testLivenessProbeRestartsContainer(t *testing.T, n *kubeletNode) {
+	p := n.k.waitPod(t, "liveness", "the liveness container restarted once and running healthy", 60*time.Second, func(p *corev1.Pod) bool {
+		st := containerStatus(p, "live")
+		return st != nil && st.RestartCount >= 1 && st.State.Running != nil && st.Ready
+	})
+	st := containerStatus(p, "live")
+	if st.RestartCount != 1 {
+		t.Errorf("restart count %d, want 1: the second run is healthy", st.RestartCount)
+	}
+	if st.LastTerminationState.Terminated == nil {
+		t.Errorf("no last termination state after a liveness kill: %+v", st)
+	}
+	if !podReady(p) {
+		t.Errorf("pod not Ready after the healthy restart: %+v", p.Status.Conditions)
+	}
+}
+
+func testStartupAndReadinessProbes(t *testing.T, n *kubeletNode) {
+	k := n.k
+	// web is ready (its file exists); slow runs but its startup probe fails,
+	// so its readiness probe, which would pass, is not run yet.
+	p := k.waitPod(t, "ready", "web ready and slow running", 60*time.Second, func(p *corev1.Pod) bool {
+		web, slow := containerStatus(p, "web"), containerStatus(p, "slow")
+		return web != nil && web.Ready && slow != nil && slow.State.Running != nil
+	})
+	if slow := containerStatus(p, "slow"); (slow.Started != nil && *slow.Started) || slow.Ready || podReady(p) {
+		t.Fatalf("before its startup probe passed: slow started %v ready %v, pod ready %v; want none", slow.Started, slow.Ready, podReady(p))
+	}
+	n.execSync(t, k.runningContainer(t, "ready", "slow"), "touch", "/tmp/started")
+	k.waitPod(t, "ready", "slow started and the pod Ready", 30*time.Second, func(p *corev1.Pod) bool {
+		slow := containerStatus(p, "slow")
+		return slow.Started != nil && *slow.Started && slow.Ready && podReady(p)
+	})
+
+	web := k.runningContainer(t, "ready", "web")
+	n.execSync(t, web, "rm", "/tmp/ready")
+	k.waitPod(t, "ready", "not Ready after web's readiness probe failed", 30*time.Second, func(p *corev1.Pod) bool {
+		return !podReady(p) && !containerStatus(p, "web").Ready
+	})
+	n.execSync(t, web, "touch", "/tmp/ready")
+	p = k.waitPod(t, "ready", "Ready again after web's readiness probe passed", 30*time.Second, podReady)
+	if rc := restartCounts(p); rc["web"] != 0 || rc["slow"] != 0 {
+		t.Errorf("restart counts %v: a readiness or startup probe must not restart anything", rc)
+	}
+}
+
+func testResourcesReachCgroups(t *testing.T, n *kubeletNode) {
+	k := n.k
+	p := k.waitPod(t, "resources", "Running", 30*time.Second, running)
+	if p.Status.QOSClass != corev1.PodQOSBurstable {
+		t.Errorf("QoS class %q, want Burstable", p.Status.QOSClass)
+	}
+	id := k.runningContainer(t, "resources", "limited")
+	// The values the kubelet derives from the pod's requests and limits, as
+	// the container sees its own cgroups.
+	for _, c := range []struct{ file, want string }{
+		{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "67108864"}, // 64Mi
+		{"/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "50000"},            // 500m of
+		{"/sys/fs/cgroup/cpu/cpu.cfs_period_us", "100000"},          // the default period
+		{"/sys/fs/cgroup/cpu/cpu.shares", "102"},                    // 100m requested
+	} {
+		if got := strings.TrimSpace(n.execSync(t, id, "cat", c.file)); got != c.want {
+			t.Errorf("%s = %s inside the container, want %s", c.file, got, c.want)
+		}
+	}
+	// And from the host: the container's cgroup lies under the kubelet's
+	// pod cgroup, below its cgroup root.
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", n.d.containerPID(t, id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := k.CgroupRoot + "/kubepods/burstable/pod" + string(p.UID)
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		if f := strings.SplitN(line, ":", 3); len(f) == 3 && f[1] == "memory" && !strings.HasPrefix(f[2], want+"/") {
+			t.Errorf("container's memory cgroup %s, want below %s", f[2], want)
+		}
+	}
+}
+
+func testHostPort(t *testing.T, n *kubeletNode, hostPort int) {
+	n.k.waitPod(t, "hostport", "Running", 30*time.Second, running)
+	addr := fmt.Sprintf("127.0.0.1:%d", hostPort)
+	var got string
+	waitFor(t, "the container's answer on "+addr, 20*time.Second, func() bool {
+		got = readLine(addr)
+		return got == "port-ok"
+	})
+}
+
+// readLine connects to addr and reads one line; "" on any failure.
+func readLine(addr string) string {
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return ""
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+	line, _ := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimSpace(line)
+}
+
+func testContainerLogs(t *testing.T, n *kubeletNode) {
+	k := n.k
+	k.waitPod(t, "liveness", "the restarted container running", 60*time.Second, func(p *corev1.Pod) bool {
+		st := containerStatus(p, "live")
+		return st != nil && st.RestartCount >= 1 && st.State.Running != nil
+	})
+	path := "/containerLogs/e2e/" + k.podName("liveness") + "/live"
+	if code, body := k.get(t, path); code != http.StatusOK || body != "second-run\n" {
+		t.Errorf("GET %s: %d %q, want the current run's log", path, code, body)
+	}
+	if code, body := k.get(t, path+"?previous=true"); code != http.StatusOK || body != "first-run\n" {
+		t.Errorf("GET %s?previous=true: %d %q, want the killed run's log", path, code, body)
+	}
+	if code, body := k.get(t, path+"?timestamps=true"); code != http.StatusOK || !strings.HasSuffix(body, " second-run\n") {
+		t.Errorf("GET %s?timestamps=true: %d %q, want a timestamp before the line", path, code, body)
+	}
+}
+
+func testDaemonRestart(t *testing.T, n *kubeletNode) {
+	k := n.k
+	names := []string{"init", "liveness", "ready", "resources", "hostport", "stream"}
+	before := map[string]map[string]int32{}
+	ids := map[string]bool{}
+	for _, name := range names {
+		p := k.waitPod(t, name, "Running", 60*time.Second, running)
+		before[name] = restartCounts(p)
+		for _, c := range k.criContainers(t, name) {
+			if c.GetState() == runtime.ContainerState_CONTAINER_RUNNING {
+				ids[c.GetId()] = true
+			}
+		}
+	}
+	n.d.restart(t)
+	// The kubelet's probes go through the new daemon: a readiness flip
+	// proves that it talks to it again.
+	web := k.runningContainer(t, "ready", "web")
+	n.execSync(t, web, "rm", "/tmp/ready")
+	k.waitPod(t, "ready", "not Ready after the restart, its readiness file removed", 30*time.Second, func(p *corev1.Pod) bool { return !podReady(p) })
+	n.execSync(t, web, "touch", "/tmp/ready")
+	k.waitPod(t, "ready", "Ready again after the restart", 30*time.Second, podReady)
+	// Several of the kubelet's sync loops (2 s) later, nothing was restarted.
+	hold := time.Now().Add(6 * time.Second)
+	for time.Now().Before(hold) {
+		for _, name := range names {
+			p := k.pod(t, name)
+			if p == nil || !running(p) {
+				t.Fatalf("pod %s not running after the daemon restart: %+v", name, p)
+			}
+			if rc := restartCounts(p); fmt.Sprint(rc) != fmt.Sprint(before[name]) {
+				t.Fatalf("pod %s restart counts %v after the daemon restart, were %v", name, rc, before[name])
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for id := range ids {
+		if st := n.d.status(t, id); st.GetState() != runtime.ContainerState_CONTAINER_RUNNING {
+			t.Errorf("container %s %s is %v after the daemon restart", id[:12], st.GetMetadata().GetName(), st.GetState())
+		}
+	}
+}
+
+// podTraces is what a running pod has on the host, to check it all goes.
+type podTraces struct {
+	sandbox    string
+	ip         string
+	pids       []int
+	cgroup     string // the pod's cgroup below the kubelet's root
+	containers []string
+}
+
+func (n *kubeletNode) traces(t *testing.T, name string) podTraces {
+	t.Helper()
+	p := n.k.pod(t, name)
+	sb := n.k.criSandbox(t, name)
+	if p == nil || sb == nil {
+		t.Fatalf("pod %s: kubelet %v, sandbox %v", name, p != nil, sb != nil)
+	}
+	tr := podTraces{sandbox: sb.GetId(), ip: p.Status.PodIP, cgroup: n.k.CgroupRoot + "/kubepods/besteffort/pod" + string(p.UID)}
+	for _, c := range n.k.criContainers(t, name) {
+		tr.containers = append(tr.containers, c.GetId())
+		if c.GetState() == runtime.ContainerState_CONTAINER_RUNNING {
+			tr.pids = append(tr.pids, n.d.containerPID(t, c.GetId()))
+		}
+	}
+	return tr
+}
+
+var goneTraces podTraces
+
+func testRemovedManifestStopsPod(t *testing.T, n *kubeletNode, name string) {
+	goneTraces = n.traces(t, name)
+	n.k.removeManifest(t, name)
+	waitFor(t, "the kubelet to forget pod "+name, 30*time.Second, func() bool { return n.k.pod(t, name) == nil })
+	waitFor(t, "the sandbox of "+name+" to stop", 30*time.Second, func() bool {
+		sb := n.k.criSandbox(t, name)
+		return sb == nil || sb.GetState() == runtime.PodSandboxState_SANDBOX_NOTREADY
+	})
+	for _, pid := range goneTraces.pids {
+		waitFor(t, fmt.Sprintf("container process %d to end", pid), 10*time.Second, func() bool { return !processRunning(pid) })
+	}
+}
+
+// The kubelet removes a deleted pod's containers and sandbox in its
+// container GC (once a minute); after that nothing of it is left.
+func testRemovedPodsLeaveNothing(t *testing.T, n *kubeletNode) {
+	tr := goneTraces
+	if tr.sandbox == "" {
+		t.Skip("RemovedManifestStopsPod did not run")
+	}
+	waitFor(t, "the kubelet's container GC to remove the sandbox and containers of the removed pod", 90*time.Second, func() bool {
+		return n.k.criSandbox(t, "gone") == nil && len(n.k.criContainers(t, "gone")) == 0
+	})
+	mounts, _ := os.ReadFile("/proc/self/mounts")
+	for _, id := range append([]string{tr.sandbox}, tr.containers...) {
+		if strings.Contains(string(mounts), id) {
+			t.Errorf("a mount of %s is left:\n%s", id, mounts)
+		}
+		if _, err := os.Stat(filepath.Join(n.d.RunDir, "containers", id)); err == nil {
+			t.Errorf("run dir of container %s is left", id)
+		}
+	}
+	if left := hostProcesses(tr.sandbox); len(left) > 0 {
+		t.Errorf("processes of sandbox %s left: %v", tr.sandbox, left)
+	}
+	for _, h := range cgroupV1Hierarchies() {
+		if _, err := os.Stat(filepath.Join(h, tr.cgroup)); err == nil {
+			t.Errorf("the pod's cgroup %s is left", filepath.Join(h, tr.cgroup))
+		}
+	}
+	for _, ip := range reservedIPs(filepath.Join(n.d.Dir, "ipam")) {
+		if ip == tr.ip {
+			t.Errorf("the pod's IP %s is still reserved", ip)
+		}
+	}
+}

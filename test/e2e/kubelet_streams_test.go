@@ -1,0 +1,232 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
+	utilexec "k8s.io/utils/exec"
+)
+
+// kubeletClientConfig is how kubectl would reach the kubelet directly: TLS
+// to its self-signed certificate, no credentials (anonymous is allowed).
+var kubeletClientConfig = &rest.Config{TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+
+// streamURL is the kubelet's URL of an exec or attach: /KIND/e2e/POD/CONTAINER?...
+func (k *Kubelet) streamURL(kind, pod, container string, cmd []string, stdin, tty bool) string {
+	q := url.Values{"output": {"1"}}
+	for _, c := range cmd {
+		q.Add("command", c)
+	}
+	if stdin {
+		q.Set("input", "1")
+	}
+	if tty {
+		q.Set("tty", "1")
+	} else {
+		q.Set("error", "1")
+	}
+	return k.url(fmt.Sprintf("/%s/e2e/%s/%s?%s", kind, k.podName(pod), container, q.Encode()))
+}
+
+// kubeletExecutor is kubectl's executor of proto for a URL of the kubelet.
+func kubeletExecutor(t *testing.T, proto, u string) remotecommand.Executor {
+	t.Helper()
+	var (
+		ex  remotecommand.Executor
+		err error
+	)
+	switch proto {
+	case "spdy":
+		var parsed *url.URL
+		if parsed, err = url.Parse(u); err == nil {
+			ex, err = remotecommand.NewSPDYExecutor(kubeletClientConfig, "POST", parsed)
+		}
+	case "websocket":
+		ex, err = remotecommand.NewWebSocketExecutor(kubeletClientConfig, "GET", u)
+	default:
+		err = fmt.Errorf("unknown protocol %q", proto)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ex
+}
+
+// kubeletStream runs a stream of the kubelet's over proto, bounded by 60 s.
+func (k *Kubelet) stream(t *testing.T, proto, u string, opts remotecommand.StreamOptions) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := kubeletExecutor(t, proto, u).StreamWithContext(ctx, opts)
+	if ctx.Err() != nil {
+		t.Fatalf("stream %s over %s did not end within 60 s", u, proto)
+	}
+	return err
+}
+
+func testExecThroughKubelet(t *testing.T, n *kubeletNode) {
+	k := n.k
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			t.Run("StdinEOFEndsCat", func(t *testing.T) {
+				var out lockedBuffer
+				err := k.stream(t, proto, k.streamURL("exec", "stream", "shell", []string{"cat"}, true, false),
+					remotecommand.StreamOptions{Stdin: strings.NewReader("hello through the kubelet\n"), Stdout: &out, Stderr: &out})
+				if err != nil || out.String() != "hello through the kubelet\n" {
+					t.Errorf("cat: err %v, output %q; want the input back and a clean end", err, out.String())
+				}
+			})
+			t.Run("NonZeroExitCode", func(t *testing.T) {
+				var stdout, stderr lockedBuffer
+				err := k.stream(t, proto, k.streamURL("exec", "stream", "shell", []string{"sh", "-c", "echo out; echo err >&2; exit 7"}, false, false),
+					remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+				var exit utilexec.ExitError
+				if !errors.As(err, &exit) || exit.ExitStatus() != 7 {
+					t.Errorf("err = %v, want exit code 7", err)
+				}
+				if stdout.String() != "out\n" || stderr.String() != "err\n" {
+					t.Errorf("stdout %q, stderr %q: want them apart", stdout.String(), stderr.String())
+				}
+			})
+			t.Run("TTYResize", func(t *testing.T) {
+				sizes := make(sizeQueue, 2)
+				sizes <- remotecommand.TerminalSize{Width: 80, Height: 24}
+				stdin, typing := io.Pipe()
+				var out lockedBuffer
+				errc := make(chan error, 1)
+				go func() {
+					errc <- k.stream(t, proto, k.streamURL("exec", "stream", "shell", []string{"sh", "-c", "tty; while read line; do stty size; done"}, true, true),
+						remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Tty: true, TerminalSizeQueue: sizes})
+				}()
+				expectSize := func(want string) {
+					t.Helper()
+					deadline := time.Now().Add(10 * time.Second)
+					for !strings.Contains(out.String(), want) {
+						if time.Now().After(deadline) {
+							t.Fatalf("the terminal inside never reported %q; output %q", want, out.String())
+						}
+						io.WriteString(typing, "\n")
+						time.Sleep(50 * time.Millisecond)
+					}
+				}
+				expectSize("/dev/pts/")
+				expectSize("24 80")
+				sizes <- remotecommand.TerminalSize{Width: 132, Height: 43}
+				expectSize("43 132")
+				close(sizes)
+				typing.Close()
+				if err := <-errc; err != nil {
+					t.Errorf("tty exec: %v", err)
+				}
+			})
+			t.Run("Stream100MB", func(t *testing.T) {
+				const size = 100_000_000
+				var out countingWriter
+				start := time.Now()
+				err := k.stream(t, proto, k.streamURL("exec", "stream", "shell", []string{"head", "-c", fmt.Sprint(size), "/dev/zero"}, false, false),
+					remotecommand.StreamOptions{Stdout: &out, Stderr: io.Discard})
+				if err != nil || out.n != size || out.nz {
+					t.Fatalf("err %v, %d bytes (non-zero bytes: %v), want %d zero bytes", err, out.n, out.nz, size)
+				}
+				t.Logf("100 MB through the kubelet over %s in %s", proto, time.Since(start).Round(time.Millisecond))
+			})
+		})
+	}
+}
+
+func testAttachThroughKubelet(t *testing.T, n *kubeletNode) {
+	k := n.k
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			stdin, typing := io.Pipe()
+			defer typing.Close()
+			var out lockedBuffer
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() {
+				errc <- kubeletExecutor(t, proto, k.streamURL("attach", "stream", "echo", nil, true, false)).
+					StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &out})
+			}()
+			msg := "hello-" + proto
+			deadline := time.Now().Add(15 * time.Second)
+			for !strings.Contains(out.String(), "got "+msg) {
+				if time.Now().After(deadline) {
+					cancel()
+					t.Fatalf("no %q from the attached container after 15 s; output %q", "got "+msg, out.String())
+				}
+				// Lines typed before the attach is wired are lost, as they
+				// would be for a user: type until one comes back.
+				io.WriteString(typing, msg+"\n")
+				time.Sleep(200 * time.Millisecond)
+			}
+			cancel()
+			select {
+			case <-errc:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the attach did not end 10 s after the client cancelled")
+			}
+		})
+	}
+	// Detaching leaves the container running.
+	if p := k.pod(t, "stream"); p == nil || !running(p) {
+		t.Errorf("pod stream not running after the attaches")
+	}
+}
+
+func testPortForwardThroughKubelet(t *testing.T, n *kubeletNode) {
+	k := n.k
+	transport, upgrader, err := spdy.RoundTripperFor(kubeletClientConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, err := url.Parse(k.url("/portForward/e2e/" + k.podName("hostport")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, "POST", parsed)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, io.Discard, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	defer func() {
+		close(stop)
+		<-done
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("port-forward ended: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("port-forward not ready after 15 s")
+	}
+	ports, err := fw.GetPorts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0].Local)
+	// Twice: each connection is a stream of its own in the one forward.
+	for i := 0; i < 2; i++ {
+		var got string
+		waitFor(t, "the pod's answer through the forwarded port "+addr, 15*time.Second, func() bool {
+			got = readLine(addr)
+			return got == "port-ok"
+		})
+	}
+}

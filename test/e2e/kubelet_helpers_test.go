@@ -27,6 +27,11 @@ import (
 // kubeletEnv names the kubelet binary the kubelet tests run; make e2e sets it.
 const kubeletEnv = "MINICRI_KUBELET"
 
+// kubeletLogEnv names a directory to keep each kubelet test's whole logs in
+// (the test's dir goes when it ends): TEST-kubelet.log, and TEST-minicri.log
+// for the daemon (since its last restart).
+const kubeletLogEnv = "MINICRI_KUBELET_LOG_DIR"
+
 // kubeletSysctls are the kernel settings a kubelet sets for itself at start
 // (setupKernelTunables). The suite puts them back when it ends, as it does
 // ip_forward: a test must not leave the host changed.
@@ -130,15 +135,36 @@ func startKubelet(t *testing.T, d *Daemon) *Kubelet {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	k.cmd = exec.Command(bin, "--config", config, "--root-dir", k.RootDir, "--cert-dir", filepath.Join(k.Dir, "pki"),
-		"--hostname-override", k.NodeName, "--v=2")
+	args := []string{bin, "--config", config, "--root-dir", k.RootDir, "--cert-dir", filepath.Join(k.Dir, "pki"),
+		"--hostname-override", k.NodeName, "--v=2"}
+	// Two paths of a kubelet cannot be moved: the device plugin socket dir
+	// /var/lib/kubelet/device-plugins (which it empties at start: a real
+	// node's plugins would lose their sockets) and the log symlinks in
+	// /var/log/containers. The kubelet runs in a mount namespace of its own
+	// where a tmpfs hides each (or its parent, where it does not exist: no
+	// mount point is made on the host), gone with the kubelet. Propagation
+	// from the host stays on (slave); the kubelet's own mounts do not reach
+	// the host, which the suite's pods (emptyDir on disk, no secrets) never need.
+	k.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "slave", "--", "sh", "-c", hideKubeletPaths, "sh"}, args...)...)
 	k.cmd.Stdout, k.cmd.Stderr = logFile, logFile
 	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := k.cmd.Start(); err != nil {
 		t.Fatalf("start kubelet: %v", err)
 	}
 	go func() { _ = k.cmd.Wait(); close(k.exited) }()
-	t.Cleanup(func() { k.stop(t) })
+	existed := map[string]bool{}
+	for _, p := range kubeletHostPaths {
+		_, err := os.Lstat(p)
+		existed[p] = err == nil
+	}
+	t.Cleanup(func() {
+		k.stop(t)
+		for _, p := range kubeletHostPaths {
+			if _, err := os.Lstat(p); err == nil && !existed[p] {
+				t.Errorf("the kubelet made %s on the host", p)
+			}
+		}
+	})
 
 	k.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		// The kubelet serves a self-signed certificate it made at start.
@@ -167,6 +193,18 @@ func startKubelet(t *testing.T, d *Daemon) *Kubelet {
 	}
 	return k
 }
+
+// kubeletHostPaths are what a kubelet makes on the host whatever its
+// configuration; the tests' kubelets must not.
+var kubeletHostPaths = []string{"/var/lib/kubelet", "/var/log/containers", "/var/log/pods"}
+
+// hideKubeletPaths mounts a tmpfs on /var/lib/kubelet and /var/log/containers,
+// or on their parent when they do not exist, then runs "$@".
+const hideKubeletPaths = `set -e
+hide() { for d in "$@"; do if [ -d "$d" ] && [ ! -L "$d" ]; then mount -t tmpfs -o mode=0755,size=64m tmpfs "$d"; return; fi; done; echo "nowhere to hide $1" >&2; exit 1; }
+hide /var/lib/kubelet /var/lib
+hide /var/log/containers /var/log
+exec "$@"`
 
 // config is the KubeletConfiguration of a standalone test kubelet: everything
 // it writes in the test's dir, its own ports on 127.0.0.1, nothing it would
@@ -224,6 +262,13 @@ func (k *Kubelet) stop(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("--- kubelet log (tail) ---\n%s", k.logTail())
+	}
+	if dir := os.Getenv(kubeletLogEnv); dir != "" {
+		name := filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))
+		if data, err := os.ReadFile(k.log); err == nil {
+			_ = os.WriteFile(name+"-kubelet.log", data, 0o644)
+		}
+		_ = os.WriteFile(name+"-minicri.log", []byte(k.d.Output()), 0o644)
 	}
 	k.removeAllPods(t)
 	for _, m := range mountsBelow(k.RootDir) {

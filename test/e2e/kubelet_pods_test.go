@@ -104,20 +104,20 @@ func TestKubelet(t *testing.T) {
 	gone := staticPod("gone", n.container("c", sleepForever))
 	k.writeManifest(t, gone)
 
-	init := staticPod("init",
+	initPod := staticPod("init",
 		n.container("app", "cat /work/msg; "+sleepForever),
 		n.container("peer", "echo from-peer > /work/peer; "+sleepForever))
-	init.Spec.InitContainers = []corev1.Container{
+	initPod.Spec.InitContainers = []corev1.Container{
 		n.container("init1", "echo one > /work/msg"),
 		n.container("init2", "echo two >> /work/msg"),
 	}
-	init.Spec.Volumes = []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
-	for _, list := range [][]corev1.Container{init.Spec.InitContainers, init.Spec.Containers} {
+	initPod.Spec.Volumes = []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	for _, list := range [][]corev1.Container{initPod.Spec.InitContainers, initPod.Spec.Containers} {
 		for i := range list {
 			list[i].VolumeMounts = []corev1.VolumeMount{{Name: "work", MountPath: "/work"}}
 		}
 	}
-	k.writeManifest(t, init)
+	k.writeManifest(t, initPod)
 
 	// The first run never becomes healthy and is killed by its liveness
 	// probe; the run after it (told apart by a file in an emptyDir, which
@@ -369,11 +369,25 @@ func (n *kubeletNode) traces(t *testing.T, name string) podTraces {
 		t.Fatalf("pod %s: kubelet %v, sandbox %v", name, p != nil, sb != nil)
 	}
 	tr := podTraces{sandbox: sb.GetId(), ip: p.Status.PodIP, cgroup: n.k.CgroupRoot + "/kubepods/besteffort/pod" + string(p.UID)}
+	mounts, _ := os.ReadFile("/proc/self/mounts")
 	for _, c := range n.k.criContainers(t, name) {
 		tr.containers = append(tr.containers, c.GetId())
 		if c.GetState() == runtime.ContainerState_CONTAINER_RUNNING {
 			tr.pids = append(tr.pids, n.d.containerPID(t, c.GetId()))
+			if !strings.Contains(string(mounts), c.GetId()) {
+				t.Fatalf("no mount of running container %s: the check that none is left would prove nothing", c.GetId())
+			}
 		}
+	}
+	// What must go must be there first, or its absence proves nothing.
+	if !strings.Contains(string(mounts), tr.sandbox) {
+		t.Fatalf("no namespace pin of sandbox %s in the mount table", tr.sandbox)
+	}
+	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", tr.cgroup)); err != nil {
+		t.Fatalf("the pod's cgroup: %v", err)
+	}
+	if tr.ip == "" || len(tr.pids) == 0 {
+		t.Fatalf("pod %s: IP %q, %d running containers; want an IP and a container", name, tr.ip, len(tr.pids))
 	}
 	return tr
 }
@@ -400,9 +414,13 @@ func testRemovedPodsLeaveNothing(t *testing.T, n *kubeletNode) {
 	if tr.sandbox == "" {
 		t.Skip("RemovedManifestStopsPod did not run")
 	}
-	waitFor(t, "the kubelet's container GC to remove the sandbox and containers of the removed pod", 90*time.Second, func() bool {
-		return n.k.criSandbox(t, "gone") == nil && len(n.k.criContainers(t, "gone")) == 0
-	})
+	const what = "the kubelet's container GC to remove the sandbox and containers of the removed pod"
+	for deadline := time.Now().Add(90 * time.Second); n.k.criSandbox(t, "gone") != nil || len(n.k.criContainers(t, "gone")) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 90s waiting for %s", what)
+		}
+		time.Sleep(250 * time.Millisecond) // it runs once a minute: no need to ask the daemon 50 times a second
+	}
 	mounts, _ := os.ReadFile("/proc/self/mounts")
 	for _, id := range append([]string{tr.sandbox}, tr.containers...) {
 		if strings.Contains(string(mounts), id) {

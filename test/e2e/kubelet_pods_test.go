@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -108,7 +109,7 @@ func TestKubelet(t *testing.T) {
 		n.container("app", "cat /work/msg; "+sleepForever),
 		n.container("peer", "echo from-peer > /work/peer; "+sleepForever))
 	initPod.Spec.InitContainers = []corev1.Container{
-		n.container("init1", "echo one > /work/msg"),
+		n.container("init1", "echo one > /work/msg; echo init1-done > /dev/termination-log"),
 		n.container("init2", "echo two >> /work/msg"),
 	}
 	initPod.Spec.Volumes = []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
@@ -164,6 +165,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("ResourcesReachCgroups", func(t *testing.T) { testResourcesReachCgroups(t, n) })
 	t.Run("HostPortReachesContainer", func(t *testing.T) { testHostPort(t, n, hostPort) })
 	t.Run("ContainerLogsIncludingPrevious", func(t *testing.T) { testContainerLogs(t, n) })
+	t.Run("StatsSummaryCoversPods", func(t *testing.T) { testStatsSummary(t, n) })
 	t.Run("ExecThroughKubelet", func(t *testing.T) { testExecThroughKubelet(t, n) })
 	t.Run("AttachThroughKubelet", func(t *testing.T) { testAttachThroughKubelet(t, n) })
 	t.Run("PortForwardThroughKubelet", func(t *testing.T) { testPortForwardThroughKubelet(t, n) })
@@ -180,6 +182,9 @@ func testInitContainersShareEmptyDir(t *testing.T, n *kubeletNode) {
 			t.Errorf("init container %s: %+v, want terminated with exit code 0", name, st)
 		}
 	}
+	if msg := containerStatus(p, "init1").State.Terminated.Message; msg != "init1-done\n" {
+		t.Errorf("init1's termination message %q, want what it wrote to /dev/termination-log", msg)
+	}
 	if code, body := k.get(t, "/containerLogs/e2e/"+k.podName("init")+"/app"); code != http.StatusOK || body != "one\ntwo\n" {
 		t.Errorf("the app read %q (HTTP %d) from the emptyDir, want both init containers' lines in order", body, code)
 	}
@@ -188,6 +193,14 @@ func testInitContainersShareEmptyDir(t *testing.T, n *kubeletNode) {
 		out, _, err := n.d.Runtime.ExecSync(context.Background(), app, []string{"cat", "/work/peer"}, 10*time.Second)
 		return err == nil && string(out) == "from-peer\n"
 	})
+	// The kubelet's /etc/hosts and the pod's hostname.
+	if got := strings.TrimSpace(n.execSync(t, app, "hostname")); got != k.podName("init") {
+		t.Errorf("hostname %q, want the pod's name %q", got, k.podName("init"))
+	}
+	if hosts := n.execSync(t, app, "cat", "/etc/hosts"); !strings.Contains(hosts, "# Kubernetes-managed hosts file") ||
+		!strings.Contains(hosts, p.Status.PodIP+"\t"+k.podName("init")) {
+		t.Errorf("/etc/hosts is not the kubelet's, with the pod IP %s and name:\n%s", p.Status.PodIP, hosts)
+	}
 }
 
 func testLivenessProbeRestartsContainer(t *testing.T, n *kubeletNode) {
@@ -441,6 +454,64 @@ func testRemovedPodsLeaveNothing(t *testing.T, n *kubeletNode) {
 	for _, ip := range reservedIPs(filepath.Join(n.d.Dir, "ipam")) {
 		if ip == tr.ip {
 			t.Errorf("the pod's IP %s is still reserved", ip)
+		}
+	}
+}
+
+// statsSummary is the part of the kubelet's /stats/summary the test reads
+// (k8s.io/kubelet/pkg/apis/stats/v1alpha1, not a dependency of minicri).
+type statsSummary struct {
+	Pods []struct {
+		PodRef struct {
+			Name, Namespace string
+		}
+		Containers []struct {
+			Name string
+			CPU  *struct {
+				UsageCoreNanoSeconds *uint64
+			}
+			Memory *struct {
+				WorkingSetBytes *uint64
+			}
+		}
+	}
+}
+
+// The kubelet's /stats/summary, which metrics-server and the eviction
+// manager read, has CPU and memory figures for every running container,
+// from the runtime's stats calls.
+func testStatsSummary(t *testing.T, n *kubeletNode) {
+	k := n.k
+	var missing []string
+	complete := func() bool {
+		code, body := k.get(t, "/stats/summary")
+		var sum statsSummary
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &sum) != nil {
+			missing = []string{fmt.Sprintf("HTTP %d: %.300s", code, body)}
+			return false
+		}
+		seen := map[string]bool{}
+		for _, p := range sum.Pods {
+			for _, c := range p.Containers {
+				if c.CPU != nil && c.CPU.UsageCoreNanoSeconds != nil && *c.CPU.UsageCoreNanoSeconds > 0 &&
+					c.Memory != nil && c.Memory.WorkingSetBytes != nil && *c.Memory.WorkingSetBytes > 0 {
+					seen[p.PodRef.Name+"/"+c.Name] = true
+				}
+			}
+		}
+		missing = nil
+		for _, pod := range []string{"init", "resources", "hostport", "stream"} {
+			for _, c := range k.pod(t, pod).Spec.Containers {
+				if !seen[k.podName(pod)+"/"+c.Name] {
+					missing = append(missing, pod+"/"+c.Name)
+				}
+			}
+		}
+		return len(missing) == 0
+	}
+	for deadline := time.Now().Add(30 * time.Second); !complete(); time.Sleep(500 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s, /stats/summary has no CPU and memory figures for %v", missing)
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/remotecommand"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/test/registry"
@@ -363,6 +364,14 @@ func testDaemonRestart(t *testing.T, n *kubeletNode) {
 			t.Errorf("container %s %s is %v after the daemon restart", id[:12], st.GetMetadata().GetName(), st.GetState())
 		}
 	}
+	// Exec and attach through the kubelet reach the containers again, by
+	// the new daemon's streaming server.
+	var out lockedBuffer
+	if err := k.stream(t, "spdy", k.streamURL("exec", "stream", "shell", []string{"echo", "after-restart"}, false, false),
+		remotecommand.StreamOptions{Stdout: &out, Stderr: &out}); err != nil || out.String() != "after-restart\n" {
+		t.Errorf("exec through the kubelet after the daemon restart: err %v, output %q", err, out.String())
+	}
+	attachEcho(t, k, "websocket", "after-restart")
 }
 
 // podTraces is what a running pod has on the host, to check it all goes.

@@ -148,38 +148,42 @@ func testExecThroughKubelet(t *testing.T, n *kubeletNode) {
 	}
 }
 
+// attachEcho attaches to the stream pod's echo container over proto, types
+// msg until the container answers "got msg", and detaches.
+func attachEcho(t *testing.T, k *Kubelet, proto, msg string) {
+	t.Helper()
+	stdin, typing := io.Pipe()
+	defer typing.Close()
+	var out lockedBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- kubeletExecutor(t, proto, k.streamURL("attach", "stream", "echo", nil, true, false)).
+			StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &out})
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(out.String(), "got "+msg) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q from the attached container after 15 s over %s; output %q", "got "+msg, proto, out.String())
+		}
+		// Lines typed before the attach is wired are lost, as they would be
+		// for a user: type until one comes back.
+		io.WriteString(typing, msg+"\n")
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the attach over %s did not end 10 s after the client cancelled", proto)
+	}
+}
+
 func testAttachThroughKubelet(t *testing.T, n *kubeletNode) {
 	k := n.k
 	for _, proto := range protocols {
-		t.Run(proto, func(t *testing.T) {
-			stdin, typing := io.Pipe()
-			defer typing.Close()
-			var out lockedBuffer
-			ctx, cancel := context.WithCancel(context.Background())
-			errc := make(chan error, 1)
-			go func() {
-				errc <- kubeletExecutor(t, proto, k.streamURL("attach", "stream", "echo", nil, true, false)).
-					StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &out})
-			}()
-			msg := "hello-" + proto
-			deadline := time.Now().Add(15 * time.Second)
-			for !strings.Contains(out.String(), "got "+msg) {
-				if time.Now().After(deadline) {
-					cancel()
-					t.Fatalf("no %q from the attached container after 15 s; output %q", "got "+msg, out.String())
-				}
-				// Lines typed before the attach is wired are lost, as they
-				// would be for a user: type until one comes back.
-				io.WriteString(typing, msg+"\n")
-				time.Sleep(200 * time.Millisecond)
-			}
-			cancel()
-			select {
-			case <-errc:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the attach did not end 10 s after the client cancelled")
-			}
-		})
+		t.Run(proto, func(t *testing.T) { attachEcho(t, k, proto, "hello-"+proto) })
 	}
 	// Detaching leaves the container running.
 	if p := k.pod(t, "stream"); p == nil || !running(p) {

@@ -179,6 +179,12 @@ func validateNamespaceOptions(field string, o *runtime.NamespaceOption) error {
 		if err := validateNamespaceMode(field+"."+c.name, c.mode); err != nil {
 			return err
 		}
+		if c.mode == runtime.NamespaceMode_TARGET && c.name != "pid" {
+			return invalidf(field+"."+c.name, "TARGET is a PID namespace mode only")
+		}
+	}
+	if o.GetPid() == runtime.NamespaceMode_TARGET && o.GetTargetId() == "" {
+		return invalidf(field+".target_id", "must name the target container of PID mode TARGET")
 	}
 	return nil
 }
@@ -304,6 +310,9 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
 	sc := l.GetSecurityContext()
 	if err := validateNamespaceOptions("config.linux.security_context.namespace_options", sc.GetNamespaceOptions()); err != nil {
 		return err
+	}
+	if sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_TARGET {
+		return invalidf("config.linux.security_context.namespace_options.pid", "TARGET is for a container, not a pod")
 	}
 	if err := validateSecurityProfile("config.linux.security_context.seccomp", sc.GetSeccomp()); err != nil {
 		return err

@@ -68,6 +68,9 @@ func TestValidateSandboxConfig(t *testing.T) {
 			c.Linux.Overhead = &runtime.LinuxContainerResources{CpuShares: -2}
 		}, "config.linux.overhead.cpu_shares"},
 		{"annotation key with a newline", func(c *runtime.PodSandboxConfig) { c.Annotations = map[string]string{"a\nb": "x"} }, "config.annotations"},
+		{"pod PID mode TARGET", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_TARGET, TargetId: "abc"}}
+		}, "config.linux.security_context.namespace_options.pid"},
 		// What real pods carry must pass.
 		{"multi-line annotation value", func(c *runtime.PodSandboxConfig) {
 			c.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{\"kind\":\"Pod\"}\n"}
@@ -135,6 +138,15 @@ func TestValidateContainerConfig(t *testing.T) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1 << 32}}
 		}, "config.linux.security_context.run_as_user"},
 		{"working dir with a newline", func(c *runtime.ContainerConfig) { c.WorkingDir = "/a\nb" }, "config.working_dir"},
+		{"PID mode TARGET without target", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_TARGET}}
+		}, "config.linux.security_context.namespace_options.target_id"},
+		{"network mode TARGET", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Network: runtime.NamespaceMode_TARGET, TargetId: "abc"}}
+		}, "config.linux.security_context.namespace_options.network"},
+		{"IPC mode TARGET", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Ipc: runtime.NamespaceMode_TARGET, TargetId: "abc"}}
+		}, "config.linux.security_context.namespace_options.ipc"},
 		// What real pods carry must pass.
 		{"multi-line script", func(c *runtime.ContainerConfig) {
 			c.Command = []string{"sh", "-c"}
@@ -143,6 +155,9 @@ func TestValidateContainerConfig(t *testing.T) {
 		{"multi-line env and annotation", func(c *runtime.ContainerConfig) {
 			c.Envs = []*runtime.KeyValue{{Key: "CERT", Value: []byte("-----BEGIN-----\nabc\n-----END-----\n")}}
 			c.Annotations = map[string]string{"note": "two\nlines"}
+		}, ""},
+		{"PID mode TARGET with a target", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_TARGET, TargetId: "abc123"}}
 		}, ""},
 		{"localhost seccomp profile", func(c *runtime.ContainerConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{Seccomp: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_Localhost, LocalhostRef: "/var/lib/kubelet/seccomp/audit.json"}}

@@ -76,12 +76,17 @@ type createRefs struct {
 	// targetPIDNS is the PID namespace a TARGET container joins; "" when
 	// the container does not ask for one.
 	targetPIDNS string
+	// cdiDevices are the qualified names of the CDI devices to inject.
+	cdiDevices []string
 }
 
 func (s *Server) resolveRefs(ctx context.Context, sbID string, cfg *runtime.ContainerConfig) (createRefs, error) {
 	var refs createRefs
 	var err error
 	if refs.targetPIDNS, err = s.targetPIDNamespace(ctx, sbID, cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()); err != nil {
+		return createRefs{}, err
+	}
+	if refs.cdiDevices, err = s.resolveCDIDevices(cfg); err != nil {
 		return createRefs{}, err
 	}
 	return refs, nil
@@ -167,6 +172,9 @@ func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runti
 	}
 	spec, err := oci.GenerateSpec(cs)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.cdi.Inject(spec, refs.cdiDevices); err != nil {
 		return nil, err
 	}
 	if err := oci.WriteSpec(rec.Bundle, spec); err != nil {

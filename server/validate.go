@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
 )
 
 // Limits on what a request may carry. They are generous for any real pod and
@@ -440,6 +441,14 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 		}
 		if strings.Trim(d.GetPermissions(), "rwm") != "" {
 			return invalidf("config.devices.permissions", "%q must be made of r, w and m", d.GetPermissions())
+		}
+	}
+	if len(c.GetCDIDevices()) > maxListLen {
+		return invalidf("config.CDI_devices", "has %d entries, more than %d", len(c.GetCDIDevices()), maxListLen)
+	}
+	for _, r := range cdiRequests(c) {
+		if !cdiparser.IsQualifiedName(r.device) {
+			return invalidf(r.field, "%q is not a CDI device name (vendor.com/class=name)", r.device)
 		}
 	}
 	if err := validateMap("config.labels", c.GetLabels()); err != nil {

@@ -156,6 +156,19 @@ func TestValidateContainerConfig(t *testing.T) {
 			c.Envs = []*runtime.KeyValue{{Key: "CERT", Value: []byte("-----BEGIN-----\nabc\n-----END-----\n")}}
 			c.Annotations = map[string]string{"note": "two\nlines"}
 		}, ""},
+		{"CDI device not qualified", func(c *runtime.ContainerConfig) {
+			c.CDIDevices = []*runtime.CDIDevice{{Name: "gpu0"}}
+		}, "config.CDI_devices"},
+		{"CDI device empty", func(c *runtime.ContainerConfig) {
+			c.CDIDevices = []*runtime.CDIDevice{{}}
+		}, "config.CDI_devices"},
+		{"CDI annotation not qualified", func(c *runtime.ContainerConfig) {
+			c.Annotations = map[string]string{"cdi.k8s.io/gpu": "vendor.com/gpu=0,gpu1"}
+		}, "config.annotations[cdi.k8s.io/gpu]"},
+		{"CDI devices", func(c *runtime.ContainerConfig) {
+			c.CDIDevices = []*runtime.CDIDevice{{Name: "vendor.com/gpu=0"}}
+			c.Annotations = map[string]string{"cdi.k8s.io/gpu": "vendor.com/gpu=1,vendor.com/gpu=all"}
+		}, ""},
 		{"PID mode TARGET with a target", func(c *runtime.ContainerConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_TARGET, TargetId: "abc123"}}
 		}, ""},

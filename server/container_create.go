@@ -97,6 +97,9 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	if err != nil {
 		return err
 	}
+	if err := validateContainerInPod(sbCfg, cfg); err != nil {
+		return err
+	}
 	raw, err := proto.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("encode config: %w", err)

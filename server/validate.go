@@ -226,6 +226,8 @@ var selinuxEnabled = sync.OnceValue(func() bool {
 func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolicy, selinux *runtime.SELinuxOption) error {
 	switch p {
 	case runtime.SupplementalGroupsPolicy_Merge:
+		// The CRI's default, and containerd's behaviour when unset: the
+		// image's /etc/group memberships are merged in (oci.ResolveUser).
 	case runtime.SupplementalGroupsPolicy_Strict:
 		// The kubelet asks for Strict only when the runtime reports the
 		// feature (RuntimeFeatures.supplemental_groups_policy), which

@@ -26,6 +26,7 @@ type Config struct {
 	Streaming StreamingConfig `toml:"streaming" comment:"The streaming server that serves exec, attach and port-forward to the kubelet."`
 	CNI       CNIConfig       `toml:"cni" comment:"Pod networking with CNI plugins."`
 	Image     ImageConfig     `toml:"image" comment:"Image pulls and registries."`
+	CDI       CDIConfig       `toml:"cdi" comment:"Container Device Interface (CDI): the devices that device plugins and DRA drivers describe in spec files and that containers ask for by name (CDI_devices, cdi.k8s.io/* annotations)."`
 }
 
 // RuntimeConfig chooses the OCI runtime per runtime handler.
@@ -71,6 +72,12 @@ type RegistryConfig struct {
 	Insecure bool     `toml:"insecure" comment:"Allow plain HTTP and skip TLS verification for this host."`
 }
 
+// CDIConfig finds the CDI spec files.
+type CDIConfig struct {
+	Enabled  bool     `toml:"enabled" comment:"Resolve the CDI devices a container asks for and add them to it. When false, a container that asks for CDI devices is refused, never started without them."`
+	SpecDirs []string `toml:"spec_dirs" comment:"Directories of CDI spec files (.json, .yaml), in rising priority: a device in a later directory wins over the same device in an earlier one. Read again at each create that asks for a CDI device, so specs added later are seen."`
+}
+
 // Default returns the configuration a user gets with no file and no flags.
 func Default() Config {
 	return Config{
@@ -100,6 +107,13 @@ func Default() Config {
 			PullTimeout:            Duration(10 * time.Minute),
 			MaxConcurrentDownloads: 3,
 			Registries:             map[string]RegistryConfig{},
+		},
+		// containerd's defaults (enable_cdi, cdi_spec_dirs), which are the
+		// CDI library's: static specs in /etc/cdi, generated ones in
+		// /var/run/cdi.
+		CDI: CDIConfig{
+			Enabled:  true,
+			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
 		},
 	}
 }
@@ -187,6 +201,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Image.PullTimeout < 0 {
 		return &InvalidError{"image.pull_timeout", "must not be negative"}
+	}
+	for _, dir := range c.CDI.SpecDirs {
+		if err := absolute("cdi.spec_dirs", dir); err != nil {
+			return err
+		}
 	}
 	if _, ok := c.Runtime.Handlers[c.Runtime.DefaultHandler]; !ok {
 		return &InvalidError{"runtime.default_handler", fmt.Sprintf("%q has no [runtime.handlers.%s] table", c.Runtime.DefaultHandler, c.Runtime.DefaultHandler)}

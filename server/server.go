@@ -57,6 +57,7 @@ type Server struct {
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
 	execSpecs      execSpecCache
+	cdi            *oci.CDI
 	// missingControllers holds the cgroup controllers already logged as
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map
@@ -74,6 +75,7 @@ func New(opts Options) (*Server, error) {
 		containerNames: store.NewNames(),
 		locks:          newKeyedLocks(),
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
+		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
 		cni:            network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")),
 	}
 	var err error

@@ -3,12 +3,15 @@ package server
 import (
 	"bytes"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
 )
 
 // Limits on what a request may carry. They are generous for any real pod and
@@ -179,6 +182,97 @@ func validateNamespaceOptions(field string, o *runtime.NamespaceOption) error {
 		if err := validateNamespaceMode(field+"."+c.name, c.mode); err != nil {
 			return err
 		}
+		if c.mode == runtime.NamespaceMode_TARGET && c.name != "pid" {
+			return invalidf(field+"."+c.name, "TARGET is a PID namespace mode only")
+		}
+	}
+	if o.GetPid() == runtime.NamespaceMode_TARGET && o.GetTargetId() == "" {
+		return invalidf(field+".target_id", "must name the target container of PID mode TARGET")
+	}
+	return validateUserNamespace(field+".userns_options", o.GetUsernsOptions())
+}
+
+// validateUserNamespace accepts the host's user namespace only: the kubelet
+// sends mode NODE for every pod without hostUsers: false, and asks for POD
+// only when the runtime reports user namespace support, which minicri does
+// not (yet).
+func validateUserNamespace(field string, u *runtime.UserNamespace) error {
+	if u == nil {
+		return nil
+	}
+	switch {
+	case u.GetMode() == runtime.NamespaceMode_POD:
+		return invalidf(field+".mode", "user namespaces (mode POD, hostUsers: false) are not supported by minicri")
+	case u.GetMode() != runtime.NamespaceMode_NODE:
+		return invalidf(field+".mode", "%v is not a user namespace mode (NODE or POD)", u.GetMode())
+	case len(u.GetUids()) > 0 || len(u.GetGids()) > 0:
+		return invalidf(field+".uids", "ID mappings need a user namespace of the pod's own (mode POD)")
+	}
+	return nil
+}
+
+// selinuxEnabled reports whether the host runs SELinux. minicri does not
+// label containers: SELinux options are refused on such a host, where a
+// container would run with the wrong label, and ignored on any other, as
+// containerd ignores them when SELinux is off.
+var selinuxEnabled = sync.OnceValue(func() bool {
+	_, err := os.Stat("/sys/fs/selinux/enforce")
+	return err == nil
+})
+
+// validateUnsupportedSecurity refuses the security context fields that
+// minicri cannot honour, when they ask for something other than the
+// default the kubelet sends.
+func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolicy, selinux *runtime.SELinuxOption) error {
+	switch p {
+	case runtime.SupplementalGroupsPolicy_Merge:
+		// The CRI's default, and containerd's behaviour when unset: the
+		// image's /etc/group memberships are merged in (oci.ResolveUser).
+	case runtime.SupplementalGroupsPolicy_Strict:
+		// The kubelet asks for Strict only when the runtime reports the
+		// feature (RuntimeFeatures.supplemental_groups_policy), which
+		// minicri does not: the image's /etc/group is always merged.
+		return invalidf(field+".supplemental_groups_policy", "Strict is not supported by minicri (only Merge)")
+	default:
+		return invalidf(field+".supplemental_groups_policy", "unknown policy %d", p)
+	}
+	if selinux != nil && selinuxEnabled() {
+		return invalidf(field+".selinux_options", "SELinux labels are not supported by minicri, and this host runs SELinux")
+	}
+	return nil
+}
+
+// validateMountSupported refuses the mount fields minicri cannot honour.
+// The kubelet sets none of them for an ordinary volume: recursive_read_only
+// only when the runtime reports the feature, ID mappings only with a user
+// namespace, mount_options only when the runtime reports the feature.
+func validateMountSupported(m *runtime.Mount) error {
+	switch {
+	case m.GetRecursiveReadOnly():
+		return invalidf("config.mounts.recursive_read_only", "recursive read-only mounts are not supported by minicri")
+	case len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0:
+		return invalidf("config.mounts.uidMappings", "ID-mapped mounts need a user namespace, which minicri does not support")
+	case len(m.GetMountOptions()) > 0:
+		return invalidf("config.mounts.mount_options", "extra mount options %q are not supported by minicri", m.GetMountOptions())
+	case m.GetSelinuxRelabel() && selinuxEnabled():
+		return invalidf("config.mounts.selinux_relabel", "SELinux relabeling is not supported by minicri, and this host runs SELinux")
+	}
+	return nil
+}
+
+// validateContainerInPod refuses a container that asks for the host's
+// network or IPC namespace in a pod that has its own: a container shares
+// its pod's, and handing it the pod's instead would drop what it asked for.
+// The kubelet always sends the pod's modes.
+func validateContainerInPod(sbCfg *runtime.PodSandboxConfig, c *runtime.ContainerConfig) error {
+	pod := sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	ctr := c.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	const field = "config.linux.security_context.namespace_options"
+	if ctr.GetNetwork() == runtime.NamespaceMode_NODE && pod.GetNetwork() != runtime.NamespaceMode_NODE {
+		return invalidf(field+".network", "NODE in a pod with a network of its own: a container shares its pod's network")
+	}
+	if ctr.GetIpc() == runtime.NamespaceMode_NODE && pod.GetIpc() != runtime.NamespaceMode_NODE {
+		return invalidf(field+".ipc", "NODE in a pod with an IPC namespace of its own: a container shares its pod's")
 	}
 	return nil
 }
@@ -303,6 +397,12 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
 	}
 	sc := l.GetSecurityContext()
 	if err := validateNamespaceOptions("config.linux.security_context.namespace_options", sc.GetNamespaceOptions()); err != nil {
+		return err
+	}
+	if sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_TARGET {
+		return invalidf("config.linux.security_context.namespace_options.pid", "TARGET is for a container, not a pod")
+	}
+	if err := validateUnsupportedSecurity("config.linux.security_context", sc.GetSupplementalGroupsPolicy(), sc.GetSelinuxOptions()); err != nil {
 		return err
 	}
 	if err := validateSecurityProfile("config.linux.security_context.seccomp", sc.GetSeccomp()); err != nil {
@@ -433,6 +533,19 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 			return invalidf("config.devices.permissions", "%q must be made of r, w and m", d.GetPermissions())
 		}
 	}
+	for _, m := range c.GetMounts() {
+		if err := validateMountSupported(m); err != nil {
+			return err
+		}
+	}
+	if len(c.GetCDIDevices()) > maxListLen {
+		return invalidf("config.CDI_devices", "has %d entries, more than %d", len(c.GetCDIDevices()), maxListLen)
+	}
+	for _, r := range cdiRequests(c) {
+		if !cdiparser.IsQualifiedName(r.device) {
+			return invalidf(r.field, "%q is not a CDI device name (vendor.com/class=name)", r.device)
+		}
+	}
 	if err := validateMap("config.labels", c.GetLabels()); err != nil {
 		return err
 	}
@@ -476,6 +589,12 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 	}
 	if err := validateNamespaceOptions("config.linux.security_context.namespace_options", sc.GetNamespaceOptions()); err != nil {
 		return err
+	}
+	if err := validateUnsupportedSecurity("config.linux.security_context", sc.GetSupplementalGroupsPolicy(), sc.GetSelinuxOptions()); err != nil {
+		return err
+	}
+	if len(sc.GetCapabilities().GetAddAmbientCapabilities()) > 0 {
+		return invalidf("config.linux.security_context.capabilities.add_ambient_capabilities", "ambient capabilities are not supported by minicri")
 	}
 	for _, p := range []struct {
 		name string

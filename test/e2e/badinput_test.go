@@ -181,6 +181,16 @@ func TestBadInputIsInvalidArgumentNamingTheField(t *testing.T) {
 			_, err := img.PullImage(ctx, &runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: "busybox\x00:latest"}})
 			return err
 		}, "image.image"},
+		{"pull: unknown runtime handler", func(ctx context.Context) error {
+			_, err := img.PullImage(ctx, &runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: ref, RuntimeHandler: "kata"}})
+			return err
+		}, "image.runtime_handler"},
+		{"create: host IPC in a pod with its own", create(pod, withContainer(func(c *runtime.ContainerConfig) {
+			c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Ipc: runtime.NamespaceMode_NODE}}}
+		})), "config.linux.security_context.namespace_options.ipc"},
+		{"create: user namespace", create(pod, withContainer(func(c *runtime.ContainerConfig) {
+			c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD}}}}
+		})), "config.linux.security_context.namespace_options.userns_options.mode"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"path/filepath"
 	"regexp"
@@ -9,6 +10,8 @@ import (
 	"unicode"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/store"
 )
 
 // Limits on what a request may carry. They are generous for any real pod and
@@ -562,19 +565,19 @@ func validateSeccompPaths(sc *runtime.LinuxContainerSecurityContext) error {
 	return validatePrintable("config.linux.security_context.seccomp_profile_path", old)
 }
 
-// resolveSandbox validates a sandbox ID (or unique prefix) from a request,
-// then finds the full ID.
+// resolveSandbox finds the full ID of the sandbox a request names by ID or
+// unique prefix.
 func (s *Server) resolveSandbox(field, id string) (string, error) {
-	if err := validateID(field, id); err != nil {
+	if err := requireID(field, id); err != nil {
 		return "", err
 	}
 	return s.sandboxes.Resolve(id)
 }
 
-// resolveContainer validates a container ID (or unique prefix) from a
-// request, then finds the full ID.
+// resolveContainer finds the full ID of the container a request names by ID
+// or unique prefix.
 func (s *Server) resolveContainer(field, id string) (string, error) {
-	if err := validateID(field, id); err != nil {
+	if err := requireID(field, id); err != nil {
 		return "", err
 	}
 	return s.containers.Resolve(id)
@@ -598,27 +601,28 @@ func (s *Server) lookupSandbox(id string) (sandboxRecord, error) {
 	return s.sandboxes.Get(full)
 }
 
-// validateIDFilter checks an optional ID prefix of a List filter.
-func validateIDFilter(field, id string) error {
-	if id == "" {
-		return nil
-	}
-	return validateID(field, id)
-}
-
-// validateID checks an object ID from a request before it is looked up: an ID
-// is used in file names, so anything but a plain token is refused.
-func validateID(field, id string) error {
+// requireID checks an object ID from a request before it is looked up. Only
+// an empty ID is malformed: any other string that names no record is
+// NotFound, whatever its characters, as containerd answers (its ID index
+// finds nothing for it), so that Stop and Remove of it succeed as the CRI
+// asks and a status call answers NotFound. Clients other than the kubelet
+// send UUIDs or names. Such a string never reaches a file name: it is only
+// compared with the IDs in memory, and only an ID found there (isID) is used
+// in a path.
+func requireID(field, id string) error {
 	if id == "" {
 		return invalidf(field, "must not be empty")
 	}
-	if len(id) > 128 {
-		return invalidf(field, "is %d bytes, longer than an ID", len(id))
-	}
-	if strings.Trim(id, "0123456789abcdefABCDEF") != "" {
-		return invalidf(field, "%q is not an ID (hexadecimal)", id)
+	if !isID(id) {
+		return fmt.Errorf("%s %.80q: %w", field, id, store.ErrNotFound)
 	}
 	return nil
+}
+
+// isID reports whether s can be (a prefix of) an ID minicri made: 64
+// hexadecimal digits at most. Only such strings are used in file names.
+func isID(s string) bool {
+	return s != "" && len(s) <= 64 && strings.Trim(s, "0123456789abcdefABCDEF") == ""
 }
 
 // The image reference grammar of the distribution spec, which the kubelet

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/store"
 )
 
 func goodSandboxConfig() *runtime.PodSandboxConfig {
@@ -157,10 +159,28 @@ func TestValidateContainerConfig(t *testing.T) {
 	}
 }
 
-func TestValidateID(t *testing.T) {
-	for id, ok := range map[string]bool{"abc123": true, "": false, "../x": false, strings.Repeat("a", 200): false, "ABCdef09": true} {
-		if err := validateID("container_id", id); (err == nil) != ok {
-			t.Errorf("validateID(%q) = %v, want ok=%v", id, err, ok)
+func TestRequireID(t *testing.T) {
+	cases := []struct {
+		id   string
+		want error // nil: looked up
+	}{
+		{"abc123", nil},
+		{"ABCdef09", nil},
+		{strings.Repeat("a", 64), nil},
+		{"", errInvalid},
+		// Not IDs minicri makes: unknown, never a file name.
+		{"../x", store.ErrNotFound},
+		{"6ba7b810-9dad-11d1-80b4-00c04fd430c8", store.ErrNotFound},
+		{strings.Repeat("a", 65), store.ErrNotFound},
+		{strings.Repeat("n", 1<<20), store.ErrNotFound},
+	}
+	for _, c := range cases {
+		err := requireID("container_id", c.id)
+		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("requireID(%.40q) = %v, want %v", c.id, err, c.want)
+		}
+		if err != nil && len(err.Error()) > 200 {
+			t.Errorf("requireID(%.40q): error of %d bytes echoes the whole ID", c.id, len(err.Error()))
 		}
 	}
 }
@@ -173,8 +193,10 @@ func TestValidateListFilters(t *testing.T) {
 	}{
 		{"no filter", validateContainerFilter(nil), ""},
 		{"id prefix", validateContainerFilter(&runtime.ContainerFilter{Id: "abc"}), ""},
-		{"id traversal", validateContainerFilter(&runtime.ContainerFilter{Id: "../abc"}), "filter.id"},
-		{"sandbox id", validateContainerFilter(&runtime.ContainerFilter{PodSandboxId: "x y"}), "filter.pod_sandbox_id"},
+		// An ID filter that is no ID matches nothing; it is not an error.
+		{"id not hexadecimal", validateContainerFilter(&runtime.ContainerFilter{Id: "../abc"}), ""},
+		{"sandbox id a UUID", validateContainerFilter(&runtime.ContainerFilter{PodSandboxId: "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}), ""},
+		{"sandbox filter id a UUID", validateSandboxFilter(&runtime.PodSandboxFilter{Id: "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}), ""},
 		{"unknown container state", validateContainerFilter(&runtime.ContainerFilter{State: &runtime.ContainerStateValue{State: 42}}), "filter.state.state"},
 		{"unknown sandbox state", validateSandboxFilter(&runtime.PodSandboxFilter{State: &runtime.PodSandboxStateValue{State: 7}}), "filter.state.state"},
 		{"selector with control characters", validateSandboxFilter(&runtime.PodSandboxFilter{LabelSelector: map[string]string{"a": "\x01"}}), "filter.label_selector[a]"},

@@ -1,0 +1,138 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Clients other than the kubelet (crictl, critest, CI tools) send what the
+// kubelet never does: IDs that are UUIDs or names, pods without a hostname,
+// huge exec output. These tests send it as they do.
+
+// unknownIDs are IDs no object has, of the kinds such clients send.
+var unknownIDs = []string{
+	"6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+	"my-pod",
+	"../../etc",
+	strings.Repeat("a", 64),
+}
+
+func TestStopUnknownUUIDSucceeds(t *testing.T) {
+	d := StartDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, id := range unknownIDs {
+		if err := d.Runtime.StopPodSandbox(ctx, id); err != nil {
+			t.Errorf("StopPodSandbox(%q) = %v, want success", id, err)
+		}
+		if err := d.Runtime.RemovePodSandbox(ctx, id); err != nil {
+			t.Errorf("RemovePodSandbox(%q) = %v, want success", id, err)
+		}
+		if err := d.Runtime.StopContainer(ctx, id, 1); err != nil {
+			t.Errorf("StopContainer(%q) = %v, want success", id, err)
+		}
+		if err := d.Runtime.RemoveContainer(ctx, id); err != nil {
+			t.Errorf("RemoveContainer(%q) = %v, want success", id, err)
+		}
+	}
+}
+
+func TestUnknownUUIDIsNotFound(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("known")
+	pod := d.runPod(t, podCfg)
+	d.startContainer(t, pod, podCfg, containerConfig("known", ref, "sleep", "60"))
+	before := d.stateFiles(t)
+	rt, _ := d.rawClients(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, id := range append(unknownIDs, strings.Repeat("n", 1<<20)) {
+		calls := map[string]func() error{
+			"PodSandboxStatus": func() error {
+				_, err := rt.PodSandboxStatus(ctx, &runtime.PodSandboxStatusRequest{PodSandboxId: id, Verbose: true})
+				return err
+			},
+			"PodSandboxStats": func() error {
+				_, err := rt.PodSandboxStats(ctx, &runtime.PodSandboxStatsRequest{PodSandboxId: id})
+				return err
+			},
+			"PortForward": func() error {
+				_, err := rt.PortForward(ctx, &runtime.PortForwardRequest{PodSandboxId: id, Port: []int32{80}})
+				return err
+			},
+			"CreateContainer": func() error {
+				_, err := rt.CreateContainer(ctx, &runtime.CreateContainerRequest{PodSandboxId: id, Config: containerConfig("c", ref, "true"), SandboxConfig: podCfg})
+				return err
+			},
+			"StartContainer": func() error {
+				_, err := rt.StartContainer(ctx, &runtime.StartContainerRequest{ContainerId: id})
+				return err
+			},
+			"ContainerStatus": func() error {
+				_, err := rt.ContainerStatus(ctx, &runtime.ContainerStatusRequest{ContainerId: id, Verbose: true})
+				return err
+			},
+			"ContainerStats": func() error {
+				_, err := rt.ContainerStats(ctx, &runtime.ContainerStatsRequest{ContainerId: id})
+				return err
+			},
+			"UpdateContainerResources": func() error {
+				_, err := rt.UpdateContainerResources(ctx, &runtime.UpdateContainerResourcesRequest{ContainerId: id, Linux: &runtime.LinuxContainerResources{CpuShares: 512}})
+				return err
+			},
+			"ReopenContainerLog": func() error {
+				_, err := rt.ReopenContainerLog(ctx, &runtime.ReopenContainerLogRequest{ContainerId: id})
+				return err
+			},
+			"ExecSync": func() error {
+				_, err := rt.ExecSync(ctx, &runtime.ExecSyncRequest{ContainerId: id, Cmd: []string{"true"}})
+				return err
+			},
+			"Exec": func() error {
+				_, err := rt.Exec(ctx, &runtime.ExecRequest{ContainerId: id, Cmd: []string{"true"}, Stdout: true})
+				return err
+			},
+			"Attach": func() error {
+				_, err := rt.Attach(ctx, &runtime.AttachRequest{ContainerId: id, Stdout: true})
+				return err
+			},
+		}
+		for name, call := range calls {
+			if err := call(); status.Code(err) != codes.NotFound {
+				t.Errorf("%s(%.40q) = %.200s, want NotFound", name, id, errorCode(err))
+			}
+		}
+		pods, err := rt.ListPodSandbox(ctx, &runtime.ListPodSandboxRequest{Filter: &runtime.PodSandboxFilter{Id: id}})
+		if err != nil || len(pods.GetItems()) != 0 {
+			t.Errorf("ListPodSandbox(id %.40q) = %d pods, %v; want none", id, len(pods.GetItems()), err)
+		}
+		ctrs, err := rt.ListContainers(ctx, &runtime.ListContainersRequest{Filter: &runtime.ContainerFilter{PodSandboxId: id}})
+		if err != nil || len(ctrs.GetContainers()) != 0 {
+			t.Errorf("ListContainers(pod %.40q) = %d containers, %v; want none", id, len(ctrs.GetContainers()), err)
+		}
+		stats, err := rt.ListContainerStats(ctx, &runtime.ListContainerStatsRequest{Filter: &runtime.ContainerStatsFilter{Id: id}})
+		if err != nil || len(stats.GetStats()) != 0 {
+			t.Errorf("ListContainerStats(id %.40q) = %d, %v; want none", id, len(stats.GetStats()), err)
+		}
+	}
+	// An empty ID is still malformed.
+	if _, err := rt.ContainerStatus(ctx, &runtime.ContainerStatusRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("ContainerStatus with no ID = %s, want InvalidArgument", errorCode(err))
+	}
+	if after := d.stateFiles(t); after != before {
+		t.Errorf("calls on unknown IDs changed the state dir:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if resp, err := d.Runtime.ListContainers(ctx, nil); err != nil || len(resp) != 1 {
+		t.Errorf("ListContainers = %d, %v; want the one container, untouched", len(resp), err)
+	}
+}

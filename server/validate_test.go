@@ -70,6 +70,15 @@ func TestValidateSandboxConfig(t *testing.T) {
 			c.Linux.Overhead = &runtime.LinuxContainerResources{CpuShares: -2}
 		}, "config.linux.overhead.cpu_shares"},
 		{"annotation key with a newline", func(c *runtime.PodSandboxConfig) { c.Annotations = map[string]string{"a\nb": "x"} }, "config.annotations"},
+		{"pod group without a user", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, "config.linux.security_context.run_as_group"},
+		{"pod group with a user", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1000}, RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, ""},
+		{"pod uid negative", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{RunAsUser: &runtime.Int64Value{Value: -1}}
+		}, "config.linux.security_context.run_as_user"},
 		// What real pods carry must pass.
 		{"multi-line annotation value", func(c *runtime.PodSandboxConfig) {
 			c.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{\"kind\":\"Pod\"}\n"}
@@ -137,6 +146,22 @@ func TestValidateContainerConfig(t *testing.T) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1 << 32}}
 		}, "config.linux.security_context.run_as_user"},
 		{"working dir with a newline", func(c *runtime.ContainerConfig) { c.WorkingDir = "/a\nb" }, "config.working_dir"},
+		{"group without a user", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, "config.linux.security_context.run_as_group"},
+		{"image volume", func(c *runtime.ContainerConfig) {
+			c.Mounts = []*runtime.Mount{{ContainerPath: "/models", Image: &runtime.ImageSpec{Image: "registry.example/models:v1"}}}
+		}, "config.mounts.image"},
+		{"image volume with a host path", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].Image = &runtime.ImageSpec{Image: "busybox"}
+		}, "config.mounts.image"},
+		{"group with a user", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 0}, RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, ""},
+		{"group with a user name", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUsername: "nobody", RunAsGroup: &runtime.Int64Value{Value: 0}}
+		}, ""},
+		{"empty image spec on a host path mount", func(c *runtime.ContainerConfig) { c.Mounts[0].Image = &runtime.ImageSpec{} }, ""},
 		// What real pods carry must pass.
 		{"multi-line script", func(c *runtime.ContainerConfig) {
 			c.Command = []string{"sh", "-c"}

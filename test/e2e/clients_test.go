@@ -136,3 +136,56 @@ func TestUnknownUUIDIsNotFound(t *testing.T) {
 		t.Errorf("ListContainers = %d, %v; want the one container, untouched", len(resp), err)
 	}
 }
+
+// TestRunAsGroupWithoutUserIsRefused: a group alone is refused, as containerd
+// does ("user group is specified without user"), for a container and for a pod.
+func TestRunAsGroupWithoutUserIsRefused(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("group")
+	pod := d.runPod(t, podCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const field = "config.linux.security_context.run_as_group:"
+
+	cc := containerConfig("group", ref, "id")
+	cc.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{RunAsGroup: &runtime.Int64Value{Value: 1000}}}
+	if _, err := d.Runtime.CreateContainer(ctx, pod, cc, podCfg); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), field) {
+		t.Errorf("CreateContainer with run_as_group alone = %v, want InvalidArgument naming %s", err, field)
+	}
+
+	bad := d.hostNetworkPod("group-pod")
+	bad.Linux.SecurityContext.RunAsGroup = &runtime.Int64Value{Value: 1000}
+	if _, err := d.Runtime.RunPodSandbox(ctx, bad, ""); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), field) {
+		t.Errorf("RunPodSandbox with run_as_group alone = %v, want InvalidArgument naming %s", err, field)
+	}
+
+	// With a user it runs as both.
+	cc = containerConfig("group-user", ref, "id")
+	cc.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+		RunAsUser: &runtime.Int64Value{Value: 1000}, RunAsGroup: &runtime.Int64Value{Value: 2000}}}
+	if st, log := d.runToExit(t, pod, podCfg, cc); st.GetExitCode() != 0 || !strings.HasPrefix(log, "uid=1000") || !strings.Contains(log, " gid=2000 ") {
+		t.Errorf("run_as_user 1000, run_as_group 2000: exit %d, id says %q", st.GetExitCode(), log)
+	}
+}
+
+// TestImageVolumeIsRefused: image volumes are not built yet, so a mount of
+// an image is refused naming the field, not accepted and failed later.
+func TestImageVolumeIsRefused(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("imagevol")
+	pod := d.runPod(t, podCfg)
+	before := d.stateFiles(t)
+	cc := containerConfig("imagevol", ref, "true")
+	cc.Mounts = []*runtime.Mount{{ContainerPath: "/data", Image: &runtime.ImageSpec{Image: ref}}}
+	_, err := d.Runtime.CreateContainer(context.Background(), pod, cc, podCfg)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "config.mounts.image:") {
+		t.Fatalf("CreateContainer with an image volume = %v, want InvalidArgument naming config.mounts.image", err)
+	}
+	if after := d.stateFiles(t); after != before {
+		t.Errorf("a refused image volume left state behind:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}

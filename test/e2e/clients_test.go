@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +188,33 @@ func TestImageVolumeIsRefused(t *testing.T) {
 	}
 	if after := d.stateFiles(t); after != before {
 		t.Errorf("a refused image volume left state behind:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+// TestPodWithoutHostnameAndLongNameStarts: crictl and CI tools send no
+// hostname and pod names longer than a host name may be. The pod gets the
+// node's hostname, as in containerd, and every place that shows it agrees.
+func TestPodWithoutHostnameAndLongNameStarts(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	d.bridgeNetwork(t)
+	node, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	podCfg := d.podConfig(strings.Repeat("ci-job-with-a-long-generated-name-", 3)) // 102 bytes
+	podCfg.Hostname = ""
+	pod := d.runPod(t, podCfg)
+	st, log := d.runToExit(t, pod, podCfg, containerConfig("c", ref, "sh", "-c",
+		`hostname; cat /etc/hostname; echo "$HOSTNAME"; grep -c "[[:space:]]$(hostname)\($\|[[:space:]]\)" /etc/hosts`))
+	if want := strings.Repeat(node+"\n", 3) + "1\n"; st.GetExitCode() != 0 || log != want {
+		t.Errorf("hostname, /etc/hostname, HOSTNAME, /etc/hosts lines: exit %d, got %q, want %q", st.GetExitCode(), log, want)
+	}
+
+	bad := d.podConfig("too-long")
+	bad.Hostname = strings.Repeat("h", 65)
+	if _, err := d.Runtime.RunPodSandbox(context.Background(), bad, ""); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "config.hostname:") {
+		t.Errorf("RunPodSandbox with a 65-byte hostname = %v, want InvalidArgument naming config.hostname", err)
 	}
 }

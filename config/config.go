@@ -32,7 +32,7 @@ type Config struct {
 type RuntimeConfig struct {
 	DefaultHandler    string                    `toml:"default_handler" comment:"Handler used when a pod names none (RuntimeClass unset)."`
 	MonitorPath       string                    `toml:"monitor_path" comment:"Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH."`
-	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged."`
+	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and stderr together that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged. At most 16776192 (16 MiB less 1 KiB): the whole answer must fit the 16 MiB message the kubelet's CRI client accepts; a larger value counts as that."`
 	MonitorShare      int                       `toml:"monitor_share" comment:"Containers one minicri-conmon process serves at most. A pod's containers share one where they fit, and pods fill a monitor before another starts: each saves a Go runtime (about 0.5 MiB). 1 gives every container its own monitor; a monitor that dies ends the logs and the containers it served."`
 	Handlers          map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
 }
@@ -71,6 +71,13 @@ type RegistryConfig struct {
 	Insecure bool     `toml:"insecure" comment:"Allow plain HTTP and skip TLS verification for this host."`
 }
 
+// ExecSyncOutputLimit is the most ExecSync output, stdout and stderr
+// together, that fits one CRI answer: the kubelet's CRI client (and the
+// daemon's gRPC server) take messages of at most 16 MiB, and the answer's own
+// framing (two length-prefixed fields and an exit code, 21 bytes at most)
+// must fit beside the output; 1 KiB is kept for it.
+const ExecSyncOutputLimit = 16<<20 - 1<<10
+
 // Default returns the configuration a user gets with no file and no flags.
 func Default() Config {
 	return Config{
@@ -84,7 +91,7 @@ func Default() Config {
 		Runtime: RuntimeConfig{
 			DefaultHandler:    "runc",
 			MonitorPath:       "minicri-conmon",
-			ExecSyncMaxOutput: 16 << 20,
+			ExecSyncMaxOutput: ExecSyncOutputLimit,
 			MonitorShare:      8,
 			Handlers: map[string]RuntimeHandler{
 				"runc": {Path: "runc"},

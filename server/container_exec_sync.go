@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/oci"
 )
 
@@ -38,8 +39,11 @@ func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*r
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	limit := s.cfg.Runtime.ExecSyncMaxOutput
-	stdout, stderr := &cappedOutput{limit: limit}, &cappedOutput{limit: limit}
+	// One budget for both streams: the answer must fit the kubelet's 16 MiB
+	// message limit whole, or it gets none of it. (containerd caps each
+	// stream at 16 MiB apart, so its answer to a big output fails instead.)
+	budget := newOutputBudget(min(s.cfg.Runtime.ExecSyncMaxOutput, config.ExecSyncOutputLimit))
+	stdout, stderr := budget.output(), budget.output()
 	code, err := t.rt.Exec(ctx, t.rec.ID, t.rec.Bundle, oci.ExecProcessSpec(t.base, req.GetCmd(), false),
 		oci.ExecIO{Stdout: stdout, Stderr: stderr})
 	if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
@@ -57,38 +61,56 @@ func (s *Server) logTruncated(id string, cmd []string, outputs map[string]*cappe
 	for name, o := range outputs {
 		if dropped := o.Dropped(); dropped > 0 {
 			s.log.WithFields(logrus.Fields{"container": id, "cmd": strings.Join(cmd, " "), "stream": name,
-				"kept": o.limit, "dropped": dropped}).Warn("exec sync output over runtime.exec_sync_max_output: truncated")
+				"kept": o.Len(), "dropped": dropped}).Warn("exec sync output over runtime.exec_sync_max_output: truncated")
 		}
 	}
 }
 
-// cappedOutput keeps the first limit bytes written to it and counts the
-// rest, so that a chatty probe cannot grow the daemon.
+// outputBudget is the room left for an ExecSync's output, shared by its
+// stdout and stderr, so that a chatty probe can neither grow the daemon nor
+// make an answer too big to send.
+type outputBudget struct {
+	mu   sync.Mutex // guards left and every buffer drawing from it
+	left int
+}
+
+func newOutputBudget(limit int) *outputBudget { return &outputBudget{left: limit} }
+
+// output returns a writer that keeps what the budget still has room for.
+func (b *outputBudget) output() *cappedOutput { return &cappedOutput{budget: b} }
+
+// cappedOutput keeps the first bytes written to it while its budget lasts,
+// and counts the rest.
 type cappedOutput struct {
-	limit   int
-	mu      sync.Mutex
+	budget  *outputBudget
 	buf     bytes.Buffer
 	dropped int64
 }
 
 func (c *cappedOutput) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	room := max(c.limit-c.buf.Len(), 0)
-	keep := min(room, len(p))
+	c.budget.mu.Lock()
+	defer c.budget.mu.Unlock()
+	keep := min(c.budget.left, len(p))
+	c.budget.left -= keep
 	c.buf.Write(p[:keep])
 	c.dropped += int64(len(p) - keep)
 	return len(p), nil
 }
 
 func (c *cappedOutput) Bytes() []byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.budget.mu.Lock()
+	defer c.budget.mu.Unlock()
 	return bytes.Clone(c.buf.Bytes())
 }
 
+func (c *cappedOutput) Len() int {
+	c.budget.mu.Lock()
+	defer c.budget.mu.Unlock()
+	return c.buf.Len()
+}
+
 func (c *cappedOutput) Dropped() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.budget.mu.Lock()
+	defer c.budget.mu.Unlock()
 	return c.dropped
 }

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -217,4 +218,39 @@ func TestPodWithoutHostnameAndLongNameStarts(t *testing.T) {
 	if _, err := d.Runtime.RunPodSandbox(context.Background(), bad, ""); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "config.hostname:") {
 		t.Errorf("RunPodSandbox with a 65-byte hostname = %v, want InvalidArgument naming config.hostname", err)
 	}
+}
+
+// TestExecSyncOutputOverTheCapFitsTheKubeletsLimit: output over 16 MiB is
+// truncated to fit one answer the kubelet's CRI client accepts (16 MiB in
+// all), not failed with ResourceExhausted; on one stream and on both.
+func TestExecSyncOutputOverTheCapFitsTheKubeletsLimit(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("bigexec")
+	pod := d.runPod(t, podCfg)
+	ctr := d.startContainer(t, pod, podCfg, containerConfig("bigexec", ref, "sleep", "300"))
+	const budget = 16<<20 - 1<<10 // runtime.exec_sync_max_output's default and most
+	for _, c := range []struct {
+		name string
+		cmd  []string
+	}{
+		{"stdout", []string{"head", "-c", "17000000", "/dev/zero"}},
+		{"both", []string{"sh", "-c", "head -c 17000000 /dev/zero; head -c 17000000 /dev/zero >&2; exit 3"}},
+		{"both interleaved", []string{"sh", "-c", "head -c 17000000 /dev/zero >&2 & head -c 17000000 /dev/zero; wait"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stdout, stderr, err := d.Runtime.ExecSync(context.Background(), ctr, c.cmd, time.Minute)
+			var exitErr interface{ ExitStatus() int }
+			if err != nil && !errors.As(err, &exitErr) {
+				t.Fatalf("ExecSync %v: %v", c.cmd, err)
+			}
+			if got := len(stdout) + len(stderr); got != budget {
+				t.Errorf("ExecSync %v kept %d + %d bytes, want %d in all", c.cmd, len(stdout), len(stderr), budget)
+			}
+		})
+	}
+	waitFor(t, "the truncation logged", 10*time.Second, func() bool {
+		return strings.Contains(d.Output(), "exec sync output over runtime.exec_sync_max_output: truncated")
+	})
 }

@@ -56,6 +56,9 @@ type StreamingConfig struct {
 type CNIConfig struct {
 	ConfDir string   `toml:"conf_dir" comment:"Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is used."`
 	BinDirs []string `toml:"bin_dirs" comment:"Directories searched for CNI plugin binaries, in order."`
+	// ConfTemplate has containerd's conf_template semantics, so that a
+	// template written for containerd works unchanged.
+	ConfTemplate string `toml:"conf_template" comment:"Go text/template file of a CNI network config list. When set, and the kubelet sends the node's pod CIDR (UpdateRuntimeConfig, with the kubelet's podCIDR set), minicri writes it to CONF_DIR/10-minicri-net.conflist with {{.PodCIDR}} (the first CIDR), {{.PodCIDRRanges}} (all of them) and {{.Routes}} (0.0.0.0/0 and/or ::/0) filled in, as containerd's conf_template does; only while conf_dir holds no other network config. Empty: minicri never writes a network config."`
 }
 
 // ImageConfig tunes pulls and names registry mirrors.
@@ -154,11 +157,18 @@ func (c *Config) Validate() error {
 		}
 		return nil
 	}
+	absoluteOrEmpty := func(key, p string) error {
+		if p == "" {
+			return nil
+		}
+		return absolute(key, p)
+	}
 	checks := []error{
 		absolute("listen", c.Listen),
 		absolute("root", c.Root),
 		absolute("run_dir", c.RunDir),
 		absolute("cni.conf_dir", c.CNI.ConfDir),
+		absoluteOrEmpty("cni.conf_template", c.CNI.ConfTemplate),
 		oneOf("log_level", c.LogLevel, "trace", "debug", "info", "warn", "error"),
 		oneOf("log_format", c.LogFormat, "text", "json"),
 		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),

@@ -56,6 +56,7 @@ type Server struct {
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
 	execSpecs      execSpecCache
+	netConfig      netConfig // the node's pod CIDR, from UpdateRuntimeConfig
 }
 
 // New builds the server and starts its streaming server, which Close stops.
@@ -87,6 +88,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.recover()
+	if err := s.restoreRuntimeConfig(); err != nil {
+		s.log.WithError(err).Warn("restore the pod CIDR of UpdateRuntimeConfig; the kubelet sends it again")
+	}
 	if err := s.startStreaming(opts.Log); err != nil {
 		return nil, err
 	}

@@ -4,9 +4,15 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -253,4 +259,106 @@ func TestExecSyncOutputOverTheCapFitsTheKubeletsLimit(t *testing.T) {
 	waitFor(t, "the truncation logged", 10*time.Second, func() bool {
 		return strings.Contains(d.Output(), "exec sync output over runtime.exec_sync_max_output: truncated")
 	})
+}
+
+// TestUpdateRuntimeConfigWritesCNIConfigFromTemplate: the kubelet sends the
+// node's pod CIDR; with cni.conf_template set, the daemon writes the network
+// config from it, the network becomes ready, and the next pod gets an IP in
+// that CIDR. The CIDR is shown by Status(verbose) and kept across a restart.
+func TestUpdateRuntimeConfigWritesCNIConfigFromTemplate(t *testing.T) {
+	bridge := "mcbr" + randomHex(4)
+	n := func(s string) int { var v int; fmt.Sscanf(s, "%x", &v); return v }
+	cidr := fmt.Sprintf("10.%d.%d.0/24", 200+n(randomHex(1))%50, n(randomHex(1)))
+	tmplDir, err := os.MkdirTemp("", tmpPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmplDir) })
+	tmpl := filepath.Join(tmplDir, "cni.tmpl")
+	ipam := filepath.Join(tmplDir, "ipam")
+	template := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "e2e-tmpl-%s",
+  "plugins": [
+    {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "dataDir": %q,
+              "ranges": [{{range $i, $r := .PodCIDRRanges}}{{if $i}}, {{end}}[{"subnet": "{{$r}}"}]{{end}}],
+              "routes": [{{range $i, $r := .Routes}}{{if $i}}, {{end}}{"dst": "{{$r}}"}{{end}}]}}
+  ]
+}`, bridge, bridge, ipam)
+	if err := os.WriteFile(tmpl, []byte(template), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "link", "del", bridge).Run()
+		if ips := reservedIPs(ipam); len(ips) > 0 {
+			t.Errorf("IP addresses still allocated after the pods were removed: %v", ips)
+		}
+	})
+	d := StartDaemon(t, WithArgs("--cni-conf-template", tmpl))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	if ready, _ := networkReady(t, d); ready {
+		t.Fatalf("NetworkReady before any config was written")
+	}
+	malformed := &runtime.RuntimeConfig{NetworkConfig: &runtime.NetworkConfig{PodCidr: "10.1.2.3"}}
+	if err := d.Runtime.UpdateRuntimeConfig(ctx, malformed); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "runtime_config.network_config.pod_cidr:") {
+		t.Errorf("UpdateRuntimeConfig with %q = %v, want InvalidArgument naming runtime_config.network_config.pod_cidr", "10.1.2.3", err)
+	}
+	if err := d.Runtime.UpdateRuntimeConfig(ctx, &runtime.RuntimeConfig{NetworkConfig: &runtime.NetworkConfig{}}); err != nil {
+		t.Errorf("UpdateRuntimeConfig with no CIDR = %v, want a no-op", err)
+	}
+	if err := d.Runtime.UpdateRuntimeConfig(ctx, &runtime.RuntimeConfig{NetworkConfig: &runtime.NetworkConfig{PodCidr: cidr}}); err != nil {
+		t.Fatalf("UpdateRuntimeConfig(%s): %v", cidr, err)
+	}
+	if ready, info := networkReady(t, d); !ready || info["podCIDR"] != cidr || info["lastCNILoadStatus"] != "OK" {
+		t.Errorf("after UpdateRuntimeConfig: NetworkReady %v, info podCIDR %q, lastCNILoadStatus %q; want ready, %s, OK", ready, info["podCIDR"], info["lastCNILoadStatus"], cidr)
+	}
+	if _, err := os.Stat(filepath.Join(d.Dir, "cni", "10-minicri-net.conflist")); err != nil {
+		t.Errorf("config not written where the kubelet's runtimes put it: %v", err)
+	}
+
+	podCfg := d.podConfig("from-template")
+	pod := d.runPod(t, podCfg)
+	resp, err := d.Runtime.PodSandboxStatus(ctx, pod, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ipnet, _ := net.ParseCIDR(cidr)
+	if ip := net.ParseIP(resp.GetStatus().GetNetwork().GetIp()); ip == nil || !ipnet.Contains(ip) {
+		t.Errorf("pod IP %q is not in the pod CIDR %s", resp.GetStatus().GetNetwork().GetIp(), cidr)
+	}
+
+	d.Signal(syscall.SIGTERM)
+	d.Wait(20 * time.Second)
+	d.Start()
+	if _, info := networkReady(t, d); info["podCIDR"] != cidr {
+		t.Errorf("after a restart: podCIDR %q, want %s kept", info["podCIDR"], cidr)
+	}
+}
+
+// networkReady returns the NetworkReady condition and the verbose Status
+// info, each value decoded from its JSON.
+func networkReady(t *testing.T, d *Daemon) (bool, map[string]any) {
+	t.Helper()
+	resp, err := d.Runtime.Status(context.Background(), true)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	info := map[string]any{}
+	for k, v := range resp.GetInfo() {
+		var decoded any
+		if err := json.Unmarshal([]byte(v), &decoded); err != nil {
+			t.Fatalf("Status info %s is not JSON: %q", k, v)
+		}
+		info[k] = decoded
+	}
+	for _, c := range resp.GetStatus().GetConditions() {
+		if c.GetType() == runtime.NetworkReady {
+			return c.GetStatus(), info
+		}
+	}
+	t.Fatalf("Status has no NetworkReady condition")
+	return false, nil
 }

@@ -32,7 +32,7 @@ type Config struct {
 type RuntimeConfig struct {
 	DefaultHandler    string                    `toml:"default_handler" comment:"Handler used when a pod names none (RuntimeClass unset)."`
 	MonitorPath       string                    `toml:"monitor_path" comment:"Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH."`
-	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and stderr together that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged. At most 16776192 (16 MiB less 1 KiB): the whole answer must fit the 16 MiB message the kubelet's CRI client accepts; a larger value counts as that."`
+	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged. Whatever this says, the two together are cut to 16776192 bytes (16 MiB less 1 KiB), each keeping at least half, so that the answer fits the 16 MiB message the kubelet's CRI client accepts."`
 	MonitorShare      int                       `toml:"monitor_share" comment:"Containers one minicri-conmon process serves at most. A pod's containers share one where they fit, and pods fill a monitor before another starts: each saves a Go runtime (about 0.5 MiB). 1 gives every container its own monitor; a monitor that dies ends the logs and the containers it served."`
 	Handlers          map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
 }
@@ -94,7 +94,7 @@ func Default() Config {
 		Runtime: RuntimeConfig{
 			DefaultHandler:    "runc",
 			MonitorPath:       "minicri-conmon",
-			ExecSyncMaxOutput: ExecSyncOutputLimit,
+			ExecSyncMaxOutput: 16 << 20,
 			MonitorShare:      8,
 			Handlers: map[string]RuntimeHandler{
 				"runc": {Path: "runc"},

@@ -39,11 +39,8 @@ func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*r
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	// One budget for both streams: the answer must fit the kubelet's 16 MiB
-	// message limit whole, or it gets none of it. (containerd caps each
-	// stream at 16 MiB apart, so its answer to a big output fails instead.)
-	budget := newOutputBudget(min(s.cfg.Runtime.ExecSyncMaxOutput, config.ExecSyncOutputLimit))
-	stdout, stderr := budget.output(), budget.output()
+	limit := min(s.cfg.Runtime.ExecSyncMaxOutput, config.ExecSyncOutputLimit)
+	stdout, stderr := &cappedOutput{limit: limit}, &cappedOutput{limit: limit}
 	code, err := t.rt.Exec(ctx, t.rec.ID, t.rec.Bundle, oci.ExecProcessSpec(t.base, req.GetCmd(), false),
 		oci.ExecIO{Stdout: stdout, Stderr: stderr})
 	if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
@@ -53,6 +50,10 @@ func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*r
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("exec in container %s: %w", t.rec.ID, err))
 	}
+	// The answer must fit the kubelet's 16 MiB message limit whole, or it
+	// gets none of it. (containerd caps each stream at 16 MiB apart, so its
+	// answer to output that big fails instead.)
+	fitOutputs(stdout, stderr, config.ExecSyncOutputLimit)
 	s.logTruncated(t.rec.ID, req.GetCmd(), map[string]*cappedOutput{"stdout": stdout, "stderr": stderr})
 	return &runtime.ExecSyncResponse{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: int32(code)}, nil
 }
@@ -66,51 +67,70 @@ func (s *Server) logTruncated(id string, cmd []string, outputs map[string]*cappe
 	}
 }
 
-// outputBudget is the room left for an ExecSync's output, shared by its
-// stdout and stderr, so that a chatty probe can neither grow the daemon nor
-// make an answer too big to send.
-type outputBudget struct {
-	mu   sync.Mutex // guards left and every buffer drawing from it
-	left int
+// fitOutputs cuts the two outputs to total bytes together, when they are
+// longer: each keeps at least half, and one shorter than half leaves the rest
+// to the other. Which stream wrote first does not matter, so a probe's answer
+// is the same every time.
+func fitOutputs(stdout, stderr *cappedOutput, total int) {
+	out, errLen := stdout.Len(), stderr.Len()
+	if out+errLen <= total {
+		return
+	}
+	half := total / 2
+	switch {
+	case out <= half:
+		stderr.truncate(total - out)
+	case errLen <= half:
+		stdout.truncate(total - errLen)
+	default:
+		stdout.truncate(half)
+		stderr.truncate(total - half)
+	}
 }
 
-func newOutputBudget(limit int) *outputBudget { return &outputBudget{left: limit} }
-
-// output returns a writer that keeps what the budget still has room for.
-func (b *outputBudget) output() *cappedOutput { return &cappedOutput{budget: b} }
-
-// cappedOutput keeps the first bytes written to it while its budget lasts,
-// and counts the rest.
+// cappedOutput keeps the first limit bytes written to it and counts the
+// rest, so that a chatty probe cannot grow the daemon.
 type cappedOutput struct {
-	budget  *outputBudget
+	limit   int
+	mu      sync.Mutex
 	buf     bytes.Buffer
 	dropped int64
 }
 
 func (c *cappedOutput) Write(p []byte) (int, error) {
-	c.budget.mu.Lock()
-	defer c.budget.mu.Unlock()
-	keep := min(c.budget.left, len(p))
-	c.budget.left -= keep
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := max(c.limit-c.buf.Len(), 0)
+	keep := min(room, len(p))
 	c.buf.Write(p[:keep])
 	c.dropped += int64(len(p) - keep)
 	return len(p), nil
 }
 
+// truncate keeps the first n bytes and counts the rest as dropped.
+func (c *cappedOutput) truncate(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n < c.buf.Len() {
+		c.dropped += int64(c.buf.Len() - n)
+		c.buf.Truncate(n)
+	}
+}
+
 func (c *cappedOutput) Bytes() []byte {
-	c.budget.mu.Lock()
-	defer c.budget.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return bytes.Clone(c.buf.Bytes())
 }
 
 func (c *cappedOutput) Len() int {
-	c.budget.mu.Lock()
-	defer c.budget.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.buf.Len()
 }
 
 func (c *cappedOutput) Dropped() int64 {
-	c.budget.mu.Lock()
-	defer c.budget.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.dropped
 }

@@ -41,7 +41,7 @@ func TestValidateStreams(t *testing.T) {
 }
 
 func TestCappedOutputKeepsTheFirstBytes(t *testing.T) {
-	c := newOutputBudget(5).output()
+	c := &cappedOutput{limit: 5}
 	for _, s := range []string{"abc", "defg", "hij"} {
 		if n, err := c.Write([]byte(s)); n != len(s) || err != nil {
 			t.Fatalf("Write(%q) = %d, %v: a full writer must not fail the copy", s, n, err)
@@ -55,17 +55,32 @@ func TestCappedOutputKeepsTheFirstBytes(t *testing.T) {
 	}
 }
 
-func TestCappedOutputsShareOneBudget(t *testing.T) {
-	b := newOutputBudget(8)
-	stdout, stderr := b.output(), b.output()
-	stdout.Write([]byte("12345"))
-	stderr.Write([]byte("abcde"))
-	stdout.Write([]byte("678"))
-	if got, want := string(stdout.Bytes())+"|"+string(stderr.Bytes()), "12345|abc"; got != want {
-		t.Errorf("kept %q, want %q", got, want)
+func TestFitOutputs(t *testing.T) {
+	cases := []struct {
+		name                   string
+		stdout, stderr         int // bytes written
+		keptOut, keptErr, drop int
+	}{
+		{"both fit", 4, 5, 4, 5, 0},
+		{"stdout alone too big", 15, 0, 10, 0, 5},
+		{"stderr alone too big", 0, 15, 0, 10, 5},
+		{"short stdout leaves the rest to stderr", 2, 15, 2, 8, 7},
+		{"short stderr leaves the rest to stdout", 15, 3, 7, 3, 8},
+		{"both too big: half each", 15, 15, 5, 5, 20},
 	}
-	if stdout.Dropped() != 3 || stderr.Dropped() != 2 {
-		t.Errorf("dropped %d and %d, want 3 and 2", stdout.Dropped(), stderr.Dropped())
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stdout, stderr := &cappedOutput{limit: 100}, &cappedOutput{limit: 100}
+			stdout.Write(make([]byte, c.stdout))
+			stderr.Write(make([]byte, c.stderr))
+			fitOutputs(stdout, stderr, 10)
+			if stdout.Len() != c.keptOut || stderr.Len() != c.keptErr {
+				t.Errorf("kept %d and %d, want %d and %d", stdout.Len(), stderr.Len(), c.keptOut, c.keptErr)
+			}
+			if got := stdout.Dropped() + stderr.Dropped(); got != int64(c.drop) {
+				t.Errorf("dropped %d, want %d", got, c.drop)
+			}
+		})
 	}
 }
 
@@ -76,8 +91,8 @@ func TestExecSyncAnswerFitsTheKubeletsLimit(t *testing.T) {
 	const kubeletMaxMsgSize = 16 << 20 // k8s.io/cri-client's maxMsgSize
 	chunk := make([]byte, 1<<20)
 	for _, split := range []int{0, 1, 8 << 20, 17 << 20} {
-		b := newOutputBudget(config.Default().Runtime.ExecSyncMaxOutput)
-		stdout, stderr := b.output(), b.output()
+		limit := min(config.Default().Runtime.ExecSyncMaxOutput, config.ExecSyncOutputLimit)
+		stdout, stderr := &cappedOutput{limit: limit}, &cappedOutput{limit: limit}
 		for written := 0; written < split; written += len(chunk) {
 			stdout.Write(chunk)
 		}
@@ -85,6 +100,7 @@ func TestExecSyncAnswerFitsTheKubeletsLimit(t *testing.T) {
 			stderr.Write(chunk)
 			stdout.Write(chunk)
 		}
+		fitOutputs(stdout, stderr, config.ExecSyncOutputLimit)
 		resp := &runtime.ExecSyncResponse{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: -1}
 		if size := proto.Size(resp); size > kubeletMaxMsgSize {
 			t.Errorf("stdout first %d bytes: answer of %d bytes, over the kubelet's %d", split, size, kubeletMaxMsgSize)

@@ -644,8 +644,8 @@ func (s *Server) lookupSandbox(id string) (sandboxRecord, error) {
 // finds nothing for it), so that Stop and Remove of it succeed as the CRI
 // asks and a status call answers NotFound. Clients other than the kubelet
 // send UUIDs or names. Such a string never reaches a file name: it is only
-// compared with the IDs in memory, and only an ID found there (isID) is used
-// in a path.
+// compared with the IDs in memory, and only the full ID of a record found
+// there is used in a path.
 func requireID(field, id string) error {
 	if id == "" {
 		return invalidf(field, "must not be empty")

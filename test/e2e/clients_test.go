@@ -228,7 +228,8 @@ func TestPodWithoutHostnameAndLongNameStarts(t *testing.T) {
 
 // TestExecSyncOutputOverTheCapFitsTheKubeletsLimit: output over 16 MiB is
 // truncated to fit one answer the kubelet's CRI client accepts (16 MiB in
-// all), not failed with ResourceExhausted; on one stream and on both.
+// all), not failed with ResourceExhausted; on one stream and on both, where
+// each keeps half whichever wrote first.
 func TestExecSyncOutputOverTheCapFitsTheKubeletsLimit(t *testing.T) {
 	d := StartDaemon(t)
 	ref := busyboxRef(t)
@@ -236,23 +237,27 @@ func TestExecSyncOutputOverTheCapFitsTheKubeletsLimit(t *testing.T) {
 	podCfg := d.hostNetworkPod("bigexec")
 	pod := d.runPod(t, podCfg)
 	ctr := d.startContainer(t, pod, podCfg, containerConfig("bigexec", ref, "sleep", "300"))
-	const budget = 16<<20 - 1<<10 // runtime.exec_sync_max_output's default and most
+	const total = 16<<20 - 1<<10 // config.ExecSyncOutputLimit
 	for _, c := range []struct {
-		name string
-		cmd  []string
+		name           string
+		cmd            []string
+		stdout, stderr int
+		exitCode       int
 	}{
-		{"stdout", []string{"head", "-c", "17000000", "/dev/zero"}},
-		{"both", []string{"sh", "-c", "head -c 17000000 /dev/zero; head -c 17000000 /dev/zero >&2; exit 3"}},
-		{"both interleaved", []string{"sh", "-c", "head -c 17000000 /dev/zero >&2 & head -c 17000000 /dev/zero; wait"}},
+		{"stdout", []string{"head", "-c", "17000000", "/dev/zero"}, total, 0, 0},
+		{"stderr", []string{"sh", "-c", "head -c 17000000 /dev/zero >&2"}, 0, total, 0},
+		{"both", []string{"sh", "-c", "head -c 17000000 /dev/zero; head -c 17000000 /dev/zero >&2; exit 3"}, total / 2, total / 2, 3},
+		{"both interleaved", []string{"sh", "-c", "head -c 17000000 /dev/zero >&2 & head -c 17000000 /dev/zero; wait"}, total / 2, total / 2, 0},
+		{"small stdout, big stderr", []string{"sh", "-c", "echo ok; head -c 17000000 /dev/zero >&2"}, 3, total - 3, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			stdout, stderr, err := d.Runtime.ExecSync(context.Background(), ctr, c.cmd, time.Minute)
 			var exitErr interface{ ExitStatus() int }
-			if err != nil && !errors.As(err, &exitErr) {
-				t.Fatalf("ExecSync %v: %v", c.cmd, err)
+			if err != nil && !(errors.As(err, &exitErr) && exitErr.ExitStatus() == c.exitCode) {
+				t.Fatalf("ExecSync %v: %v, want exit code %d", c.cmd, err, c.exitCode)
 			}
-			if got := len(stdout) + len(stderr); got != budget {
-				t.Errorf("ExecSync %v kept %d + %d bytes, want %d in all", c.cmd, len(stdout), len(stderr), budget)
+			if len(stdout) != c.stdout || len(stderr) != c.stderr {
+				t.Errorf("ExecSync %v kept %d + %d bytes, want %d + %d", c.cmd, len(stdout), len(stderr), c.stdout, c.stderr)
 			}
 		})
 	}

@@ -33,7 +33,7 @@ type Config struct {
 type RuntimeConfig struct {
 	DefaultHandler    string                    `toml:"default_handler" comment:"Handler used when a pod names none (RuntimeClass unset)."`
 	MonitorPath       string                    `toml:"monitor_path" comment:"Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH."`
-	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged."`
+	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged. Whatever this says, the two together are cut to 16776192 bytes (16 MiB less 1 KiB), each keeping at least half, so that the answer fits the 16 MiB message the kubelet's CRI client accepts."`
 	MonitorShare      int                       `toml:"monitor_share" comment:"Containers one minicri-conmon process serves at most. A pod's containers share one where they fit, and pods fill a monitor before another starts: each saves a Go runtime (about 0.5 MiB). 1 gives every container its own monitor; a monitor that dies ends the logs and the containers it served."`
 	Handlers          map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
 }
@@ -57,6 +57,9 @@ type StreamingConfig struct {
 type CNIConfig struct {
 	ConfDir string   `toml:"conf_dir" comment:"Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is used."`
 	BinDirs []string `toml:"bin_dirs" comment:"Directories searched for CNI plugin binaries, in order."`
+	// ConfTemplate has containerd's conf_template semantics, so that a
+	// template written for containerd works unchanged.
+	ConfTemplate string `toml:"conf_template" comment:"Go text/template file of a CNI network config list. When set, and the kubelet sends the node's pod CIDR (UpdateRuntimeConfig, with the kubelet's podCIDR set), minicri writes it to CONF_DIR/10-minicri-net.conflist with {{.PodCIDR}} (the first CIDR), {{.PodCIDRRanges}} (all of them) and {{.Routes}} (0.0.0.0/0 and/or ::/0) filled in, as containerd's conf_template does; only while conf_dir holds no other network config. Empty: minicri never writes a network config."`
 }
 
 // ImageConfig tunes pulls and names registry mirrors.
@@ -77,6 +80,13 @@ type CDIConfig struct {
 	Enabled  bool     `toml:"enabled" comment:"Resolve the CDI devices a container asks for and add them to it. When false, a container that asks for CDI devices is refused, never started without them."`
 	SpecDirs []string `toml:"spec_dirs" comment:"Directories of CDI spec files (.json, .yaml), in rising priority: a device in a later directory wins over the same device in an earlier one. Read again at each create that asks for a CDI device, so specs added later are seen."`
 }
+
+// ExecSyncOutputLimit is the most ExecSync output, stdout and stderr
+// together, that fits one CRI answer: the kubelet's CRI client (and the
+// daemon's gRPC server) take messages of at most 16 MiB, and the answer's own
+// framing (two length-prefixed fields and an exit code, 21 bytes at most)
+// must fit beside the output; 1 KiB is kept for it.
+const ExecSyncOutputLimit = 16<<20 - 1<<10
 
 // Default returns the configuration a user gets with no file and no flags.
 func Default() Config {
@@ -161,11 +171,18 @@ func (c *Config) Validate() error {
 		}
 		return nil
 	}
+	absoluteOrEmpty := func(key, p string) error {
+		if p == "" {
+			return nil
+		}
+		return absolute(key, p)
+	}
 	checks := []error{
 		absolute("listen", c.Listen),
 		absolute("root", c.Root),
 		absolute("run_dir", c.RunDir),
 		absolute("cni.conf_dir", c.CNI.ConfDir),
+		absoluteOrEmpty("cni.conf_template", c.CNI.ConfTemplate),
 		oneOf("log_level", c.LogLevel, "trace", "debug", "info", "warn", "error"),
 		oneOf("log_format", c.LogFormat, "text", "json"),
 		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),

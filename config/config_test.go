@@ -110,6 +110,8 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{"default handler missing", "[runtime]\ndefault_handler = \"kata\"\n", nil, `"runtime.default_handler"`},
 		{"tls half set", "[streaming]\ntls_cert = \"/c.pem\"\n", nil, "tls_cert"},
 		{"relative cdi spec dir", "[cdi]\nspec_dirs = [\"etc/cdi\"]\n", nil, `"cdi.spec_dirs"`},
+		{"relative conf template", "[cni]\nconf_template = \"tmpl.json\"\n", nil, `"cni.conf_template"`},
+		{"relative conf template flag", "", []string{"--cni-conf-template", "tmpl.json"}, `"cni.conf_template"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

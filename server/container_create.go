@@ -30,7 +30,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	}
 	sbID, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
 	if err != nil {
-		return nil, toStatus(fmt.Errorf("pod sandbox %q: %w", req.GetPodSandboxId(), err))
+		return nil, toStatus(fmt.Errorf("pod sandbox %.80q: %w", req.GetPodSandboxId(), err))
 	}
 	// The sandbox's lock keeps it from being stopped or removed under us.
 	unlockSandbox := s.locks.lock(sbID)

@@ -61,6 +61,7 @@ type Server struct {
 	// missingControllers holds the cgroup controllers already logged as
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map
+	netConfig          netConfig // the node's pod CIDR, from UpdateRuntimeConfig
 }
 
 // New builds the server and starts its streaming server, which Close stops.
@@ -93,6 +94,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.recover()
+	if err := s.restoreRuntimeConfig(); err != nil {
+		s.log.WithError(err).Warn("restore the pod CIDR of UpdateRuntimeConfig; the kubelet sends it again")
+	}
 	if err := s.startStreaming(opts.Log); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/minicri/minicri/store"
 )
 
 // Limits on what a request may carry. They are generous for any real pod and
@@ -408,10 +411,38 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
 	if err := validateSecurityProfile("config.linux.security_context.seccomp", sc.GetSeccomp()); err != nil {
 		return err
 	}
+	if err := validateSandboxUser(sc); err != nil {
+		return err
+	}
 	if err := validateResources("config.linux.resources", l.GetResources()); err != nil {
 		return err
 	}
 	return validateResources("config.linux.overhead", l.GetOverhead())
+}
+
+// validateSandboxUser checks the pod-level user, which has no user name:
+// containerd builds the sandbox's user with the same rule as a container's,
+// so a group without a user is refused there too.
+func validateSandboxUser(sc *runtime.LinuxSandboxSecurityContext) error {
+	if u := sc.GetRunAsUser(); u != nil {
+		if err := validateLinuxID("config.linux.security_context.run_as_user", u.GetValue()); err != nil {
+			return err
+		}
+	}
+	if g := sc.GetRunAsGroup(); g != nil {
+		if err := validateLinuxID("config.linux.security_context.run_as_group", g.GetValue()); err != nil {
+			return err
+		}
+		if sc.GetRunAsUser() == nil {
+			return invalidf("config.linux.security_context.run_as_group", "is set without run_as_user")
+		}
+	}
+	for _, g := range sc.GetSupplementalGroups() {
+		if err := validateLinuxID("config.linux.security_context.supplemental_groups", g); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // validateResources refuses negative limits; zero means "not set" in the CRI.
@@ -565,10 +596,13 @@ func validateMount(m *runtime.Mount) error {
 	if err := validateHostPath("config.mounts.container_path", m.GetContainerPath()); err != nil {
 		return err
 	}
-	if m.GetImage().GetImage() == "" {
-		if err := validateHostPath("config.mounts.host_path", m.GetHostPath()); err != nil {
-			return err
-		}
+	// An image volume (KEP-4639) is not built yet: refused rather than run
+	// without its content.
+	if m.GetImage().GetImage() != "" {
+		return invalidf("config.mounts.image", "image volumes (%q) are not supported by minicri yet", m.GetImage().GetImage())
+	}
+	if err := validateHostPath("config.mounts.host_path", m.GetHostPath()); err != nil {
+		return err
 	}
 	if _, ok := runtime.MountPropagation_name[int32(m.GetPropagation())]; !ok {
 		return invalidf("config.mounts.propagation", "unknown propagation %d", m.GetPropagation())
@@ -644,6 +678,12 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 		if err := validateLinuxID("config.linux.security_context.run_as_group", g.GetValue()); err != nil {
 			return err
 		}
+		// As containerd (util.GenerateUserString: "user group is specified
+		// without user"): a group alone would run as the image's user with
+		// another group, which no pod spec can mean.
+		if sc.GetRunAsUser() == nil && sc.GetRunAsUsername() == "" {
+			return invalidf("config.linux.security_context.run_as_group", "is set without run_as_user or run_as_username")
+		}
 	}
 	for _, g := range sc.GetSupplementalGroups() {
 		if err := validateLinuxID("config.linux.security_context.supplemental_groups", g); err != nil {
@@ -681,19 +721,19 @@ func validateSeccompPaths(sc *runtime.LinuxContainerSecurityContext) error {
 	return validatePrintable("config.linux.security_context.seccomp_profile_path", old)
 }
 
-// resolveSandbox validates a sandbox ID (or unique prefix) from a request,
-// then finds the full ID.
+// resolveSandbox finds the full ID of the sandbox a request names by ID or
+// unique prefix.
 func (s *Server) resolveSandbox(field, id string) (string, error) {
-	if err := validateID(field, id); err != nil {
+	if err := requireID(field, id); err != nil {
 		return "", err
 	}
 	return s.sandboxes.Resolve(id)
 }
 
-// resolveContainer validates a container ID (or unique prefix) from a
-// request, then finds the full ID.
+// resolveContainer finds the full ID of the container a request names by ID
+// or unique prefix.
 func (s *Server) resolveContainer(field, id string) (string, error) {
-	if err := validateID(field, id); err != nil {
+	if err := requireID(field, id); err != nil {
 		return "", err
 	}
 	return s.containers.Resolve(id)
@@ -717,27 +757,28 @@ func (s *Server) lookupSandbox(id string) (sandboxRecord, error) {
 	return s.sandboxes.Get(full)
 }
 
-// validateIDFilter checks an optional ID prefix of a List filter.
-func validateIDFilter(field, id string) error {
-	if id == "" {
-		return nil
-	}
-	return validateID(field, id)
-}
-
-// validateID checks an object ID from a request before it is looked up: an ID
-// is used in file names, so anything but a plain token is refused.
-func validateID(field, id string) error {
+// requireID checks an object ID from a request before it is looked up. Only
+// an empty ID is malformed: any other string that names no record is
+// NotFound, whatever its characters, as containerd answers (its ID index
+// finds nothing for it), so that Stop and Remove of it succeed as the CRI
+// asks and a status call answers NotFound. Clients other than the kubelet
+// send UUIDs or names. Such a string never reaches a file name: it is only
+// compared with the IDs in memory, and only the full ID of a record found
+// there is used in a path.
+func requireID(field, id string) error {
 	if id == "" {
 		return invalidf(field, "must not be empty")
 	}
-	if len(id) > 128 {
-		return invalidf(field, "is %d bytes, longer than an ID", len(id))
-	}
-	if strings.Trim(id, "0123456789abcdefABCDEF") != "" {
-		return invalidf(field, "%q is not an ID (hexadecimal)", id)
+	if !isID(id) {
+		return fmt.Errorf("%s %.80q: %w", field, id, store.ErrNotFound)
 	}
 	return nil
+}
+
+// isID reports whether s can be (a prefix of) an ID minicri made: 64
+// hexadecimal digits at most. Only such strings are used in file names.
+func isID(s string) bool {
+	return s != "" && len(s) <= 64 && strings.Trim(s, "0123456789abcdefABCDEF") == ""
 }
 
 // The image reference grammar of the distribution spec, which the kubelet

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/store"
 )
 
 func goodSandboxConfig() *runtime.PodSandboxConfig {
@@ -98,6 +100,15 @@ func TestValidateSandboxConfig(t *testing.T) {
 		{"pod PID mode TARGET", func(c *runtime.PodSandboxConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_TARGET, TargetId: "abc"}}
 		}, "config.linux.security_context.namespace_options.pid"},
+		{"pod group without a user", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, "config.linux.security_context.run_as_group"},
+		{"pod group with a user", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1000}, RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, ""},
+		{"pod uid negative", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{RunAsUser: &runtime.Int64Value{Value: -1}}
+		}, "config.linux.security_context.run_as_user"},
 		// What real pods carry must pass.
 		{"multi-line annotation value", func(c *runtime.PodSandboxConfig) {
 			c.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{\"kind\":\"Pod\"}\n"}
@@ -174,6 +185,22 @@ func TestValidateContainerConfig(t *testing.T) {
 		{"IPC mode TARGET", func(c *runtime.ContainerConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Ipc: runtime.NamespaceMode_TARGET, TargetId: "abc"}}
 		}, "config.linux.security_context.namespace_options.ipc"},
+		{"group without a user", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, "config.linux.security_context.run_as_group"},
+		{"image volume", func(c *runtime.ContainerConfig) {
+			c.Mounts = []*runtime.Mount{{ContainerPath: "/models", Image: &runtime.ImageSpec{Image: "registry.example/models:v1"}}}
+		}, "config.mounts.image"},
+		{"image volume with a host path", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].Image = &runtime.ImageSpec{Image: "busybox"}
+		}, "config.mounts.image"},
+		{"group with a user", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 0}, RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, ""},
+		{"group with a user name", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUsername: "nobody", RunAsGroup: &runtime.Int64Value{Value: 0}}
+		}, ""},
+		{"empty image spec on a host path mount", func(c *runtime.ContainerConfig) { c.Mounts[0].Image = &runtime.ImageSpec{} }, ""},
 		// What real pods carry must pass.
 		{"multi-line script", func(c *runtime.ContainerConfig) {
 			c.Command = []string{"sh", "-c"}
@@ -237,10 +264,28 @@ func TestValidateContainerConfig(t *testing.T) {
 	}
 }
 
-func TestValidateID(t *testing.T) {
-	for id, ok := range map[string]bool{"abc123": true, "": false, "../x": false, strings.Repeat("a", 200): false, "ABCdef09": true} {
-		if err := validateID("container_id", id); (err == nil) != ok {
-			t.Errorf("validateID(%q) = %v, want ok=%v", id, err, ok)
+func TestRequireID(t *testing.T) {
+	cases := []struct {
+		id   string
+		want error // nil: looked up
+	}{
+		{"abc123", nil},
+		{"ABCdef09", nil},
+		{strings.Repeat("a", 64), nil},
+		{"", errInvalid},
+		// Not IDs minicri makes: unknown, never a file name.
+		{"../x", store.ErrNotFound},
+		{"6ba7b810-9dad-11d1-80b4-00c04fd430c8", store.ErrNotFound},
+		{strings.Repeat("a", 65), store.ErrNotFound},
+		{strings.Repeat("n", 1<<20), store.ErrNotFound},
+	}
+	for _, c := range cases {
+		err := requireID("container_id", c.id)
+		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("requireID(%.40q) = %v, want %v", c.id, err, c.want)
+		}
+		if err != nil && len(err.Error()) > 200 {
+			t.Errorf("requireID(%.40q): error of %d bytes echoes the whole ID", c.id, len(err.Error()))
 		}
 	}
 }
@@ -253,8 +298,10 @@ func TestValidateListFilters(t *testing.T) {
 	}{
 		{"no filter", validateContainerFilter(nil), ""},
 		{"id prefix", validateContainerFilter(&runtime.ContainerFilter{Id: "abc"}), ""},
-		{"id traversal", validateContainerFilter(&runtime.ContainerFilter{Id: "../abc"}), "filter.id"},
-		{"sandbox id", validateContainerFilter(&runtime.ContainerFilter{PodSandboxId: "x y"}), "filter.pod_sandbox_id"},
+		// An ID filter that is no ID matches nothing; it is not an error.
+		{"id not hexadecimal", validateContainerFilter(&runtime.ContainerFilter{Id: "../abc"}), ""},
+		{"sandbox id a UUID", validateContainerFilter(&runtime.ContainerFilter{PodSandboxId: "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}), ""},
+		{"sandbox filter id a UUID", validateSandboxFilter(&runtime.PodSandboxFilter{Id: "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}), ""},
 		{"unknown container state", validateContainerFilter(&runtime.ContainerFilter{State: &runtime.ContainerStateValue{State: 42}}), "filter.state.state"},
 		{"unknown sandbox state", validateSandboxFilter(&runtime.PodSandboxFilter{State: &runtime.PodSandboxStateValue{State: 7}}), "filter.state.state"},
 		{"selector with control characters", validateSandboxFilter(&runtime.PodSandboxFilter{LabelSelector: map[string]string{"a": "\x01"}}), "filter.label_selector[a]"},

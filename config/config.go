@@ -26,13 +26,14 @@ type Config struct {
 	Streaming StreamingConfig `toml:"streaming" comment:"The streaming server that serves exec, attach and port-forward to the kubelet."`
 	CNI       CNIConfig       `toml:"cni" comment:"Pod networking with CNI plugins."`
 	Image     ImageConfig     `toml:"image" comment:"Image pulls and registries."`
+	CDI       CDIConfig       `toml:"cdi" comment:"Container Device Interface (CDI): the devices that device plugins and DRA drivers describe in spec files and that containers ask for by name (CDI_devices, cdi.k8s.io/* annotations)."`
 }
 
 // RuntimeConfig chooses the OCI runtime per runtime handler.
 type RuntimeConfig struct {
 	DefaultHandler    string                    `toml:"default_handler" comment:"Handler used when a pod names none (RuntimeClass unset)."`
 	MonitorPath       string                    `toml:"monitor_path" comment:"Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH."`
-	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged."`
+	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged. Whatever this says, the two together are cut to 16776192 bytes (16 MiB less 1 KiB), each keeping at least half, so that the answer fits the 16 MiB message the kubelet's CRI client accepts."`
 	MonitorShare      int                       `toml:"monitor_share" comment:"Containers one minicri-conmon process serves at most. A pod's containers share one where they fit, and pods fill a monitor before another starts: each saves a Go runtime (about 0.5 MiB). 1 gives every container its own monitor; a monitor that dies ends the logs and the containers it served."`
 	Handlers          map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
 }
@@ -56,6 +57,9 @@ type StreamingConfig struct {
 type CNIConfig struct {
 	ConfDir string   `toml:"conf_dir" comment:"Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is used."`
 	BinDirs []string `toml:"bin_dirs" comment:"Directories searched for CNI plugin binaries, in order."`
+	// ConfTemplate has containerd's conf_template semantics, so that a
+	// template written for containerd works unchanged.
+	ConfTemplate string `toml:"conf_template" comment:"Go text/template file of a CNI network config list. When set, and the kubelet sends the node's pod CIDR (UpdateRuntimeConfig, with the kubelet's podCIDR set), minicri writes it to CONF_DIR/10-minicri-net.conflist with {{.PodCIDR}} (the first CIDR), {{.PodCIDRRanges}} (all of them) and {{.Routes}} (0.0.0.0/0 and/or ::/0) filled in, as containerd's conf_template does; only while conf_dir holds no other network config. Empty: minicri never writes a network config."`
 }
 
 // ImageConfig tunes pulls and names registry mirrors.
@@ -70,6 +74,19 @@ type RegistryConfig struct {
 	Mirrors  []string `toml:"mirrors" comment:"Endpoints tried in order before the registry itself."`
 	Insecure bool     `toml:"insecure" comment:"Allow plain HTTP and skip TLS verification for this host."`
 }
+
+// CDIConfig finds the CDI spec files.
+type CDIConfig struct {
+	Enabled  bool     `toml:"enabled" comment:"Resolve the CDI devices a container asks for and add them to it. When false, a container that asks for CDI devices is refused, never started without them."`
+	SpecDirs []string `toml:"spec_dirs" comment:"Directories of CDI spec files (.json, .yaml), in rising priority: a device in a later directory wins over the same device in an earlier one. Read again at each create that asks for a CDI device, so specs added later are seen."`
+}
+
+// ExecSyncOutputLimit is the most ExecSync output, stdout and stderr
+// together, that fits one CRI answer: the kubelet's CRI client (and the
+// daemon's gRPC server) take messages of at most 16 MiB, and the answer's own
+// framing (two length-prefixed fields and an exit code, 21 bytes at most)
+// must fit beside the output; 1 KiB is kept for it.
+const ExecSyncOutputLimit = 16<<20 - 1<<10
 
 // Default returns the configuration a user gets with no file and no flags.
 func Default() Config {
@@ -100,6 +117,13 @@ func Default() Config {
 			PullTimeout:            Duration(10 * time.Minute),
 			MaxConcurrentDownloads: 3,
 			Registries:             map[string]RegistryConfig{},
+		},
+		// containerd's defaults (enable_cdi, cdi_spec_dirs), which are the
+		// CDI library's: static specs in /etc/cdi, generated ones in
+		// /var/run/cdi.
+		CDI: CDIConfig{
+			Enabled:  true,
+			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
 		},
 	}
 }
@@ -147,11 +171,18 @@ func (c *Config) Validate() error {
 		}
 		return nil
 	}
+	absoluteOrEmpty := func(key, p string) error {
+		if p == "" {
+			return nil
+		}
+		return absolute(key, p)
+	}
 	checks := []error{
 		absolute("listen", c.Listen),
 		absolute("root", c.Root),
 		absolute("run_dir", c.RunDir),
 		absolute("cni.conf_dir", c.CNI.ConfDir),
+		absoluteOrEmpty("cni.conf_template", c.CNI.ConfTemplate),
 		oneOf("log_level", c.LogLevel, "trace", "debug", "info", "warn", "error"),
 		oneOf("log_format", c.LogFormat, "text", "json"),
 		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),
@@ -187,6 +218,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Image.PullTimeout < 0 {
 		return &InvalidError{"image.pull_timeout", "must not be negative"}
+	}
+	for _, dir := range c.CDI.SpecDirs {
+		if err := absolute("cdi.spec_dirs", dir); err != nil {
+			return err
+		}
 	}
 	if _, ok := c.Runtime.Handlers[c.Runtime.DefaultHandler]; !ok {
 		return &InvalidError{"runtime.default_handler", fmt.Sprintf("%q has no [runtime.handlers.%s] table", c.Runtime.DefaultHandler, c.Runtime.DefaultHandler)}

@@ -44,6 +44,9 @@ func TestDefaultsWithoutFile(t *testing.T) {
 	if got, want := cfg.CgroupDriver, "cgroupfs"; got != want {
 		t.Errorf("cgroup_driver = %q, want %q", got, want)
 	}
+	if got, want := cfg.CDI, (CDIConfig{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("cdi = %+v, want %+v (containerd's defaults)", got, want)
+	}
 	if got, want := cfg.Runtime.Handlers["runc"].Root, "/run/minicri/runtime/runc"; got != want {
 		t.Errorf("runc root = %q, want %q (derived from run_dir)", got, want)
 	}
@@ -61,7 +64,7 @@ pull_timeout = "2m"
 mirrors = ["http://127.0.0.1:5001"]
 insecure = true
 `)
-	cfg, err := load(t, "--config", path, "--log-level", "warn", "--cni-bin-dirs", "/a,/b", "--run-dir", "/run/x")
+	cfg, err := load(t, "--config", path, "--log-level", "warn", "--cni-bin-dirs", "/a,/b", "--run-dir", "/run/x", "--cdi-spec-dirs", "/cdi/a,/cdi/b", "--cdi-enabled=false")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,6 +81,8 @@ insecure = true
 		{"registry insecure", cfg.Image.Registries["127.0.0.1:5000"].Insecure, true},
 		{"handler root follows --run-dir", cfg.Runtime.Handlers["runc"].Root, "/run/x/runtime/runc"},
 		{"untouched default", cfg.LogFormat, "text"},
+		{"cdi.spec_dirs from flag", cfg.CDI.SpecDirs, []string{"/cdi/a", "/cdi/b"}},
+		{"cdi.enabled from flag", cfg.CDI.Enabled, false},
 	}
 	for _, c := range checks {
 		if !reflect.DeepEqual(c.got, c.want) {
@@ -104,6 +109,9 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{"bad enum flag", "", []string{"--log-format", "xml"}, `"log_format"`},
 		{"default handler missing", "[runtime]\ndefault_handler = \"kata\"\n", nil, `"runtime.default_handler"`},
 		{"tls half set", "[streaming]\ntls_cert = \"/c.pem\"\n", nil, "tls_cert"},
+		{"relative cdi spec dir", "[cdi]\nspec_dirs = [\"etc/cdi\"]\n", nil, `"cdi.spec_dirs"`},
+		{"relative conf template", "[cni]\nconf_template = \"tmpl.json\"\n", nil, `"cni.conf_template"`},
+		{"relative conf template flag", "", []string{"--cni-conf-template", "tmpl.json"}, `"cni.conf_template"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -30,7 +30,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	}
 	sbID, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
 	if err != nil {
-		return nil, toStatus(fmt.Errorf("pod sandbox %q: %w", req.GetPodSandboxId(), err))
+		return nil, toStatus(fmt.Errorf("pod sandbox %.80q: %w", req.GetPodSandboxId(), err))
 	}
 	// The sandbox's lock keeps it from being stopped or removed under us.
 	unlockSandbox := s.locks.lock(sbID)
@@ -46,6 +46,10 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
 	}
+	refs, err := s.resolveRefs(ctx, sbID, cfg)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
+	}
 	id := newID()
 	name := containerName(sbID, cfg.GetMetadata())
 	if err := s.containerNames.Reserve(name, id); err != nil {
@@ -58,16 +62,42 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
-	if err := s.createContainer(ctx, id, name, sb, cfg, img); err != nil {
+	if err := s.createContainer(ctx, id, name, sb, cfg, img, refs); err != nil {
 		s.containerNames.Release(name, id)
 		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
 	}
 	return &runtime.CreateContainerResponse{ContainerId: id}, nil
 }
 
-func (s *Server) createContainer(ctx context.Context, id, name string, sb sandboxRecord, cfg *runtime.ContainerConfig, img image.Image) (retErr error) {
+// createRefs are what a container joins or is given from outside its pod,
+// resolved by CreateContainer before anything is made: a request naming
+// what does not exist fails without leaving anything to undo.
+type createRefs struct {
+	// targetPIDNS is the PID namespace a TARGET container joins; "" when
+	// the container does not ask for one.
+	targetPIDNS string
+	// cdiDevices are the qualified names of the CDI devices to inject.
+	cdiDevices []string
+}
+
+func (s *Server) resolveRefs(ctx context.Context, sbID string, cfg *runtime.ContainerConfig) (createRefs, error) {
+	var refs createRefs
+	var err error
+	if refs.targetPIDNS, err = s.targetPIDNamespace(ctx, sbID, cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()); err != nil {
+		return createRefs{}, err
+	}
+	if refs.cdiDevices, err = s.resolveCDIDevices(cfg); err != nil {
+		return createRefs{}, err
+	}
+	return refs, nil
+}
+
+func (s *Server) createContainer(ctx context.Context, id, name string, sb sandboxRecord, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (retErr error) {
 	sbCfg, err := sb.config()
 	if err != nil {
+		return err
+	}
+	if err := validateContainerInPod(sbCfg, cfg); err != nil {
 		return err
 	}
 	raw, err := proto.Marshal(cfg)
@@ -109,7 +139,7 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	if err != nil {
 		return err
 	}
-	spec, err := s.writeBundle(rec, sb, sbCfg, cfg, img)
+	spec, err := s.writeBundle(rec, sb, sbCfg, cfg, img, refs)
 	if err != nil {
 		return err
 	}
@@ -128,7 +158,7 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 }
 
 // writeBundle mounts the container's root filesystem and writes config.json.
-func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image) (*specs.Spec, error) {
+func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (*specs.Spec, error) {
 	if err := os.MkdirAll(rec.Bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
 	}
@@ -139,13 +169,16 @@ func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runti
 	if err != nil {
 		return nil, fmt.Errorf("mount rootfs: %w", err)
 	}
-	cs, err := s.containerSpec(rec.ID, rootfs, sb, sbCfg, cfg, img)
+	cs, err := s.containerSpec(rec.ID, rootfs, sb, sbCfg, cfg, img, refs)
 	if err != nil {
 		return nil, err
 	}
 	s.warnMissingControllers(cs.Resources)
 	spec, err := oci.GenerateSpec(cs)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.cdi.Inject(spec, refs.cdiDevices); err != nil {
 		return nil, err
 	}
 	if err := oci.WriteSpec(rec.Bundle, spec); err != nil {
@@ -222,4 +255,45 @@ func (s *Server) waitMonitorDone(rec containerRecord) {
 	if !waitClosed(context.Background(), done, killGrace) {
 		s.log.WithField("monitor", rec.Monitor.PID).Warn("container monitor still serving the container after it was deleted")
 	}
+}
+
+// targetPIDNamespace is the PID namespace a container with PID mode TARGET
+// joins (what `kubectl debug --target` asks for): that of the target
+// container's init, as containerd does. The target must be in the same pod
+// and running, as containerd checks. When the target's init exits, the
+// kernel kills every process of its namespace, the joining container's too:
+// a debug container does not outlive what it debugs.
+func (s *Server) targetPIDNamespace(ctx context.Context, sbID string, o *runtime.NamespaceOption) (string, error) {
+	if o.GetPid() != runtime.NamespaceMode_TARGET {
+		return "", nil
+	}
+	const field = "config.linux.security_context.namespace_options.target_id"
+	id, err := s.resolveContainer(field, o.GetTargetId())
+	if err != nil {
+		return "", fmt.Errorf("%s: target container: %w", field, err)
+	}
+	target, err := s.containers.Get(id)
+	if err != nil {
+		return "", fmt.Errorf("%s: target container %q: %w", field, o.GetTargetId(), err)
+	}
+	if target.SandboxID != sbID {
+		return "", invalidf(field, "container %s is in pod %s, not in pod %s", target.ID, target.SandboxID, sbID)
+	}
+	if target.State != stateRunning {
+		return "", fmt.Errorf("%s: target container %s is %s: %w", field, target.ID, target.State, errNotRunning)
+	}
+	rt, err := s.runtimes.Get(target.Handler)
+	if err != nil {
+		return "", err
+	}
+	// The runtime's state, not the pid file: the runtime checks that the
+	// pid still is the container's init, not a process that reused it.
+	st, err := rt.State(ctx, target.ID)
+	if errors.Is(err, oci.ErrNotFound) || err == nil && (st.Status != oci.StatusRunning || st.Pid <= 0) {
+		return "", fmt.Errorf("%s: target container %s has no running init: %w", field, target.ID, errNotRunning)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: state of target container %s: %w", field, target.ID, err)
+	}
+	return fmt.Sprintf("/proc/%d/ns/pid", st.Pid), nil
 }

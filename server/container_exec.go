@@ -61,7 +61,7 @@ func validateStreams(stdin, stdout, stderr, tty bool) error {
 func (s *Server) runningContainer(idOrPrefix string) (containerRecord, error) {
 	rec, err := s.lookupContainer(idOrPrefix)
 	if err != nil {
-		return containerRecord{}, fmt.Errorf("container %q: %w", idOrPrefix, err)
+		return containerRecord{}, fmt.Errorf("container %.80q: %w", idOrPrefix, err)
 	}
 	if rec.State != stateRunning {
 		return containerRecord{}, fmt.Errorf("%w: container %s is %s", errNotRunning, rec.ID, rec.State)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/oci"
 )
 
@@ -38,7 +39,7 @@ func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*r
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	limit := s.cfg.Runtime.ExecSyncMaxOutput
+	limit := min(s.cfg.Runtime.ExecSyncMaxOutput, config.ExecSyncOutputLimit)
 	stdout, stderr := &cappedOutput{limit: limit}, &cappedOutput{limit: limit}
 	code, err := t.rt.Exec(ctx, t.rec.ID, t.rec.Bundle, oci.ExecProcessSpec(t.base, req.GetCmd(), false),
 		oci.ExecIO{Stdout: stdout, Stderr: stderr})
@@ -49,6 +50,10 @@ func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*r
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("exec in container %s: %w", t.rec.ID, err))
 	}
+	// The answer must fit the kubelet's 16 MiB message limit whole, or it
+	// gets none of it. (containerd caps each stream at 16 MiB apart, so its
+	// answer to output that big fails instead.)
+	fitOutputs(stdout, stderr, config.ExecSyncOutputLimit)
 	s.logTruncated(t.rec.ID, req.GetCmd(), map[string]*cappedOutput{"stdout": stdout, "stderr": stderr})
 	return &runtime.ExecSyncResponse{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: int32(code)}, nil
 }
@@ -57,8 +62,29 @@ func (s *Server) logTruncated(id string, cmd []string, outputs map[string]*cappe
 	for name, o := range outputs {
 		if dropped := o.Dropped(); dropped > 0 {
 			s.log.WithFields(logrus.Fields{"container": id, "cmd": strings.Join(cmd, " "), "stream": name,
-				"kept": o.limit, "dropped": dropped}).Warn("exec sync output over runtime.exec_sync_max_output: truncated")
+				"kept": o.Len(), "dropped": dropped}).Warn("exec sync output over runtime.exec_sync_max_output: truncated")
 		}
+	}
+}
+
+// fitOutputs cuts the two outputs to total bytes together, when they are
+// longer: each keeps at least half, and one shorter than half leaves the rest
+// to the other. Which stream wrote first does not matter, so a probe's answer
+// is the same every time.
+func fitOutputs(stdout, stderr *cappedOutput, total int) {
+	out, errLen := stdout.Len(), stderr.Len()
+	if out+errLen <= total {
+		return
+	}
+	half := total / 2
+	switch {
+	case out <= half:
+		stderr.truncate(total - out)
+	case errLen <= half:
+		stdout.truncate(total - errLen)
+	default:
+		stdout.truncate(half)
+		stderr.truncate(total - half)
 	}
 }
 
@@ -81,10 +107,26 @@ func (c *cappedOutput) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// truncate keeps the first n bytes and counts the rest as dropped.
+func (c *cappedOutput) truncate(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n < c.buf.Len() {
+		c.dropped += int64(c.buf.Len() - n)
+		c.buf.Truncate(n)
+	}
+}
+
 func (c *cappedOutput) Bytes() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return bytes.Clone(c.buf.Bytes())
+}
+
+func (c *cappedOutput) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.Len()
 }
 
 func (c *cappedOutput) Dropped() int64 {

@@ -46,12 +46,8 @@ func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainers
 }
 
 func validateContainerFilter(f *runtime.ContainerFilter) error {
-	if err := validateIDFilter("filter.id", f.GetId()); err != nil {
-		return err
-	}
-	if err := validateIDFilter("filter.pod_sandbox_id", f.GetPodSandboxId()); err != nil {
-		return err
-	}
+	// An ID filter is not checked: one that is no ID prefix (a UUID, a
+	// name) matches nothing, as in containerd, and is only compared in memory.
 	if st := f.GetState(); st != nil {
 		if _, ok := runtime.ContainerState_name[int32(st.GetState())]; !ok {
 			return invalidf("filter.state.state", "unknown container state %d", st.GetState())

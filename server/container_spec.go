@@ -13,7 +13,7 @@ import (
 
 // containerSpec translates a CRI container config, its sandbox and its image
 // into the plain description the oci package turns into config.json.
-func (s *Server) containerSpec(id, rootfs string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image) (oci.ContainerSpec, error) {
+func (s *Server) containerSpec(id, rootfs string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (oci.ContainerSpec, error) {
 	args, err := oci.ResolveArgs(img.Config.Entrypoint, img.Config.Cmd, cfg.GetCommand(), cfg.GetArgs())
 	if err != nil {
 		return oci.ContainerSpec{}, err
@@ -45,7 +45,7 @@ func (s *Server) containerSpec(id, rootfs string, sb sandboxRecord, sbCfg *runti
 		Devices:        ociDevices(cfg.GetDevices()),
 		Resources:      ociResources(cfg.GetLinux().GetResources()),
 		Security:       ociSecurity(sc),
-		Namespaces:     containerNamespaces(sb, sbCfg, sc),
+		Namespaces:     containerNamespaces(sb, sbCfg, sc, refs.targetPIDNS),
 		Sysctls:        sbCfg.GetLinux().GetSysctls(),
 		Annotations:    cfg.GetAnnotations(),
 		CgroupParent:   sbCfg.GetLinux().GetCgroupParent(),
@@ -188,8 +188,9 @@ func appArmorProfile(sc *runtime.LinuxContainerSecurityContext) oci.AppArmorProf
 
 // containerNamespaces joins the pod's pinned namespaces, or the host's where
 // the pod asked for them. PID: the host's, the pod's (its infra process's),
-// or one of the container's own.
-func containerNamespaces(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, sc *runtime.LinuxContainerSecurityContext) oci.Namespaces {
+// a target container's (targetPIDNS, see targetPIDNamespace), or one of the
+// container's own.
+func containerNamespaces(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, sc *runtime.LinuxContainerSecurityContext, targetPIDNS string) oci.Namespaces {
 	join := func(path string) oci.Namespace {
 		if path == "" {
 			return oci.Namespace{Mode: oci.NamespaceHost}
@@ -204,6 +205,8 @@ func containerNamespaces(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, sc *
 	switch {
 	case namespaceOptions(sbCfg).GetPid() == runtime.NamespaceMode_NODE || sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_NODE:
 		ns.PID = oci.Namespace{Mode: oci.NamespaceHost}
+	case sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_TARGET:
+		ns.PID = oci.Namespace{Mode: oci.NamespaceJoin, Path: targetPIDNS}
 	case sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_POD && sb.Infra.PID > 0:
 		ns.PID = oci.Namespace{Mode: oci.NamespaceJoin, Path: sb.Infra.NamespacePath()}
 	}

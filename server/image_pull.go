@@ -20,6 +20,13 @@ func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (
 	if err := validateImageRef("image.image", ref); err != nil {
 		return nil, toStatus(err)
 	}
+	// One image store serves every handler; an unknown handler is still
+	// refused, as the CRI asks.
+	if h := req.GetImage().GetRuntimeHandler(); h != "" {
+		if _, err := s.handlerName(h); err != nil {
+			return nil, toStatus(invalidf("image.runtime_handler", "no runtime handler %q is configured", h))
+		}
+	}
 	img, err := s.images.Pull(ctx, ref, pullAuth(req.GetAuth()))
 	if err != nil {
 		return nil, pullStatus(fmt.Errorf("pull image %q: %w", ref, err))

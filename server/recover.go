@@ -263,7 +263,7 @@ func idDirs(dir string) []string {
 	}
 	var ids []string
 	for _, e := range entries {
-		if e.IsDir() && len(e.Name()) == 64 && validateID("id", e.Name()) == nil {
+		if e.IsDir() && len(e.Name()) == 64 && isID(e.Name()) {
 			ids = append(ids, e.Name())
 		}
 	}

@@ -52,9 +52,7 @@ func labelsMatch(labels, selector map[string]string) bool {
 }
 
 func validateSandboxFilter(f *runtime.PodSandboxFilter) error {
-	if err := validateIDFilter("filter.id", f.GetId()); err != nil {
-		return err
-	}
+	// An ID filter that is no ID prefix matches nothing; see validateContainerFilter.
 	if st := f.GetState(); st != nil {
 		if _, ok := runtime.PodSandboxState_name[int32(st.GetState())]; !ok {
 			return invalidf("filter.state.state", "unknown sandbox state %d", st.GetState())

@@ -35,7 +35,7 @@ func (s *Server) PortForward(ctx context.Context, req *runtime.PortForwardReques
 func (s *Server) readySandbox(idOrPrefix string) (sandboxRecord, error) {
 	sb, err := s.lookupSandbox(idOrPrefix)
 	if err != nil {
-		return sandboxRecord{}, toStatus(fmt.Errorf("pod sandbox %q: %w", idOrPrefix, err))
+		return sandboxRecord{}, toStatus(fmt.Errorf("pod sandbox %.80q: %w", idOrPrefix, err))
 	}
 	if sb.State != stateReady {
 		return sandboxRecord{}, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready (%s)", sb.ID, sb.State)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -215,17 +216,53 @@ func writePodFiles(r sandboxRecord, cfg *runtime.PodSandboxConfig, ips []net.IP)
 	return nil
 }
 
-// podHostname is the pod's hostname: the configured one, else the node's for
-// host-network pods, else the pod's name.
+// podHostname is the pod's hostname: the configured one, else the node's.
+// That is containerd's default for every pod, host network or not
+// (internal/cri/server/podsandbox/sandbox_run_linux.go setupSandboxFiles
+// writes os.Hostname() to /etc/hostname, container_create_linux.go sets it
+// as HOSTNAME, and the sandbox's new UTS namespace keeps the node's name).
+// The kubelet always sends one for a pod with its own network; crictl,
+// critest and CI tools often do not, with pod names longer than a host name
+// may be. Should the node's name be unreadable, a DNS label made from the
+// pod's name stands in: what a client left out is never an error. The
+// result is the same on every call, so /etc/hostname, /etc/hosts, the UTS
+// namespace and HOSTNAME agree.
 func podHostname(cfg *runtime.PodSandboxConfig) string {
 	if h := cfg.GetHostname(); h != "" {
 		return h
 	}
-	if hostNetwork(cfg) {
-		h, _ := os.Hostname()
+	if h, err := os.Hostname(); err == nil && h != "" && len(h) <= maxHostnameLen {
 		return h
 	}
-	return cfg.GetMetadata().GetName()
+	return hostnameLabel(cfg.GetMetadata().GetName())
+}
+
+// maxLabelLen is the longest DNS label (RFC 1123).
+const maxLabelLen = 63
+
+// hostnameLabel turns a pod name into a DNS label: lower case, letters,
+// digits and dashes (anything else becomes a dash), at most 63 bytes, no
+// dash at either end; "pod" if nothing is left.
+func hostnameLabel(name string) string {
+	b := make([]byte, 0, min(len(name), maxLabelLen))
+	for _, r := range name {
+		if len(b) == maxLabelLen {
+			break
+		}
+		switch {
+		case r >= 'A' && r <= 'Z':
+			b = append(b, byte(r)+'a'-'A')
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			b = append(b, byte(r))
+		default:
+			b = append(b, '-')
+		}
+	}
+	label := strings.Trim(string(b), "-")
+	if label == "" {
+		return "pod"
+	}
+	return label
 }
 
 func namespaceOptions(cfg *runtime.PodSandboxConfig) *runtime.NamespaceOption {

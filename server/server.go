@@ -57,9 +57,11 @@ type Server struct {
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
 	execSpecs      execSpecCache
+	cdi            *oci.CDI
 	// missingControllers holds the cgroup controllers already logged as
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map
+	netConfig          netConfig // the node's pod CIDR, from UpdateRuntimeConfig
 }
 
 // New builds the server and starts its streaming server, which Close stops.
@@ -74,6 +76,7 @@ func New(opts Options) (*Server, error) {
 		containerNames: store.NewNames(),
 		locks:          newKeyedLocks(),
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
+		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
 		cni:            network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")),
 	}
 	var err error
@@ -91,6 +94,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.recover()
+	if err := s.restoreRuntimeConfig(); err != nil {
+		s.log.WithError(err).Warn("restore the pod CIDR of UpdateRuntimeConfig; the kubelet sends it again")
+	}
 	if err := s.startStreaming(opts.Log); err != nil {
 		return nil, err
 	}

@@ -52,11 +52,28 @@ func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {
 	return handlers
 }
 
-// statusInfo is the verbose part of Status: JSON values, as crictl info shows them.
+// statusInfo is the verbose part of Status: JSON values, as crictl info shows
+// them. Besides the config, like containerd: lastCNILoadStatus ("OK" or why
+// the network config does not load), and podCIDR, the node's pod CIDR as
+// UpdateRuntimeConfig last gave it (containerd shows it only inside the
+// config it writes from its template).
 func (s *Server) statusInfo() (map[string]string, error) {
-	cfg, err := json.Marshal(s.cfg)
-	if err != nil {
-		return nil, fmt.Errorf("encode config: %w", err)
+	cniStatus := "OK"
+	if err := s.networkReady(); err != nil {
+		cniStatus = err.Error()
 	}
-	return map[string]string{"config": string(cfg)}, nil
+	info := map[string]any{
+		"config":            s.cfg,
+		"lastCNILoadStatus": cniStatus,
+		"podCIDR":           s.netConfig.PodCIDR(),
+	}
+	out := make(map[string]string, len(info))
+	for k, v := range info {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", k, err)
+		}
+		out[k] = string(data)
+	}
+	return out, nil
 }

@@ -2,13 +2,19 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"unicode"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
+
+	"github.com/minicri/minicri/store"
 )
 
 // Limits on what a request may carry. They are generous for any real pod and
@@ -179,6 +185,97 @@ func validateNamespaceOptions(field string, o *runtime.NamespaceOption) error {
 		if err := validateNamespaceMode(field+"."+c.name, c.mode); err != nil {
 			return err
 		}
+		if c.mode == runtime.NamespaceMode_TARGET && c.name != "pid" {
+			return invalidf(field+"."+c.name, "TARGET is a PID namespace mode only")
+		}
+	}
+	if o.GetPid() == runtime.NamespaceMode_TARGET && o.GetTargetId() == "" {
+		return invalidf(field+".target_id", "must name the target container of PID mode TARGET")
+	}
+	return validateUserNamespace(field+".userns_options", o.GetUsernsOptions())
+}
+
+// validateUserNamespace accepts the host's user namespace only: the kubelet
+// sends mode NODE for every pod without hostUsers: false, and asks for POD
+// only when the runtime reports user namespace support, which minicri does
+// not (yet).
+func validateUserNamespace(field string, u *runtime.UserNamespace) error {
+	if u == nil {
+		return nil
+	}
+	switch {
+	case u.GetMode() == runtime.NamespaceMode_POD:
+		return invalidf(field+".mode", "user namespaces (mode POD, hostUsers: false) are not supported by minicri")
+	case u.GetMode() != runtime.NamespaceMode_NODE:
+		return invalidf(field+".mode", "%v is not a user namespace mode (NODE or POD)", u.GetMode())
+	case len(u.GetUids()) > 0 || len(u.GetGids()) > 0:
+		return invalidf(field+".uids", "ID mappings need a user namespace of the pod's own (mode POD)")
+	}
+	return nil
+}
+
+// selinuxEnabled reports whether the host runs SELinux. minicri does not
+// label containers: SELinux options are refused on such a host, where a
+// container would run with the wrong label, and ignored on any other, as
+// containerd ignores them when SELinux is off.
+var selinuxEnabled = sync.OnceValue(func() bool {
+	_, err := os.Stat("/sys/fs/selinux/enforce")
+	return err == nil
+})
+
+// validateUnsupportedSecurity refuses the security context fields that
+// minicri cannot honour, when they ask for something other than the
+// default the kubelet sends.
+func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolicy, selinux *runtime.SELinuxOption) error {
+	switch p {
+	case runtime.SupplementalGroupsPolicy_Merge:
+		// The CRI's default, and containerd's behaviour when unset: the
+		// image's /etc/group memberships are merged in (oci.ResolveUser).
+	case runtime.SupplementalGroupsPolicy_Strict:
+		// The kubelet asks for Strict only when the runtime reports the
+		// feature (RuntimeFeatures.supplemental_groups_policy), which
+		// minicri does not: the image's /etc/group is always merged.
+		return invalidf(field+".supplemental_groups_policy", "Strict is not supported by minicri (only Merge)")
+	default:
+		return invalidf(field+".supplemental_groups_policy", "unknown policy %d", p)
+	}
+	if selinux != nil && selinuxEnabled() {
+		return invalidf(field+".selinux_options", "SELinux labels are not supported by minicri, and this host runs SELinux")
+	}
+	return nil
+}
+
+// validateMountSupported refuses the mount fields minicri cannot honour.
+// The kubelet sets none of them for an ordinary volume: recursive_read_only
+// only when the runtime reports the feature, ID mappings only with a user
+// namespace, mount_options only when the runtime reports the feature.
+func validateMountSupported(m *runtime.Mount) error {
+	switch {
+	case m.GetRecursiveReadOnly():
+		return invalidf("config.mounts.recursive_read_only", "recursive read-only mounts are not supported by minicri")
+	case len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0:
+		return invalidf("config.mounts.uidMappings", "ID-mapped mounts need a user namespace, which minicri does not support")
+	case len(m.GetMountOptions()) > 0:
+		return invalidf("config.mounts.mount_options", "extra mount options %q are not supported by minicri", m.GetMountOptions())
+	case m.GetSelinuxRelabel() && selinuxEnabled():
+		return invalidf("config.mounts.selinux_relabel", "SELinux relabeling is not supported by minicri, and this host runs SELinux")
+	}
+	return nil
+}
+
+// validateContainerInPod refuses a container that asks for the host's
+// network or IPC namespace in a pod that has its own: a container shares
+// its pod's, and handing it the pod's instead would drop what it asked for.
+// The kubelet always sends the pod's modes.
+func validateContainerInPod(sbCfg *runtime.PodSandboxConfig, c *runtime.ContainerConfig) error {
+	pod := sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	ctr := c.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	const field = "config.linux.security_context.namespace_options"
+	if ctr.GetNetwork() == runtime.NamespaceMode_NODE && pod.GetNetwork() != runtime.NamespaceMode_NODE {
+		return invalidf(field+".network", "NODE in a pod with a network of its own: a container shares its pod's network")
+	}
+	if ctr.GetIpc() == runtime.NamespaceMode_NODE && pod.GetIpc() != runtime.NamespaceMode_NODE {
+		return invalidf(field+".ipc", "NODE in a pod with an IPC namespace of its own: a container shares its pod's")
 	}
 	return nil
 }
@@ -305,13 +402,47 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
 	if err := validateNamespaceOptions("config.linux.security_context.namespace_options", sc.GetNamespaceOptions()); err != nil {
 		return err
 	}
+	if sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_TARGET {
+		return invalidf("config.linux.security_context.namespace_options.pid", "TARGET is for a container, not a pod")
+	}
+	if err := validateUnsupportedSecurity("config.linux.security_context", sc.GetSupplementalGroupsPolicy(), sc.GetSelinuxOptions()); err != nil {
+		return err
+	}
 	if err := validateSecurityProfile("config.linux.security_context.seccomp", sc.GetSeccomp()); err != nil {
+		return err
+	}
+	if err := validateSandboxUser(sc); err != nil {
 		return err
 	}
 	if err := validateResources("config.linux.resources", l.GetResources()); err != nil {
 		return err
 	}
 	return validateResources("config.linux.overhead", l.GetOverhead())
+}
+
+// validateSandboxUser checks the pod-level user, which has no user name:
+// containerd builds the sandbox's user with the same rule as a container's,
+// so a group without a user is refused there too.
+func validateSandboxUser(sc *runtime.LinuxSandboxSecurityContext) error {
+	if u := sc.GetRunAsUser(); u != nil {
+		if err := validateLinuxID("config.linux.security_context.run_as_user", u.GetValue()); err != nil {
+			return err
+		}
+	}
+	if g := sc.GetRunAsGroup(); g != nil {
+		if err := validateLinuxID("config.linux.security_context.run_as_group", g.GetValue()); err != nil {
+			return err
+		}
+		if sc.GetRunAsUser() == nil {
+			return invalidf("config.linux.security_context.run_as_group", "is set without run_as_user")
+		}
+	}
+	for _, g := range sc.GetSupplementalGroups() {
+		if err := validateLinuxID("config.linux.security_context.supplemental_groups", g); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // validateResources refuses negative limits; zero means "not set" in the CRI.
@@ -433,6 +564,19 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 			return invalidf("config.devices.permissions", "%q must be made of r, w and m", d.GetPermissions())
 		}
 	}
+	for _, m := range c.GetMounts() {
+		if err := validateMountSupported(m); err != nil {
+			return err
+		}
+	}
+	if len(c.GetCDIDevices()) > maxListLen {
+		return invalidf("config.CDI_devices", "has %d entries, more than %d", len(c.GetCDIDevices()), maxListLen)
+	}
+	for _, r := range cdiRequests(c) {
+		if !cdiparser.IsQualifiedName(r.device) {
+			return invalidf(r.field, "%q is not a CDI device name (vendor.com/class=name)", r.device)
+		}
+	}
 	if err := validateMap("config.labels", c.GetLabels()); err != nil {
 		return err
 	}
@@ -452,10 +596,13 @@ func validateMount(m *runtime.Mount) error {
 	if err := validateHostPath("config.mounts.container_path", m.GetContainerPath()); err != nil {
 		return err
 	}
-	if m.GetImage().GetImage() == "" {
-		if err := validateHostPath("config.mounts.host_path", m.GetHostPath()); err != nil {
-			return err
-		}
+	// An image volume (KEP-4639) is not built yet: refused rather than run
+	// without its content.
+	if m.GetImage().GetImage() != "" {
+		return invalidf("config.mounts.image", "image volumes (%q) are not supported by minicri yet", m.GetImage().GetImage())
+	}
+	if err := validateHostPath("config.mounts.host_path", m.GetHostPath()); err != nil {
+		return err
 	}
 	if _, ok := runtime.MountPropagation_name[int32(m.GetPropagation())]; !ok {
 		return invalidf("config.mounts.propagation", "unknown propagation %d", m.GetPropagation())
@@ -476,6 +623,12 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 	}
 	if err := validateNamespaceOptions("config.linux.security_context.namespace_options", sc.GetNamespaceOptions()); err != nil {
 		return err
+	}
+	if err := validateUnsupportedSecurity("config.linux.security_context", sc.GetSupplementalGroupsPolicy(), sc.GetSelinuxOptions()); err != nil {
+		return err
+	}
+	if len(sc.GetCapabilities().GetAddAmbientCapabilities()) > 0 {
+		return invalidf("config.linux.security_context.capabilities.add_ambient_capabilities", "ambient capabilities are not supported by minicri")
 	}
 	for _, p := range []struct {
 		name string
@@ -525,6 +678,12 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 		if err := validateLinuxID("config.linux.security_context.run_as_group", g.GetValue()); err != nil {
 			return err
 		}
+		// As containerd (util.GenerateUserString: "user group is specified
+		// without user"): a group alone would run as the image's user with
+		// another group, which no pod spec can mean.
+		if sc.GetRunAsUser() == nil && sc.GetRunAsUsername() == "" {
+			return invalidf("config.linux.security_context.run_as_group", "is set without run_as_user or run_as_username")
+		}
 	}
 	for _, g := range sc.GetSupplementalGroups() {
 		if err := validateLinuxID("config.linux.security_context.supplemental_groups", g); err != nil {
@@ -562,19 +721,19 @@ func validateSeccompPaths(sc *runtime.LinuxContainerSecurityContext) error {
 	return validatePrintable("config.linux.security_context.seccomp_profile_path", old)
 }
 
-// resolveSandbox validates a sandbox ID (or unique prefix) from a request,
-// then finds the full ID.
+// resolveSandbox finds the full ID of the sandbox a request names by ID or
+// unique prefix.
 func (s *Server) resolveSandbox(field, id string) (string, error) {
-	if err := validateID(field, id); err != nil {
+	if err := requireID(field, id); err != nil {
 		return "", err
 	}
 	return s.sandboxes.Resolve(id)
 }
 
-// resolveContainer validates a container ID (or unique prefix) from a
-// request, then finds the full ID.
+// resolveContainer finds the full ID of the container a request names by ID
+// or unique prefix.
 func (s *Server) resolveContainer(field, id string) (string, error) {
-	if err := validateID(field, id); err != nil {
+	if err := requireID(field, id); err != nil {
 		return "", err
 	}
 	return s.containers.Resolve(id)
@@ -598,27 +757,28 @@ func (s *Server) lookupSandbox(id string) (sandboxRecord, error) {
 	return s.sandboxes.Get(full)
 }
 
-// validateIDFilter checks an optional ID prefix of a List filter.
-func validateIDFilter(field, id string) error {
-	if id == "" {
-		return nil
-	}
-	return validateID(field, id)
-}
-
-// validateID checks an object ID from a request before it is looked up: an ID
-// is used in file names, so anything but a plain token is refused.
-func validateID(field, id string) error {
+// requireID checks an object ID from a request before it is looked up. Only
+// an empty ID is malformed: any other string that names no record is
+// NotFound, whatever its characters, as containerd answers (its ID index
+// finds nothing for it), so that Stop and Remove of it succeed as the CRI
+// asks and a status call answers NotFound. Clients other than the kubelet
+// send UUIDs or names. Such a string never reaches a file name: it is only
+// compared with the IDs in memory, and only the full ID of a record found
+// there is used in a path.
+func requireID(field, id string) error {
 	if id == "" {
 		return invalidf(field, "must not be empty")
 	}
-	if len(id) > 128 {
-		return invalidf(field, "is %d bytes, longer than an ID", len(id))
-	}
-	if strings.Trim(id, "0123456789abcdefABCDEF") != "" {
-		return invalidf(field, "%q is not an ID (hexadecimal)", id)
+	if !isID(id) {
+		return fmt.Errorf("%s %.80q: %w", field, id, store.ErrNotFound)
 	}
 	return nil
+}
+
+// isID reports whether s can be (a prefix of) an ID minicri made: 64
+// hexadecimal digits at most. Only such strings are used in file names.
+func isID(s string) bool {
+	return s != "" && len(s) <= 64 && strings.Trim(s, "0123456789abcdefABCDEF") == ""
 }
 
 // The image reference grammar of the distribution spec, which the kubelet

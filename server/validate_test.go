@@ -2,10 +2,13 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/store"
 )
 
 func goodSandboxConfig() *runtime.PodSandboxConfig {
@@ -68,6 +71,44 @@ func TestValidateSandboxConfig(t *testing.T) {
 			c.Linux.Overhead = &runtime.LinuxContainerResources{CpuShares: -2}
 		}, "config.linux.overhead.cpu_shares"},
 		{"annotation key with a newline", func(c *runtime.PodSandboxConfig) { c.Annotations = map[string]string{"a\nb": "x"} }, "config.annotations"},
+		{"pod user namespace", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{
+				UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: []*runtime.IDMapping{{HostId: 65536, Length: 65536}}}}}
+		}, "config.linux.security_context.namespace_options.userns_options.mode"},
+		{"pod user namespace mode CONTAINER", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{
+				UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_CONTAINER}}}
+		}, "config.linux.security_context.namespace_options.userns_options.mode"},
+		{"host user namespace with mappings", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{
+				UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_NODE, Gids: []*runtime.IDMapping{{HostId: 65536, Length: 65536}}}}}
+		}, "config.linux.security_context.namespace_options.userns_options.uids"},
+		{"pod supplemental groups policy Strict", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{SupplementalGroupsPolicy: runtime.SupplementalGroupsPolicy_Strict}
+		}, "config.linux.security_context.supplemental_groups_policy"},
+		{"pod supplemental groups policy unknown", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{SupplementalGroupsPolicy: 9}
+		}, "config.linux.security_context.supplemental_groups_policy"},
+		// What the kubelet sends for every ordinary pod must pass.
+		{"kubelet defaults: host user namespace, Merge", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{
+				NamespaceOptions:         &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_NODE}},
+				SupplementalGroupsPolicy: runtime.SupplementalGroupsPolicy_Merge,
+				SelinuxOptions:           &runtime.SELinuxOption{Level: "s0:c1,c2"},
+			}
+		}, ""},
+		{"pod PID mode TARGET", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_TARGET, TargetId: "abc"}}
+		}, "config.linux.security_context.namespace_options.pid"},
+		{"pod group without a user", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, "config.linux.security_context.run_as_group"},
+		{"pod group with a user", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1000}, RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, ""},
+		{"pod uid negative", func(c *runtime.PodSandboxConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{RunAsUser: &runtime.Int64Value{Value: -1}}
+		}, "config.linux.security_context.run_as_user"},
 		// What real pods carry must pass.
 		{"multi-line annotation value", func(c *runtime.PodSandboxConfig) {
 			c.Annotations = map[string]string{"kubectl.kubernetes.io/last-applied-configuration": "{\"kind\":\"Pod\"}\n"}
@@ -135,6 +176,31 @@ func TestValidateContainerConfig(t *testing.T) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1 << 32}}
 		}, "config.linux.security_context.run_as_user"},
 		{"working dir with a newline", func(c *runtime.ContainerConfig) { c.WorkingDir = "/a\nb" }, "config.working_dir"},
+		{"PID mode TARGET without target", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_TARGET}}
+		}, "config.linux.security_context.namespace_options.target_id"},
+		{"network mode TARGET", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Network: runtime.NamespaceMode_TARGET, TargetId: "abc"}}
+		}, "config.linux.security_context.namespace_options.network"},
+		{"IPC mode TARGET", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Ipc: runtime.NamespaceMode_TARGET, TargetId: "abc"}}
+		}, "config.linux.security_context.namespace_options.ipc"},
+		{"group without a user", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, "config.linux.security_context.run_as_group"},
+		{"image volume", func(c *runtime.ContainerConfig) {
+			c.Mounts = []*runtime.Mount{{ContainerPath: "/models", Image: &runtime.ImageSpec{Image: "registry.example/models:v1"}}}
+		}, "config.mounts.image"},
+		{"image volume with a host path", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].Image = &runtime.ImageSpec{Image: "busybox"}
+		}, "config.mounts.image"},
+		{"group with a user", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 0}, RunAsGroup: &runtime.Int64Value{Value: 1000}}
+		}, ""},
+		{"group with a user name", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUsername: "nobody", RunAsGroup: &runtime.Int64Value{Value: 0}}
+		}, ""},
+		{"empty image spec on a host path mount", func(c *runtime.ContainerConfig) { c.Mounts[0].Image = &runtime.ImageSpec{} }, ""},
 		// What real pods carry must pass.
 		{"multi-line script", func(c *runtime.ContainerConfig) {
 			c.Command = []string{"sh", "-c"}
@@ -143,6 +209,47 @@ func TestValidateContainerConfig(t *testing.T) {
 		{"multi-line env and annotation", func(c *runtime.ContainerConfig) {
 			c.Envs = []*runtime.KeyValue{{Key: "CERT", Value: []byte("-----BEGIN-----\nabc\n-----END-----\n")}}
 			c.Annotations = map[string]string{"note": "two\nlines"}
+		}, ""},
+		{"CDI device not qualified", func(c *runtime.ContainerConfig) {
+			c.CDIDevices = []*runtime.CDIDevice{{Name: "gpu0"}}
+		}, "config.CDI_devices"},
+		{"CDI device empty", func(c *runtime.ContainerConfig) {
+			c.CDIDevices = []*runtime.CDIDevice{{}}
+		}, "config.CDI_devices"},
+		{"CDI annotation not qualified", func(c *runtime.ContainerConfig) {
+			c.Annotations = map[string]string{"cdi.k8s.io/gpu": "vendor.com/gpu=0,gpu1"}
+		}, "config.annotations[cdi.k8s.io/gpu]"},
+		{"CDI devices", func(c *runtime.ContainerConfig) {
+			c.CDIDevices = []*runtime.CDIDevice{{Name: "vendor.com/gpu=0"}}
+			c.Annotations = map[string]string{"cdi.k8s.io/gpu": "vendor.com/gpu=1,vendor.com/gpu=all"}
+		}, ""},
+		{"container user namespace", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{
+				UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD}}}
+		}, "config.linux.security_context.namespace_options.userns_options.mode"},
+		{"supplemental groups policy Strict", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{SupplementalGroupsPolicy: runtime.SupplementalGroupsPolicy_Strict}
+		}, "config.linux.security_context.supplemental_groups_policy"},
+		{"ambient capabilities", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{Capabilities: &runtime.Capability{AddAmbientCapabilities: []string{"NET_BIND_SERVICE"}}}
+		}, "config.linux.security_context.capabilities.add_ambient_capabilities"},
+		{"recursive read-only mount", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].Readonly, c.Mounts[0].RecursiveReadOnly = true, true
+		}, "config.mounts.recursive_read_only"},
+		{"ID-mapped mount", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].UidMappings = []*runtime.IDMapping{{HostId: 65536, Length: 65536}}
+		}, "config.mounts.uidMappings"},
+		{"mount options", func(c *runtime.ContainerConfig) { c.Mounts[0].MountOptions = []string{"noexec"} }, "config.mounts.mount_options"},
+		// What the kubelet sends for every ordinary container must pass.
+		{"kubelet defaults: host user namespace, Merge, no relabel", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].Readonly = true
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{
+				NamespaceOptions:         &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_NODE}},
+				SupplementalGroupsPolicy: runtime.SupplementalGroupsPolicy_Merge,
+			}
+		}, ""},
+		{"PID mode TARGET with a target", func(c *runtime.ContainerConfig) {
+			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_TARGET, TargetId: "abc123"}}
 		}, ""},
 		{"localhost seccomp profile", func(c *runtime.ContainerConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{Seccomp: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_Localhost, LocalhostRef: "/var/lib/kubelet/seccomp/audit.json"}}
@@ -157,10 +264,28 @@ func TestValidateContainerConfig(t *testing.T) {
 	}
 }
 
-func TestValidateID(t *testing.T) {
-	for id, ok := range map[string]bool{"abc123": true, "": false, "../x": false, strings.Repeat("a", 200): false, "ABCdef09": true} {
-		if err := validateID("container_id", id); (err == nil) != ok {
-			t.Errorf("validateID(%q) = %v, want ok=%v", id, err, ok)
+func TestRequireID(t *testing.T) {
+	cases := []struct {
+		id   string
+		want error // nil: looked up
+	}{
+		{"abc123", nil},
+		{"ABCdef09", nil},
+		{strings.Repeat("a", 64), nil},
+		{"", errInvalid},
+		// Not IDs minicri makes: unknown, never a file name.
+		{"../x", store.ErrNotFound},
+		{"6ba7b810-9dad-11d1-80b4-00c04fd430c8", store.ErrNotFound},
+		{strings.Repeat("a", 65), store.ErrNotFound},
+		{strings.Repeat("n", 1<<20), store.ErrNotFound},
+	}
+	for _, c := range cases {
+		err := requireID("container_id", c.id)
+		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("requireID(%.40q) = %v, want %v", c.id, err, c.want)
+		}
+		if err != nil && len(err.Error()) > 200 {
+			t.Errorf("requireID(%.40q): error of %d bytes echoes the whole ID", c.id, len(err.Error()))
 		}
 	}
 }
@@ -173,8 +298,10 @@ func TestValidateListFilters(t *testing.T) {
 	}{
 		{"no filter", validateContainerFilter(nil), ""},
 		{"id prefix", validateContainerFilter(&runtime.ContainerFilter{Id: "abc"}), ""},
-		{"id traversal", validateContainerFilter(&runtime.ContainerFilter{Id: "../abc"}), "filter.id"},
-		{"sandbox id", validateContainerFilter(&runtime.ContainerFilter{PodSandboxId: "x y"}), "filter.pod_sandbox_id"},
+		// An ID filter that is no ID matches nothing; it is not an error.
+		{"id not hexadecimal", validateContainerFilter(&runtime.ContainerFilter{Id: "../abc"}), ""},
+		{"sandbox id a UUID", validateContainerFilter(&runtime.ContainerFilter{PodSandboxId: "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}), ""},
+		{"sandbox filter id a UUID", validateSandboxFilter(&runtime.PodSandboxFilter{Id: "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}), ""},
 		{"unknown container state", validateContainerFilter(&runtime.ContainerFilter{State: &runtime.ContainerStateValue{State: 42}}), "filter.state.state"},
 		{"unknown sandbox state", validateSandboxFilter(&runtime.PodSandboxFilter{State: &runtime.PodSandboxStateValue{State: 7}}), "filter.state.state"},
 		{"selector with control characters", validateSandboxFilter(&runtime.PodSandboxFilter{LabelSelector: map[string]string{"a": "\x01"}}), "filter.label_selector[a]"},
@@ -229,5 +356,66 @@ func TestValidateImageRef(t *testing.T) {
 		if (err == nil) != ok {
 			t.Errorf("validateImageRef(%.40q) = %v, want ok=%v", ref, err, ok)
 		}
+	}
+}
+
+// On a host with SELinux, labels and relabeling that minicri cannot apply
+// are refused; on a host without, they are ignored, as containerd does.
+func TestValidateSELinuxOnlyWhereEnabled(t *testing.T) {
+	saved := selinuxEnabled
+	t.Cleanup(func() { selinuxEnabled = saved })
+	withLabel := func() *runtime.ContainerConfig {
+		c := goodContainerConfig()
+		c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{SelinuxOptions: &runtime.SELinuxOption{Type: "container_t", Level: "s0:c1,c2"}}
+		return c
+	}
+	withRelabel := func() *runtime.ContainerConfig {
+		c := goodContainerConfig()
+		c.Mounts[0].SelinuxRelabel = true
+		return c
+	}
+	podWithLabel := func() *runtime.PodSandboxConfig {
+		c := goodSandboxConfig()
+		c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{SelinuxOptions: &runtime.SELinuxOption{Level: "s0:c1,c2"}}
+		return c
+	}
+	for _, enabled := range []bool{false, true} {
+		selinuxEnabled = func() bool { return enabled }
+		want := func(field string) string {
+			if enabled {
+				return field
+			}
+			return ""
+		}
+		t.Run(fmt.Sprintf("selinux=%v", enabled), func(t *testing.T) {
+			checkValidation(t, validateContainerConfig(withLabel()), want("config.linux.security_context.selinux_options"))
+			checkValidation(t, validateContainerConfig(withRelabel()), want("config.mounts.selinux_relabel"))
+			checkValidation(t, validateSandboxConfig(podWithLabel()), want("config.linux.security_context.selinux_options"))
+		})
+	}
+}
+
+func TestValidateContainerInPod(t *testing.T) {
+	nodeNet := &runtime.NamespaceOption{Network: runtime.NamespaceMode_NODE}
+	nodeIPC := &runtime.NamespaceOption{Ipc: runtime.NamespaceMode_NODE}
+	cases := []struct {
+		name     string
+		pod, ctr *runtime.NamespaceOption
+		field    string
+	}{
+		{"both the pod's", nil, nil, ""},
+		{"host network pod, container says nothing (crictl)", nodeNet, nil, ""},
+		{"host network pod and container (kubelet)", nodeNet, nodeNet, ""},
+		{"host network container in a pod network", nil, nodeNet, "config.linux.security_context.namespace_options.network"},
+		{"host IPC container in a pod IPC", nil, nodeIPC, "config.linux.security_context.namespace_options.ipc"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod := goodSandboxConfig()
+			pod.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: c.pod}
+			ctr := goodContainerConfig()
+			ctr.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: c.ctr}
+			checkValidation(t, validateContainerInPod(pod, ctr), c.field)
+		})
 	}
 }

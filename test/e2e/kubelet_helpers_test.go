@@ -246,6 +246,9 @@ imageGCLowThresholdPercent: 99
 evictionHard: {}
 makeIPTablesUtilChains: false
 runtimeRequestTimeout: 2m
+containerLogMaxSize: 64Ki
+containerLogMaxFiles: 2
+containerLogMonitorInterval: 3s
 `, d.Endpoint, k.CgroupRoot, k.ManifestDir, k.Port, healthzPort, resolvConf,
 		filepath.Join(k.Dir, "pod-logs"), filepath.Join(k.Dir, "volume-plugins"))
 }

@@ -145,17 +145,23 @@ func TestKubelet(t *testing.T) {
 	}
 	k.writeManifest(t, staticPod("resources", limited))
 
-	server := n.container("server", "trap 'exit 0' TERM; while true; do echo port-ok | nc -l -p 8080; done & wait")
+	// nc -ll forks a server per connection: always listening, no gap for a
+	// client to be refused in (kubectl's port-forward ends at the first refusal).
+	server := n.container("server", "trap 'exit 0' TERM; nc -ll -p 8080 -e echo port-ok & wait")
 	server.Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: int32(hostPort), Protocol: corev1.ProtocolTCP}}
 	k.writeManifest(t, staticPod("hostport", server))
 
 	// A background list reads /dev/null unless its stdin is redirected
 	// explicitly: the attach's stdin goes through fd 3.
+	// About 20 KB/s of numbered lines: the kubelet rotates the log at 64 KiB.
+	k.writeManifest(t, staticPod("chatty", n.container("chatty",
+		"trap 'exit 0' TERM; pad=$(printf '%01000d' 0); i=0; while true; do i=$((i+1)); echo \"line $i $pad\"; usleep 50000; done & wait")))
+
 	echo := n.container("echo", "trap 'exit 0' TERM; exec 3<&0; while read line; do echo \"got $line\"; done <&3 & wait")
 	echo.Stdin = true
 	k.writeManifest(t, staticPod("stream", n.container("shell", sleepForever), echo))
 
-	for _, name := range []string{"gone", "init", "resources", "hostport", "stream"} {
+	for _, name := range []string{"gone", "init", "resources", "hostport", "stream", "chatty"} {
 		k.waitPod(t, name, "Running with every container running", 90*time.Second, running)
 	}
 
@@ -166,6 +172,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("ResourcesReachCgroups", func(t *testing.T) { testResourcesReachCgroups(t, n) })
 	t.Run("HostPortReachesContainer", func(t *testing.T) { testHostPort(t, n, hostPort) })
 	t.Run("ContainerLogsIncludingPrevious", func(t *testing.T) { testContainerLogs(t, n) })
+	t.Run("LogRotationLosesNoLine", func(t *testing.T) { testLogRotation(t, n) })
 	t.Run("StatsSummaryCoversPods", func(t *testing.T) { testStatsSummary(t, n) })
 	t.Run("ExecThroughKubelet", func(t *testing.T) { testExecThroughKubelet(t, n) })
 	t.Run("AttachThroughKubelet", func(t *testing.T) { testAttachThroughKubelet(t, n) })
@@ -325,7 +332,7 @@ func testContainerLogs(t *testing.T, n *kubeletNode) {
 
 func testDaemonRestart(t *testing.T, n *kubeletNode) {
 	k := n.k
-	names := []string{"init", "liveness", "ready", "resources", "hostport", "stream"}
+	names := []string{"init", "liveness", "ready", "resources", "hostport", "stream", "chatty"}
 	before := map[string]map[string]int32{}
 	ids := map[string]bool{}
 	for _, name := range names {
@@ -523,4 +530,67 @@ func testStatsSummary(t *testing.T, n *kubeletNode) {
 			t.Fatalf("after 30 s, /stats/summary has no CPU and memory figures for %v", missing)
 		}
 	}
+}
+
+// The kubelet rotates a log past containerLogMaxSize by renaming it and
+// calling ReopenContainerLog: the container's lines go on in a new file,
+// the first of which follows the last of the renamed one.
+func testLogRotation(t *testing.T, n *kubeletNode) {
+	k := n.k
+	p := k.waitPod(t, "chatty", "Running", 30*time.Second, running)
+	dir := filepath.Join(k.Dir, "pod-logs", fmt.Sprintf("e2e_%s_%s", p.Name, p.UID), "chatty")
+	var state string
+	check := func() bool {
+		rotated, _ := filepath.Glob(filepath.Join(dir, "0.log.*"))
+		var plain []string
+		for _, r := range rotated {
+			if !strings.HasSuffix(r, ".gz") && !strings.HasSuffix(r, ".tmp") {
+				plain = append(plain, r)
+			}
+		}
+		if len(plain) != 1 {
+			state = fmt.Sprintf("rotated files %v", rotated)
+			return false
+		}
+		before, errB := os.ReadFile(plain[0])
+		current, errC := os.ReadFile(filepath.Join(dir, "0.log"))
+		if again, _ := filepath.Glob(filepath.Join(dir, "0.log.*")); fmt.Sprint(again) != fmt.Sprint(rotated) {
+			state = "rotated again while read"
+			return false
+		}
+		if errB != nil || errC != nil {
+			state = fmt.Sprintf("read: %v, %v", errB, errC)
+			return false
+		}
+		last, first := lineNumbers(before), lineNumbers(current)
+		if len(last) == 0 || len(first) == 0 {
+			state = fmt.Sprintf("%d lines in %s, %d in 0.log", len(last), filepath.Base(plain[0]), len(first))
+			return false
+		}
+		if first[0] != last[len(last)-1]+1 {
+			t.Fatalf("%s ends with line %d, 0.log starts with line %d: lines lost or repeated in the rotation", filepath.Base(plain[0]), last[len(last)-1], first[0])
+		}
+		return true
+	}
+	for deadline := time.Now().Add(45 * time.Second); !check(); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no rotated log followed by a reopened one after 45 s: %s", state)
+		}
+	}
+	// And the kubelet serves the new file.
+	if code, body := k.get(t, "/containerLogs/e2e/"+p.Name+"/chatty?tailLines=1"); code != http.StatusOK || !strings.HasPrefix(body, "line ") {
+		t.Errorf("GET /containerLogs after the rotation: %d %.80q", code, body)
+	}
+}
+
+// lineNumbers are the N of the "line N ..." messages in a CRI log file.
+func lineNumbers(data []byte) []int {
+	var out []int
+	for _, l := range strings.Split(parseLog(data), "\n") {
+		var i int
+		if _, err := fmt.Sscanf(l, "line %d", &i); err == nil {
+			out = append(out, i)
+		}
+	}
+	return out
 }

@@ -225,12 +225,16 @@ func testPortForwardThroughKubelet(t *testing.T, n *kubeletNode) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0].Local)
-	// Twice: each connection is a stream of its own in the one forward.
-	for i := 0; i < 2; i++ {
-		var got string
-		waitFor(t, "the pod's answer through the forwarded port "+addr, 15*time.Second, func() bool {
-			got = readLine(addr)
-			return got == "port-ok"
-		})
+	// Three times: each connection is a stream of its own in the one forward.
+	for i := 0; i < 3; i++ {
+		if got := readLine(addr); got != "port-ok" {
+			select {
+			case err := <-done:
+				done <- err // for the deferred stop
+				t.Fatalf("connection %d through the forwarded port: %q, and the port-forward ended: %v", i+1, got, err)
+			default:
+				t.Fatalf("connection %d through the forwarded port: %q, want the pod's answer", i+1, got)
+			}
+		}
 	}
 }

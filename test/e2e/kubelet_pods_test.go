@@ -103,7 +103,11 @@ func TestKubelet(t *testing.T) {
 
 	// Removed early, checked at the end: the kubelet removes sandboxes only
 	// in its container GC, which runs once a minute.
-	gone := staticPod("gone", n.container("c", sleepForever))
+	// Two containers sharing the pod's PID namespace: minicri gives the pod
+	// an infra process, which must go with it too.
+	gone := staticPod("gone", n.container("c", sleepForever), n.container("d", sleepForever))
+	shared := true
+	gone.Spec.ShareProcessNamespace = &shared
 	k.writeManifest(t, gone)
 
 	initPod := staticPod("init",
@@ -153,6 +157,28 @@ func TestKubelet(t *testing.T) {
 
 	// A background list reads /dev/null unless its stdin is redirected
 	// explicitly: the attach's stdin goes through fd 3.
+	// The restricted Pod Security Standard, as most workloads run today.
+	locked := n.container("locked", sleepForever)
+	uid, gid, no := int64(1000), int64(1000), false
+	yes := true
+	locked.SecurityContext = &corev1.SecurityContext{
+		RunAsUser:                &uid,
+		RunAsGroup:               &gid,
+		RunAsNonRoot:             &yes,
+		ReadOnlyRootFilesystem:   &yes,
+		AllowPrivilegeEscalation: &no,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	k.writeManifest(t, staticPod("restricted", locked))
+
+	// Run-to-completion pods, as a Job's: the phase follows the exit code.
+	for name, code := range map[string]int{"job-ok": 0, "job-fail": 3} {
+		job := staticPod(name, n.container("work", fmt.Sprintf("echo working; exit %d", code)))
+		job.Spec.RestartPolicy = corev1.RestartPolicyNever
+		k.writeManifest(t, job)
+	}
+
 	// About 20 KB/s of numbered lines: the kubelet rotates the log at 64 KiB.
 	k.writeManifest(t, staticPod("chatty", n.container("chatty",
 		"trap 'exit 0' TERM; pad=$(printf '%01000d' 0); i=0; while true; do i=$((i+1)); echo \"line $i $pad\"; usleep 50000; done & wait")))
@@ -161,12 +187,14 @@ func TestKubelet(t *testing.T) {
 	echo.Stdin = true
 	k.writeManifest(t, staticPod("stream", n.container("shell", sleepForever), echo))
 
-	for _, name := range []string{"gone", "init", "resources", "hostport", "stream", "chatty"} {
+	for _, name := range []string{"gone", "init", "resources", "hostport", "stream", "chatty", "restricted"} {
 		k.waitPod(t, name, "Running with every container running", 90*time.Second, running)
 	}
 
 	t.Run("RemovedManifestStopsPod", func(t *testing.T) { testRemovedManifestStopsPod(t, n, "gone") })
 	t.Run("InitContainersShareEmptyDir", func(t *testing.T) { testInitContainersShareEmptyDir(t, n) })
+	t.Run("RestrictedSecurityContextApplies", func(t *testing.T) { testRestricted(t, n) })
+	t.Run("CompletedPodsReachTheirPhase", func(t *testing.T) { testCompletedPods(t, n) })
 	t.Run("LivenessProbeRestartsContainer", func(t *testing.T) { testLivenessProbeRestartsContainer(t, n) })
 	t.Run("StartupAndReadinessProbesFlipReady", func(t *testing.T) { testStartupAndReadinessProbes(t, n) })
 	t.Run("ResourcesReachCgroups", func(t *testing.T) { testResourcesReachCgroups(t, n) })
@@ -332,7 +360,7 @@ func testContainerLogs(t *testing.T, n *kubeletNode) {
 
 func testDaemonRestart(t *testing.T, n *kubeletNode) {
 	k := n.k
-	names := []string{"init", "liveness", "ready", "resources", "hostport", "stream", "chatty"}
+	names := []string{"init", "liveness", "ready", "resources", "hostport", "stream", "chatty", "restricted"}
 	before := map[string]map[string]int32{}
 	ids := map[string]bool{}
 	for _, name := range names {
@@ -398,6 +426,13 @@ func (n *kubeletNode) traces(t *testing.T, name string) podTraces {
 		t.Fatalf("pod %s: kubelet %v, sandbox %v", name, p != nil, sb != nil)
 	}
 	tr := podTraces{sandbox: sb.GetId(), ip: p.Status.PodIP, cgroup: n.k.CgroupRoot + "/kubepods/besteffort/pod" + string(p.UID)}
+	if p.Spec.ShareProcessNamespace != nil && *p.Spec.ShareProcessNamespace {
+		infra := n.d.infraProcess(t, tr.sandbox)
+		if infra == 0 {
+			t.Fatalf("pod %s shares its PID namespace but has no infra process", name)
+		}
+		tr.pids = append(tr.pids, infra)
+	}
 	mounts, _ := os.ReadFile("/proc/self/mounts")
 	for _, c := range n.k.criContainers(t, name) {
 		tr.containers = append(tr.containers, c.GetId())
@@ -415,8 +450,8 @@ func (n *kubeletNode) traces(t *testing.T, name string) podTraces {
 	if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", tr.cgroup)); err != nil {
 		t.Fatalf("the pod's cgroup: %v", err)
 	}
-	if tr.ip == "" || len(tr.pids) == 0 {
-		t.Fatalf("pod %s: IP %q, %d running containers; want an IP and a container", name, tr.ip, len(tr.pids))
+	if tr.ip == "" || len(tr.pids) < 2 {
+		t.Fatalf("pod %s: IP %q, %d processes; want an IP, containers and an infra process", name, tr.ip, len(tr.pids))
 	}
 	return tr
 }
@@ -432,7 +467,7 @@ func testRemovedManifestStopsPod(t *testing.T, n *kubeletNode, name string) {
 		return sb == nil || sb.GetState() == runtime.PodSandboxState_SANDBOX_NOTREADY
 	})
 	for _, pid := range goneTraces.pids {
-		waitFor(t, fmt.Sprintf("container process %d to end", pid), 10*time.Second, func() bool { return !processRunning(pid) })
+		waitFor(t, fmt.Sprintf("process %d of the pod (container or infra) to end", pid), 10*time.Second, func() bool { return !processRunning(pid) })
 	}
 }
 
@@ -593,4 +628,44 @@ func lineNumbers(data []byte) []int {
 		}
 	}
 	return out
+}
+
+func testRestricted(t *testing.T, n *kubeletNode) {
+	k := n.k
+	id := k.runningContainer(t, "restricted", "locked")
+	if got := strings.TrimSpace(n.execSync(t, id, "id")); !strings.HasPrefix(got, "uid=1000(app) gid=1000(app)") {
+		t.Errorf("id = %q, want uid and gid 1000", got)
+	}
+	status := n.execSync(t, id, "cat", "/proc/self/status")
+	for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("/proc/self/status lacks %q", want)
+		}
+	}
+	stdout, _, err := n.d.Runtime.ExecSync(context.Background(), id, []string{"sh", "-c", "touch /rootfs-write 2>&1; echo exit=$?"}, 10*time.Second)
+	if err != nil || !strings.Contains(string(stdout), "Read-only file system") {
+		t.Errorf("writing the root file system: %q, %v; want it refused as read-only", stdout, err)
+	}
+}
+
+func testCompletedPods(t *testing.T, n *kubeletNode) {
+	k := n.k
+	for name, want := range map[string]struct {
+		phase corev1.PodPhase
+		code  int32
+	}{"job-ok": {corev1.PodSucceeded, 0}, "job-fail": {corev1.PodFailed, 3}} {
+		p := k.waitPod(t, name, "phase "+string(want.phase), 60*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == want.phase })
+		st := containerStatus(p, "work")
+		if st == nil || st.State.Terminated == nil || st.State.Terminated.ExitCode != want.code || st.RestartCount != 0 {
+			t.Errorf("%s: container status %+v, want terminated with exit code %d, no restart", name, st, want.code)
+		}
+		// A finished pod's sandbox is stopped: its network and namespaces go.
+		waitFor(t, "the sandbox of "+name+" to stop", 30*time.Second, func() bool {
+			sb := k.criSandbox(t, name)
+			return sb != nil && sb.GetState() == runtime.PodSandboxState_SANDBOX_NOTREADY
+		})
+		if code, body := k.get(t, "/containerLogs/e2e/"+p.Name+"/work"); code != http.StatusOK || body != "working\n" {
+			t.Errorf("%s: log %d %q", name, code, body)
+		}
+	}
 }

@@ -105,13 +105,19 @@ func TestKubelet(t *testing.T) {
 	// in its container GC, which runs once a minute.
 	// Two containers sharing the pod's PID namespace: minicri gives the pod
 	// an infra process, which must go with it too.
-	gone := staticPod("gone", n.container("c", sleepForever), n.container("d", sleepForever))
+	// d ignores SIGTERM: the kubelet's StopContainer must kill it when the
+	// grace period ends.
+	gone := staticPod("gone", n.container("c", sleepForever), n.container("d", "trap '' TERM; sleep 3600 & wait"))
 	shared := true
 	gone.Spec.ShareProcessNamespace = &shared
 	k.writeManifest(t, gone)
 
-	initPod := staticPod("init",
-		n.container("app", "cat /work/msg; "+sleepForever),
+	app := n.container("app", "cat /work/msg; "+sleepForever)
+	app.Env = []corev1.EnvVar{{Name: "GREETING", Value: "hello from the manifest"}}
+	app.WorkingDir = "/work"
+	app.Lifecycle = &corev1.Lifecycle{PostStart: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{
+		Command: []string{"sh", "-c", "echo post-start > /work/hook"}}}}
+	initPod := staticPod("init", app,
 		n.container("peer", "echo from-peer > /work/peer; "+sleepForever))
 	initPod.Spec.InitContainers = []corev1.Container{
 		n.container("init1", "echo one > /work/msg; echo init1-done > /dev/termination-log"),
@@ -229,6 +235,11 @@ func testInitContainersShareEmptyDir(t *testing.T, n *kubeletNode) {
 		out, _, err := n.d.Runtime.ExecSync(context.Background(), app, []string{"cat", "/work/peer"}, 10*time.Second)
 		return err == nil && string(out) == "from-peer\n"
 	})
+	// The manifest's env and working dir reach execs too; the postStart
+	// hook ran (by ExecSync) in the container.
+	if got := n.execSync(t, app, "sh", "-c", `echo "$GREETING in $(pwd)"; cat hook`); got != "hello from the manifest in /work\npost-start\n" {
+		t.Errorf("env, working dir and postStart hook: %q", got)
+	}
 	// The kubelet's /etc/hosts and the pod's hostname.
 	if got := strings.TrimSpace(n.execSync(t, app, "hostname")); got != k.podName("init") {
 		t.Errorf("hostname %q, want the pod's name %q", got, k.podName("init"))
@@ -372,7 +383,24 @@ func testDaemonRestart(t *testing.T, n *kubeletNode) {
 			}
 		}
 	}
-	n.d.restart(t)
+	// A pod arrives while the daemon is down: the kubelet's calls fail
+	// until it is back, and the pod is then made once.
+	n.d.kill9(t)
+	k.writeManifest(t, staticPod("late", n.container("c", sleepForever)))
+	waitFor(t, "the kubelet to see pod late", 10*time.Second, func() bool { return k.pod(t, "late") != nil })
+	n.d.Start()
+	k.waitPod(t, "late", "Running, made after the daemon came back", 60*time.Second, running)
+	if pods, err := n.d.Runtime.ListPodSandbox(context.Background(), nil); err == nil {
+		var sandboxes []string
+		for _, p := range pods {
+			if p.GetMetadata().GetName() == k.podName("late") {
+				sandboxes = append(sandboxes, p.GetId()[:12]+" "+p.GetState().String())
+			}
+		}
+		if len(sandboxes) != 1 {
+			t.Errorf("pod late has sandboxes %v, want one", sandboxes)
+		}
+	}
 	// The kubelet's probes go through the new daemon: a readiness flip
 	// proves that it talks to it again.
 	web := k.runningContainer(t, "ready", "web")

@@ -185,6 +185,14 @@ func TestKubelet(t *testing.T) {
 		k.writeManifest(t, job)
 	}
 
+	// A container that outgrows its memory limit: tail keeps a "line" of
+	// /dev/zero, which never ends, in memory.
+	hog := n.container("hog", "head -c 300000000 /dev/zero | tail -n 1 >/dev/null")
+	hog.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi"), corev1.ResourceCPU: resource.MustParse("1")}
+	oom := staticPod("oom", hog)
+	oom.Spec.RestartPolicy = corev1.RestartPolicyNever
+	k.writeManifest(t, oom)
+
 	// About 20 KB/s of numbered lines: the kubelet rotates the log at 64 KiB.
 	k.writeManifest(t, staticPod("chatty", n.container("chatty",
 		"trap 'exit 0' TERM; pad=$(printf '%01000d' 0); i=0; while true; do i=$((i+1)); echo \"line $i $pad\"; usleep 50000; done & wait")))
@@ -201,6 +209,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("InitContainersShareEmptyDir", func(t *testing.T) { testInitContainersShareEmptyDir(t, n) })
 	t.Run("RestrictedSecurityContextApplies", func(t *testing.T) { testRestricted(t, n) })
 	t.Run("CompletedPodsReachTheirPhase", func(t *testing.T) { testCompletedPods(t, n) })
+	t.Run("OOMKillIsReported", func(t *testing.T) { testOOMKill(t, n) })
 	t.Run("LivenessProbeRestartsContainer", func(t *testing.T) { testLivenessProbeRestartsContainer(t, n) })
 	t.Run("StartupAndReadinessProbesFlipReady", func(t *testing.T) { testStartupAndReadinessProbes(t, n) })
 	t.Run("ResourcesReachCgroups", func(t *testing.T) { testResourcesReachCgroups(t, n) })
@@ -695,5 +704,21 @@ func testCompletedPods(t *testing.T, n *kubeletNode) {
 		if code, body := k.get(t, "/containerLogs/e2e/"+p.Name+"/work"); code != http.StatusOK || body != "working\n" {
 			t.Errorf("%s: log %d %q", name, code, body)
 		}
+	}
+}
+
+// A container killed by the OOM killer at its memory limit ends with the
+// reason OOMKilled, which kubectl describe shows.
+func testOOMKill(t *testing.T, n *kubeletNode) {
+	p := n.k.waitPod(t, "oom", "phase Failed", 60*time.Second, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
+	if p.Status.QOSClass != corev1.PodQOSGuaranteed {
+		t.Errorf("QoS class %q, want Guaranteed", p.Status.QOSClass)
+	}
+	st := containerStatus(p, "hog")
+	if st == nil || st.State.Terminated == nil {
+		t.Fatalf("container hog: %+v, want terminated", st)
+	}
+	if term := st.State.Terminated; term.Reason != "OOMKilled" || term.ExitCode != 137 {
+		t.Errorf("terminated with reason %q, exit code %d; want OOMKilled, 137", term.Reason, term.ExitCode)
 	}
 }

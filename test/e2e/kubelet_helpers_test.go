@@ -148,15 +148,15 @@ func startKubelet(t *testing.T, d *Daemon) *Kubelet {
 	k.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "slave", "--", "sh", "-c", hideKubeletPaths, "sh"}, args...)...)
 	k.cmd.Stdout, k.cmd.Stderr = logFile, logFile
 	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := k.cmd.Start(); err != nil {
-		t.Fatalf("start kubelet: %v", err)
-	}
-	go func() { _ = k.cmd.Wait(); close(k.exited) }()
 	existed := map[string]bool{}
 	for _, p := range kubeletHostPaths {
 		_, err := os.Lstat(p)
 		existed[p] = err == nil
 	}
+	if err := k.cmd.Start(); err != nil {
+		t.Fatalf("start kubelet: %v", err)
+	}
+	go func() { _ = k.cmd.Wait(); close(k.exited) }()
 	t.Cleanup(func() {
 		k.stop(t)
 		for _, p := range kubeletHostPaths {

@@ -31,6 +31,8 @@ type kubeletNode struct {
 	d   *Daemon
 	k   *Kubelet
 	ref string
+
+	gone podTraces // of the pod RemovedManifestStopsPod removed, for RemovedPodsLeaveNothing
 }
 
 func newKubeletNode(t *testing.T) *kubeletNode {
@@ -493,17 +495,15 @@ func (n *kubeletNode) traces(t *testing.T, name string) podTraces {
 	return tr
 }
 
-var goneTraces podTraces
-
 func testRemovedManifestStopsPod(t *testing.T, n *kubeletNode, name string) {
-	goneTraces = n.traces(t, name)
+	n.gone = n.traces(t, name)
 	n.k.removeManifest(t, name)
 	waitFor(t, "the kubelet to forget pod "+name, 30*time.Second, func() bool { return n.k.pod(t, name) == nil })
 	waitFor(t, "the sandbox of "+name+" to stop", 30*time.Second, func() bool {
 		sb := n.k.criSandbox(t, name)
 		return sb == nil || sb.GetState() == runtime.PodSandboxState_SANDBOX_NOTREADY
 	})
-	for _, pid := range goneTraces.pids {
+	for _, pid := range n.gone.pids {
 		waitFor(t, fmt.Sprintf("process %d of the pod (container or infra) to end", pid), 10*time.Second, func() bool { return !processRunning(pid) })
 	}
 }
@@ -511,7 +511,7 @@ func testRemovedManifestStopsPod(t *testing.T, n *kubeletNode, name string) {
 // The kubelet removes a deleted pod's containers and sandbox in its
 // container GC (once a minute); after that nothing of it is left.
 func testRemovedPodsLeaveNothing(t *testing.T, n *kubeletNode) {
-	tr := goneTraces
+	tr := n.gone
 	if tr.sandbox == "" {
 		t.Skip("RemovedManifestStopsPod did not run")
 	}

@@ -187,6 +187,12 @@ func TestKubelet(t *testing.T) {
 		k.writeManifest(t, job)
 	}
 
+	// A readiness probe that always outlives its one-second timeout.
+	stuck := n.container("stuck", sleepForever)
+	stuck.ReadinessProbe = execProbe(1, "sleep", "31")
+	stuck.ReadinessProbe.TimeoutSeconds = 1
+	k.writeManifest(t, staticPod("probe-timeout", stuck))
+
 	// A container that outgrows its memory limit: tail keeps a "line" of
 	// /dev/zero, which never ends, in memory.
 	hog := n.container("hog", "head -c 300000000 /dev/zero | tail -n 1 >/dev/null")
@@ -214,6 +220,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("OOMKillIsReported", func(t *testing.T) { testOOMKill(t, n) })
 	t.Run("LivenessProbeRestartsContainer", func(t *testing.T) { testLivenessProbeRestartsContainer(t, n) })
 	t.Run("StartupAndReadinessProbesFlipReady", func(t *testing.T) { testStartupAndReadinessProbes(t, n) })
+	t.Run("ProbeTimeoutKillsProbe", func(t *testing.T) { testProbeTimeout(t, n) })
 	t.Run("ResourcesReachCgroups", func(t *testing.T) { testResourcesReachCgroups(t, n) })
 	t.Run("HostPortReachesContainer", func(t *testing.T) { testHostPort(t, n, hostPort) })
 	t.Run("ContainerLogsIncludingPrevious", func(t *testing.T) { testContainerLogs(t, n) })
@@ -720,5 +727,33 @@ func testOOMKill(t *testing.T, n *kubeletNode) {
 	}
 	if term := st.State.Terminated; term.Reason != "OOMKilled" || term.ExitCode != 137 {
 		t.Errorf("terminated with reason %q, exit code %d; want OOMKilled, 137", term.Reason, term.ExitCode)
+	}
+}
+
+// An exec probe past its timeout fails, and its process is killed: probes
+// every second of a command that would run 31 s must not pile up.
+func testProbeTimeout(t *testing.T, n *kubeletNode) {
+	k := n.k
+	p := k.waitPod(t, "probe-timeout", "running for 8 s, long enough for several probes", 60*time.Second, func(p *corev1.Pod) bool {
+		st := containerStatus(p, "stuck")
+		return st != nil && st.State.Running != nil && time.Since(st.State.Running.StartedAt.Time) > 8*time.Second
+	})
+	if st := containerStatus(p, "stuck"); st.Ready || st.RestartCount != 0 {
+		t.Errorf("ready %v, restarts %d; want not ready (every probe timed out) and no restart", st.Ready, st.RestartCount)
+	}
+	probeProcesses := func() []string {
+		var out []string
+		for _, proc := range hostProcesses("sleep\x0031\x00") {
+			if strings.HasSuffix(proc, ": sleep 31 ") {
+				out = append(out, proc)
+			}
+		}
+		return out
+	}
+	// Seen at least once, or the count below would prove nothing.
+	waitFor(t, "a probe's sleep 31 among the host's processes", 10*time.Second, func() bool { return len(probeProcesses()) > 0 })
+	// One may be running now, another being killed.
+	if probes := probeProcesses(); len(probes) > 2 {
+		t.Errorf("%d probe processes alive, want at most 2: timed-out probes are not killed:\n%s", len(probes), strings.Join(probes, "\n"))
 	}
 }

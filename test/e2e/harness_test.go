@@ -56,14 +56,11 @@ func runSuite(m *testing.M) int {
 		binDir = dir
 	}
 	ipForward, _ := os.ReadFile(ipForwardPath)
-	restoreSysctls := saveSysctls(kubeletSysctls)
 	code := m.Run()
-	// The bridge plugin turns forwarding on for the whole host, and a kubelet
-	// sets kernel tunables at start: put them back.
+	// The bridge plugin turns forwarding on for the whole host: put it back.
 	if len(ipForward) > 0 {
 		_ = os.WriteFile(ipForwardPath, ipForward, 0o644)
 	}
-	restoreSysctls()
 	leaks := append(findLeaks(), removeTestCgroups()...)
 	if len(leaks) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: the suite left things behind:\n  %s\n", strings.Join(leaks, "\n  "))

@@ -32,31 +32,17 @@ const kubeletEnv = "MINICRI_KUBELET"
 // for the daemon (since its last restart).
 const kubeletLogEnv = "MINICRI_KUBELET_LOG_DIR"
 
-// kubeletSysctls are the kernel settings a kubelet sets for itself at start
-// (setupKernelTunables). The suite puts them back when it ends, as it does
-// ip_forward: a test must not leave the host changed.
-var kubeletSysctls = []string{
-	"/proc/sys/vm/overcommit_memory",
-	"/proc/sys/vm/panic_on_oom",
-	"/proc/sys/kernel/panic",
-	"/proc/sys/kernel/panic_on_oops",
-	"/proc/sys/kernel/keys/root_maxkeys",
-	"/proc/sys/kernel/keys/root_maxbytes",
-}
-
-// saveSysctls reads the files and returns a function that writes them back.
-func saveSysctls(paths []string) (restore func()) {
-	saved := map[string][]byte{}
-	for _, p := range paths {
-		if v, err := os.ReadFile(p); err == nil {
-			saved[p] = v
-		}
-	}
-	return func() {
-		for p, v := range saved {
-			_ = os.WriteFile(p, v, 0o644)
-		}
-	}
+// kubeletTunables are the kernel settings a kubelet makes sure of at start
+// (setupKernelTunables), with the values it wants. They are not namespaced:
+// in the test kubelet's mount namespace, files holding these values cover
+// them, so that it finds them set and the host keeps its own.
+var kubeletTunables = map[string]string{
+	"vm/overcommit_memory":      "1",
+	"vm/panic_on_oom":           "0",
+	"kernel/panic":              "10",
+	"kernel/panic_on_oops":      "1",
+	"kernel/keys/root_maxkeys":  "1000000",
+	"kernel/keys/root_maxbytes": "25000000",
 }
 
 // Kubelet is a real kubelet, standalone (no API server: static pods from a
@@ -140,12 +126,23 @@ func startKubelet(t *testing.T, d *Daemon) *Kubelet {
 	// Two paths of a kubelet cannot be moved: the device plugin socket dir
 	// /var/lib/kubelet/device-plugins (which it empties at start: a real
 	// node's plugins would lose their sockets) and the log symlinks in
-	// /var/log/containers. The kubelet runs in a mount namespace of its own
-	// where a tmpfs hides each (or its parent, where it does not exist: no
-	// mount point is made on the host), gone with the kubelet. Propagation
+	// /var/log/containers; and it sets kernel tunables. The kubelet runs in
+	// a mount namespace of its own where a tmpfs hides each path (or its
+	// parent, where it does not exist: no mount point is made on the host)
+	// and the tunables read as set, all gone with the kubelet. Propagation
 	// from the host stays on (slave); the kubelet's own mounts do not reach
 	// the host, which the suite's pods (emptyDir on disk, no secrets) never need.
-	k.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "slave", "--", "sh", "-c", hideKubeletPaths, "sh"}, args...)...)
+	tunables := filepath.Join(k.Dir, "tunables")
+	if err := os.MkdirAll(tunables, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, value := range kubeletTunables {
+		if err := os.WriteFile(filepath.Join(tunables, strings.ReplaceAll(name, "/", "_")), []byte(value+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k.cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "slave", "--", "sh", "-c", kubeletMountNS, "sh"}, args...)...)
+	k.cmd.Env = append(os.Environ(), "KUBELET_TUNABLES="+tunables)
 	k.cmd.Stdout, k.cmd.Stderr = logFile, logFile
 	k.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	existed := map[string]bool{}
@@ -153,6 +150,7 @@ func startKubelet(t *testing.T, d *Daemon) *Kubelet {
 		_, err := os.Lstat(p)
 		existed[p] = err == nil
 	}
+	hostTunables := readTunables()
 	if err := k.cmd.Start(); err != nil {
 		t.Fatalf("start kubelet: %v", err)
 	}
@@ -163,6 +161,9 @@ func startKubelet(t *testing.T, d *Daemon) *Kubelet {
 			if _, err := os.Lstat(p); err == nil && !existed[p] {
 				t.Errorf("the kubelet made %s on the host", p)
 			}
+		}
+		if now := readTunables(); fmt.Sprint(now) != fmt.Sprint(hostTunables) {
+			t.Errorf("the host's kernel tunables changed while the kubelet ran: %v, were %v", now, hostTunables)
 		}
 	})
 
@@ -194,16 +195,29 @@ func startKubelet(t *testing.T, d *Daemon) *Kubelet {
 	return k
 }
 
+// readTunables reads the host's values of kubeletTunables.
+func readTunables() map[string]string {
+	out := map[string]string{}
+	for name := range kubeletTunables {
+		v, _ := os.ReadFile("/proc/sys/" + name)
+		out[name] = strings.TrimSpace(string(v))
+	}
+	return out
+}
+
 // kubeletHostPaths are what a kubelet makes on the host whatever its
 // configuration; the tests' kubelets must not.
 var kubeletHostPaths = []string{"/var/lib/kubelet", "/var/log/containers", "/var/log/pods"}
 
-// hideKubeletPaths mounts a tmpfs on /var/lib/kubelet and /var/log/containers,
-// or on their parent when they do not exist, then runs "$@".
-const hideKubeletPaths = `set -e
+// kubeletMountNS is the script that sets up the kubelet's mount namespace,
+// then runs "$@": a tmpfs on /var/lib/kubelet and /var/log/containers (or on
+// their parent when they do not exist), and each file of dir bound on the
+// /proc/sys file its name spells with _ for /.
+const kubeletMountNS = `set -e
 hide() { for d in "$@"; do if [ -d "$d" ] && [ ! -L "$d" ]; then mount -t tmpfs -o mode=0755,size=64m tmpfs "$d"; return; fi; done; echo "nowhere to hide $1" >&2; exit 1; }
 hide /var/lib/kubelet /var/lib
 hide /var/log/containers /var/log
+for f in "$KUBELET_TUNABLES"/*; do mount --bind "$f" "/proc/sys/$(basename "$f" | tr _ /)"; done
 exec "$@"`
 
 // config is the KubeletConfiguration of a standalone test kubelet: everything

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -150,5 +151,72 @@ func TestUpdateContainerResources(t *testing.T) {
 	err = d.Runtime.UpdateContainerResources(ctx, id, &runtime.ContainerResources{Linux: &runtime.LinuxContainerResources{CpuShares: -1}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("negative cpu shares: %v, want InvalidArgument", err)
+	}
+}
+
+// buildSeccompProbe builds testdata/seccompprobe, static, into a temp dir of
+// its own that a container can bind-mount.
+func buildSeccompProbe(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", tmpPrefix+"probe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cmd := exec.Command("go", "build", "-o", dir, "./testdata/seccompprobe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the seccomp probe: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// RuntimeDefault is an allow list: syscalls that a deny list lets through
+// (a personality that turns ASLR off, the NUMA calls) are refused with EPERM,
+// while ordinary programs run; Unconfined shows the probe's calls work.
+func TestRuntimeDefaultSeccompIsAnAllowList(t *testing.T) {
+	probeDir := buildSeccompProbe(t)
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("seccomp")
+	pod := d.runPod(t, podCfg)
+
+	const script = "true && echo true-ran; /probe/seccompprobe personality-linux personality-addr-no-randomize get_mempolicy"
+	cases := []struct {
+		name    string
+		profile runtime.SecurityProfile_ProfileType
+		wants   []string
+	}{
+		{"runtime-default", runtime.SecurityProfile_RuntimeDefault, []string{
+			"true-ran",
+			"personality-linux: ok",
+			"personality-addr-no-randomize: operation not permitted",
+			"get_mempolicy: operation not permitted",
+		}},
+		{"unconfined", runtime.SecurityProfile_Unconfined, []string{
+			"true-ran",
+			"personality-linux: ok",
+			"personality-addr-no-randomize: ok",
+			"get_mempolicy: ok",
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := containerConfig(c.name, ref, "sh", "-c", script)
+			cfg.Mounts = []*runtime.Mount{{ContainerPath: "/probe", HostPath: probeDir, Readonly: true}}
+			cfg.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+				Seccomp: &runtime.SecurityProfile{ProfileType: c.profile},
+			}}
+			st, log := d.runToExit(t, pod, podCfg, cfg)
+			if st.GetExitCode() != 0 {
+				t.Fatalf("exit code %d, want 0; log:\n%s", st.GetExitCode(), log)
+			}
+			for _, want := range c.wants {
+				if !strings.Contains(log, want+"\n") {
+					t.Errorf("output lacks %q:\n%s", want, log)
+				}
+			}
+		})
 	}
 }

@@ -43,7 +43,7 @@ func seccompFor(sec Security, caps capSet) (*specs.LinuxSeccomp, error) {
 		return nil, nil
 	}
 	switch sec.Seccomp.Type {
-	case ProfileUnconfined:
+	case ProfileUnset, ProfileUnconfined:
 		return nil, nil
 	case ProfileRuntimeDefault:
 		return defaultSeccompProfile(caps)

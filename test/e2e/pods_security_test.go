@@ -4,11 +4,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -218,5 +220,58 @@ func TestRuntimeDefaultSeccompIsAnAllowList(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// On a host without AppArmor (as this one) the default profile is neither
+// loaded nor applied: containers with no profile or RuntimeDefault run, and
+// their spec names no profile. Hosts with AppArmor are covered by the unit
+// tests of oci (the profile's text and the load decision).
+func TestAppArmorDisabledHostRunsContainers(t *testing.T) {
+	if data, err := os.ReadFile("/sys/module/apparmor/parameters/enabled"); err == nil && strings.HasPrefix(string(data), "Y") {
+		t.Skip("AppArmor is enabled on this host")
+	}
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("apparmor")
+	pod := d.runPod(t, podCfg)
+	for _, c := range []struct {
+		name string
+		sc   *runtime.LinuxContainerSecurityContext
+	}{
+		{"none", &runtime.LinuxContainerSecurityContext{}},
+		{"runtime-default", &runtime.LinuxContainerSecurityContext{Apparmor: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_RuntimeDefault}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := containerConfig(c.name, ref, "sh", "-c", "echo started")
+			cfg.Linux = &runtime.LinuxContainerConfig{SecurityContext: c.sc}
+			id := d.createContainer(t, pod, podCfg, cfg)
+			data, err := os.ReadFile(filepath.Join(d.RunDir, "containers", id, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec struct {
+				Process struct {
+					ApparmorProfile *string `json:"apparmorProfile"`
+				} `json:"process"`
+			}
+			if err := json.Unmarshal(data, &spec); err != nil {
+				t.Fatal(err)
+			}
+			if spec.Process.ApparmorProfile != nil {
+				t.Errorf("spec names AppArmor profile %q on a host without AppArmor", *spec.Process.ApparmorProfile)
+			}
+			if err := d.Runtime.StartContainer(context.Background(), id); err != nil {
+				t.Fatalf("StartContainer: %v", err)
+			}
+			st := d.waitExited(t, id, 30*time.Second)
+			if log := readLog(t, st.GetLogPath()); st.GetExitCode() != 0 || log != "started\n" {
+				t.Errorf("exit %d log %q, want 0 and \"started\"", st.GetExitCode(), log)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(d.RunDir, "apparmor")); err == nil {
+		t.Errorf("the daemon wrote an AppArmor profile on a host without AppArmor")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -273,5 +274,78 @@ func TestAppArmorDisabledHostRunsContainers(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(d.RunDir, "apparmor")); err == nil {
 		t.Errorf("the daemon wrote an AppArmor profile on a host without AppArmor")
+	}
+}
+
+// asNobody runs a host command as uid/gid 65534 with no groups and returns
+// its combined output and whether it succeeded.
+func asNobody(t *testing.T, name string, args ...string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v as nobody did not finish", name, args)
+	}
+	return string(out), err == nil
+}
+
+// A pod's /dev/shm is a 1777 tmpfs below the run dir; /proc/self/mountinfo
+// shows any host user where. Host users must not reach it (the class of
+// CVE-2021-41091): the run dir, pods dir and pod dirs are 0700. The
+// containers, which runc sets up as root, still use it, as do exec and logs.
+func TestPodDirsUnreachableByHostUsers(t *testing.T) {
+	d := StartDaemon(t)
+	// The test's temp dir is 0700 itself; open it as /run is, so that only
+	// the daemon's own modes keep host users out.
+	if err := os.Chmod(d.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("podperms")
+	pod := d.runPod(t, podCfg)
+	cfg := containerConfig("app", ref, "sh", "-c", "echo from-app > /dev/shm/app && cat /etc/hostname && sleep 300")
+	cfg.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1000}}}
+	id := d.startContainer(t, pod, podCfg, cfg)
+
+	podDir := filepath.Join(d.RunDir, "pods", pod)
+	shm := filepath.Join(podDir, "shm")
+	waitFor(t, "the container's file in the pod's shm", 10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(shm, "app"))
+		return err == nil
+	})
+	for _, dir := range []string{d.RunDir, filepath.Join(d.RunDir, "pods"), podDir} {
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v (%v), want 0700", dir, fi.Mode().Perm(), err)
+		}
+	}
+	if fi, err := os.Stat(shm); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
+		t.Errorf("pod shm: mode %v (%v), want 1777 for the containers", fi.Mode(), err)
+	}
+
+	if out, ok := asNobody(t, "ls", shm); ok {
+		t.Errorf("nobody can list the pod's shm:\n%s", out)
+	}
+	if out, ok := asNobody(t, "touch", filepath.Join(shm, "planted")); ok {
+		t.Errorf("nobody can create a file in the pod's shm:\n%s", out)
+	}
+	if out, ok := asNobody(t, "cat", filepath.Join(podDir, "hosts")); ok {
+		t.Errorf("nobody can read the pod's hosts file:\n%s", out)
+	}
+
+	// The container (uid 1000) still uses /dev/shm; exec and logs work.
+	ctx := context.Background()
+	stdout, stderr, err := d.Runtime.ExecSync(ctx, id, []string{"sh", "-c", "cat /dev/shm/app && echo from-exec > /dev/shm/exec && id -u"}, 10*time.Second)
+	if err != nil || string(stdout) != "from-app\n1000\n" {
+		t.Errorf("exec: stdout %q stderr %q err %v, want the app's file read and uid 1000", stdout, stderr, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(shm, "exec")); err != nil || string(data) != "from-exec\n" {
+		t.Errorf("the exec's file in the pod's shm: %q %v", data, err)
+	}
+	if log := readLog(t, d.status(t, id).GetLogPath()); log != "podperms\n" {
+		t.Errorf("container log %q, want its hostname", log)
 	}
 }

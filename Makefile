@@ -19,8 +19,7 @@ deps:
 	@hack/install-deps.sh
 
 # Static binaries: the monitor must not depend on the host's libc, and neither
-# needs cgo.
-# The shipped daemon must not have the test-only crash points.
+# needs cgo. The shipped daemon must not have the test-only crash points.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 	@! grep -q MINICRI_TEST_CRASH_AT $(BIN)/minicri || { echo "$(BIN)/minicri has the test-only crash points"; exit 1; }

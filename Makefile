@@ -6,10 +6,11 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := $(CURDIR)/bin
+E2E_BIN  := $(BIN)/e2e
 PREFIX   ?= /usr/local
 E2E_TIMEOUT ?= 15m
 
-.PHONY: all deps build kubelet run test vet fmt-check unit e2e bench install clean
+.PHONY: all deps build build-e2e kubelet run test vet fmt-check unit e2e bench install clean
 
 all: build
 
@@ -18,9 +19,15 @@ deps:
 	@hack/install-deps.sh
 
 # Static binaries: the monitor must not depend on the host's libc, and neither
-# needs cgo.
+# needs cgo. The shipped daemon must not have the test-only crash points.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	@! grep -q MINICRI_TEST_CRASH_AT $(BIN)/minicri || { echo "$(BIN)/minicri has the test-only crash points"; exit 1; }
+
+# The e2e suite's binaries: the same, plus the crash points its crash tests
+# use (server/crashpoint.go, -tags crashpoints). Never install these.
+build-e2e:
+	CGO_ENABLED=0 $(GO) build -tags crashpoints -trimpath -ldflags "$(LDFLAGS)" -o $(E2E_BIN)/ ./cmd/...
 
 # Run the daemon in the foreground with the built-in defaults (socket
 # /run/minicri/minicri.sock). Extra flags: make run ARGS="--log-level debug".
@@ -60,8 +67,8 @@ kubelet:
 
 # End-to-end tests: the real daemon, real runc, real registry, a real
 # kubelet; needs root.
-e2e: build $(KUBELET_DEP)
-	MINICRI_BIN_DIR=$(BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/
+e2e: build build-e2e $(KUBELET_DEP)
+	MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/
 
 bench: deps build
 	@hack/bench.sh $(BIN)

@@ -7,10 +7,11 @@ import (
 	"strings"
 )
 
-// DefaultAppArmorProfile is the profile RuntimeDefault applies on an AppArmor
-// host. minicri does not generate or load it: the node's setup must load a
-// profile of this name (apparmor_parser), or RuntimeDefault fails with a message
-// saying so rather than running the container unconfined.
+// DefaultAppArmorProfile is the profile an unprivileged container gets on an
+// AppArmor host when it names none or asks for RuntimeDefault. The daemon
+// loads it at start (EnsureDefaultAppArmorProfile); when it is not loaded,
+// such a container fails with a message saying so rather than running
+// unconfined.
 const DefaultAppArmorProfile = "minicri-default"
 
 // appArmorProfilesPath lists the loaded profiles; tests replace it.
@@ -18,7 +19,9 @@ var appArmorProfilesPath = "/sys/kernel/security/apparmor/profiles"
 
 // appArmorFor picks the process's AppArmor profile. Without AppArmor in the
 // kernel every request is ignored, as the kubelet expects of such nodes.
-// Privileged containers are unconfined unless a Localhost profile is named.
+// A container that names no profile gets the default one, as with containerd
+// and cri-o. Privileged containers are unconfined unless a Localhost profile
+// is named.
 func appArmorFor(sec Security, h hostFacts) (string, error) {
 	if !h.apparmor {
 		return "", nil
@@ -27,7 +30,7 @@ func appArmorFor(sec Security, h hostFacts) (string, error) {
 	switch sec.AppArmor.Type {
 	case ProfileUnconfined:
 		return "", nil
-	case ProfileRuntimeDefault:
+	case ProfileUnset, ProfileRuntimeDefault:
 		if sec.Privileged {
 			return "", nil
 		}
@@ -43,6 +46,9 @@ func appArmorFor(sec Security, h hostFacts) (string, error) {
 	loaded, err := appArmorProfileLoaded(appArmorProfilesPath, name)
 	if err != nil {
 		return "", err
+	}
+	if !loaded && name == DefaultAppArmorProfile {
+		return "", fmt.Errorf("%w: the default AppArmor profile %q is not loaded on this node: the daemon loads it at start, see its log", ErrInvalid, name)
 	}
 	if !loaded {
 		return "", fmt.Errorf("%w: AppArmor profile %q is not loaded on this node", ErrInvalid, name)

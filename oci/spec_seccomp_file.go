@@ -127,13 +127,28 @@ func (f *seccompFile) architectures(goarch string) []specs.Arch {
 	if len(f.Architectures) > 0 || len(f.ArchMap) == 0 {
 		return f.Architectures
 	}
-	native := seccompArchitectures(goarch)
+	native, ok := nativeSeccompArch[goarch]
+	if !ok {
+		return nil
+	}
 	for _, m := range f.ArchMap {
-		if len(native) > 0 && m.Architecture == native[0] {
+		if m.Architecture == native {
 			return append([]specs.Arch{m.Architecture}, m.SubArchitectures...)
 		}
 	}
 	return nil
+}
+
+// nativeSeccompArch is the seccomp architecture of a Go GOARCH; an archMap
+// entry names its compat architectures.
+var nativeSeccompArch = map[string]specs.Arch{
+	"amd64":   specs.ArchX86_64,
+	"arm64":   specs.ArchAARCH64,
+	"386":     specs.ArchX86,
+	"arm":     specs.ArchARM,
+	"ppc64le": specs.ArchPPC64LE,
+	"s390x":   specs.ArchS390X,
+	"riscv64": specs.ArchRISCV64,
 }
 
 func (sc *seccompFileSyscall) applies(caps capSet, goarch, kernel string) bool {

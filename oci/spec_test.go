@@ -494,9 +494,12 @@ func TestAppArmor(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "ignored without AppArmor", host: testHost(), sec: Security{AppArmor: AppArmorProfile{Type: ProfileLocalhost, LocalhostName: "nope"}}},
-		{name: "unconfined", host: withAppArmor},
+		{name: "no profile without AppArmor", host: testHost()},
+		{name: "no profile named gets the default", host: withAppArmor, want: DefaultAppArmorProfile},
+		{name: "unconfined", host: withAppArmor, sec: Security{AppArmor: AppArmorProfile{Type: ProfileUnconfined}}},
 		{name: "runtime default", host: withAppArmor, sec: Security{AppArmor: AppArmorProfile{Type: ProfileRuntimeDefault}}, want: DefaultAppArmorProfile},
 		{name: "privileged runtime default is unconfined", host: withAppArmor, sec: Security{Privileged: true, AppArmor: AppArmorProfile{Type: ProfileRuntimeDefault}}},
+		{name: "privileged without a profile is unconfined", host: withAppArmor, sec: Security{Privileged: true}},
 		{name: "localhost", host: withAppArmor, sec: Security{AppArmor: AppArmorProfile{Type: ProfileLocalhost, LocalhostName: "localhost/my-profile"}}, want: "my-profile"},
 		{name: "localhost not loaded", host: withAppArmor, sec: Security{AppArmor: AppArmorProfile{Type: ProfileLocalhost, LocalhostName: "other"}}, wantErr: true},
 	}

@@ -157,9 +157,12 @@ type Security struct {
 type ProfileType int
 
 const (
-	// ProfileUnconfined applies no profile. It is the zero value, as for a CRI
-	// request that names no profile.
-	ProfileUnconfined ProfileType = iota
+	// ProfileUnset is a request that names no profile, the zero value. Seccomp
+	// then applies none (the kubelet asks for RuntimeDefault when it wants
+	// it); AppArmor applies the runtime's default, as containerd and cri-o do.
+	ProfileUnset ProfileType = iota
+	// ProfileUnconfined applies no profile.
+	ProfileUnconfined
 	// ProfileRuntimeDefault applies the runtime's default profile.
 	ProfileRuntimeDefault
 	// ProfileLocalhost applies a profile from the node: a JSON file for
@@ -175,7 +178,8 @@ type SeccompProfile struct {
 }
 
 // AppArmorProfile selects the container's AppArmor profile. It is ignored when
-// the host does not have AppArmor enabled.
+// the host does not have AppArmor enabled; there, an unprivileged container
+// that names none gets DefaultAppArmorProfile.
 type AppArmorProfile struct {
 	Type ProfileType
 	// LocalhostName is the loaded profile's name for ProfileLocalhost.

@@ -167,6 +167,8 @@ func seccompProfile(sc *runtime.LinuxContainerSecurityContext) oci.SeccompProfil
 	return oci.SeccompProfile{}
 }
 
+// appArmorProfile tells an explicit Unconfined from no profile at all: a
+// container that names none gets the default profile (as with containerd).
 func appArmorProfile(sc *runtime.LinuxContainerSecurityContext) oci.AppArmorProfile {
 	if p := sc.GetApparmor(); p != nil {
 		switch p.GetProfileType() {
@@ -175,15 +177,17 @@ func appArmorProfile(sc *runtime.LinuxContainerSecurityContext) oci.AppArmorProf
 		case runtime.SecurityProfile_Localhost:
 			return oci.AppArmorProfile{Type: oci.ProfileLocalhost, LocalhostName: p.GetLocalhostRef()}
 		}
-		return oci.AppArmorProfile{}
+		return oci.AppArmorProfile{Type: oci.ProfileUnconfined}
 	}
 	switch name := sc.GetApparmorProfile(); {
+	case name == "":
+		return oci.AppArmorProfile{Type: oci.ProfileUnset}
 	case name == "runtime/default":
 		return oci.AppArmorProfile{Type: oci.ProfileRuntimeDefault}
 	case strings.HasPrefix(name, "localhost/"):
 		return oci.AppArmorProfile{Type: oci.ProfileLocalhost, LocalhostName: strings.TrimPrefix(name, "localhost/")}
 	}
-	return oci.AppArmorProfile{}
+	return oci.AppArmorProfile{Type: oci.ProfileUnconfined} // "unconfined"
 }
 
 // containerNamespaces joins the pod's pinned namespaces, or the host's where

@@ -1,3 +1,5 @@
+//go:build crashpoints
+
 package server
 
 import (
@@ -12,9 +14,15 @@ import (
 // with SIGKILL at one named step of an RPC. The start-up repair is tested by
 // cutting RunPodSandbox, CreateContainer, StartContainer, StopContainer,
 // RemoveContainer or RemovePodSandbox at a known step, instead of racing a
-// timer against them. Unset, as in production, a crash point is one string
-// comparison.
+// timer against them.
+//
+// Only binaries built with -tags crashpoints (the e2e suite's, see the
+// Makefile) have crash points; the shipped ones have crashpoint_off.go,
+// where no environment variable can kill the daemon.
 const CrashEnv = "MINICRI_TEST_CRASH_AT"
+
+// crashPointsBuiltIn tells the tests which build this is.
+const crashPointsBuiltIn = true
 
 // crashAt is read once: the points sit on hot paths.
 var crashAt = os.Getenv(CrashEnv)

@@ -88,7 +88,8 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 			}
 		}
 	}()
-	if err := os.MkdirAll(rec.Dir, 0o711); err != nil {
+	// 0700, the pods dir too: the pod's shm below is 1777 (see docs/security.md).
+	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return fmt.Errorf("create pod dir: %w", err)
 	}
 	// Each step records what it made before the next one starts: a kill -9

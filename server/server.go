@@ -5,6 +5,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -87,6 +88,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.runtimes = runtimeHandlers(cfg, s.monitorPath)
+	s.loadAppArmorProfile(opts.Log)
 	if s.sandboxes, err = openTable[sandboxRecord](s, "sandboxes"); err != nil {
 		return nil, err
 	}
@@ -101,6 +103,19 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// loadAppArmorProfile loads the default AppArmor profile on a host that
+// has AppArmor. A failure does not stop the daemon: the containers that
+// would get the profile fail, saying it is not loaded, and the others run.
+func (s *Server) loadAppArmorProfile(log *logrus.Entry) {
+	loaded, err := oci.EnsureDefaultAppArmorProfile(context.Background(), filepath.Join(s.cfg.RunDir, "apparmor"))
+	switch {
+	case err != nil:
+		log.WithError(err).Error("default AppArmor profile not loaded: containers that need it will fail")
+	case loaded:
+		log.WithField("profile", oci.DefaultAppArmorProfile).Info("loaded the default AppArmor profile")
+	}
 }
 
 func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {

@@ -28,7 +28,15 @@ func runDaemon(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	for _, dir := range []string{cfg.Root, cfg.RunDir, filepath.Dir(cfg.Listen)} {
+	// The run dir holds the pods' /dev/shm tmpfs (1777 for the containers),
+	// their hosts files and pinned namespaces: root's alone, or a host user
+	// who reads the mount table could read and plant files in a pod's shm
+	// (the class of CVE-2021-41091). The chmod also closes a run dir made
+	// 0711 by an older minicri.
+	if err := privateDir(cfg.RunDir); err != nil {
+		return err
+	}
+	for _, dir := range []string{cfg.Root, filepath.Dir(cfg.Listen)} {
 		if err := os.MkdirAll(dir, 0o711); err != nil {
 			return fmt.Errorf("create %s: %w", dir, err)
 		}
@@ -138,6 +146,17 @@ func lockStateRoot(root string) (*os.File, error) {
 
 // listenSocket listens on the CRI socket, replacing a stale socket file left
 // by a daemon that died, but never one that a live server still answers on.
+// privateDir makes dir, and makes it 0700 if it was there already.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("make %s private: %w", dir, err)
+	}
+	return nil
+}
+
 func listenSocket(path string) (net.Listener, error) {
 	if _, err := os.Lstat(path); err == nil {
 		conn, dialErr := net.DialTimeout("unix", path, time.Second)

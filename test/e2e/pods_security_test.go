@@ -4,10 +4,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -150,5 +154,198 @@ func TestUpdateContainerResources(t *testing.T) {
 	err = d.Runtime.UpdateContainerResources(ctx, id, &runtime.ContainerResources{Linux: &runtime.LinuxContainerResources{CpuShares: -1}})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("negative cpu shares: %v, want InvalidArgument", err)
+	}
+}
+
+// buildSeccompProbe builds testdata/seccompprobe, static, into a temp dir of
+// its own that a container can bind-mount.
+func buildSeccompProbe(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", tmpPrefix+"probe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cmd := exec.Command("go", "build", "-o", dir, "./testdata/seccompprobe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the seccomp probe: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// RuntimeDefault is an allow list: syscalls that a deny list lets through
+// (a personality that turns ASLR off, the NUMA calls) are refused with EPERM,
+// while ordinary programs run; Unconfined shows the probe's calls work.
+func TestRuntimeDefaultSeccompIsAnAllowList(t *testing.T) {
+	probeDir := buildSeccompProbe(t)
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("seccomp")
+	pod := d.runPod(t, podCfg)
+
+	const script = "true && echo true-ran; /probe/seccompprobe personality-linux personality-addr-no-randomize get_mempolicy"
+	cases := []struct {
+		name    string
+		profile runtime.SecurityProfile_ProfileType
+		wants   []string
+	}{
+		{"runtime-default", runtime.SecurityProfile_RuntimeDefault, []string{
+			"true-ran",
+			"personality-linux: ok",
+			"personality-addr-no-randomize: operation not permitted",
+			"get_mempolicy: operation not permitted",
+		}},
+		{"unconfined", runtime.SecurityProfile_Unconfined, []string{
+			"true-ran",
+			"personality-linux: ok",
+			"personality-addr-no-randomize: ok",
+			"get_mempolicy: ok",
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := containerConfig(c.name, ref, "sh", "-c", script)
+			cfg.Mounts = []*runtime.Mount{{ContainerPath: "/probe", HostPath: probeDir, Readonly: true}}
+			cfg.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+				Seccomp: &runtime.SecurityProfile{ProfileType: c.profile},
+			}}
+			st, log := d.runToExit(t, pod, podCfg, cfg)
+			if st.GetExitCode() != 0 {
+				t.Fatalf("exit code %d, want 0; log:\n%s", st.GetExitCode(), log)
+			}
+			for _, want := range c.wants {
+				if !strings.Contains(log, want+"\n") {
+					t.Errorf("output lacks %q:\n%s", want, log)
+				}
+			}
+		})
+	}
+}
+
+// On a host without AppArmor (as this one) the default profile is neither
+// loaded nor applied: containers with no profile or RuntimeDefault run, and
+// their spec names no profile. Hosts with AppArmor are covered by the unit
+// tests of oci (the profile's text and the load decision).
+func TestAppArmorDisabledHostRunsContainers(t *testing.T) {
+	if data, err := os.ReadFile("/sys/module/apparmor/parameters/enabled"); err == nil && strings.HasPrefix(string(data), "Y") {
+		t.Skip("AppArmor is enabled on this host")
+	}
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("apparmor")
+	pod := d.runPod(t, podCfg)
+	for _, c := range []struct {
+		name string
+		sc   *runtime.LinuxContainerSecurityContext
+	}{
+		{"none", &runtime.LinuxContainerSecurityContext{}},
+		{"runtime-default", &runtime.LinuxContainerSecurityContext{Apparmor: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_RuntimeDefault}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := containerConfig(c.name, ref, "sh", "-c", "echo started")
+			cfg.Linux = &runtime.LinuxContainerConfig{SecurityContext: c.sc}
+			id := d.createContainer(t, pod, podCfg, cfg)
+			data, err := os.ReadFile(filepath.Join(d.RunDir, "containers", id, "config.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var spec struct {
+				Process struct {
+					ApparmorProfile *string `json:"apparmorProfile"`
+				} `json:"process"`
+			}
+			if err := json.Unmarshal(data, &spec); err != nil {
+				t.Fatal(err)
+			}
+			if spec.Process.ApparmorProfile != nil {
+				t.Errorf("spec names AppArmor profile %q on a host without AppArmor", *spec.Process.ApparmorProfile)
+			}
+			if err := d.Runtime.StartContainer(context.Background(), id); err != nil {
+				t.Fatalf("StartContainer: %v", err)
+			}
+			st := d.waitExited(t, id, 30*time.Second)
+			if log := readLog(t, st.GetLogPath()); st.GetExitCode() != 0 || log != "started\n" {
+				t.Errorf("exit %d log %q, want 0 and \"started\"", st.GetExitCode(), log)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(d.RunDir, "apparmor")); err == nil {
+		t.Errorf("the daemon wrote an AppArmor profile on a host without AppArmor")
+	}
+}
+
+// asNobody runs a host command as uid/gid 65534 with no groups and returns
+// its combined output and whether it succeeded.
+func asNobody(t *testing.T, name string, args ...string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v as nobody did not finish", name, args)
+	}
+	return string(out), err == nil
+}
+
+// A pod's /dev/shm is a 1777 tmpfs below the run dir; /proc/self/mountinfo
+// shows any host user where. Host users must not reach it (the class of
+// CVE-2021-41091): the run dir, pods dir and pod dirs are 0700. The
+// containers, which runc sets up as root, still use it, as do exec and logs.
+func TestPodDirsUnreachableByHostUsers(t *testing.T) {
+	d := StartDaemon(t)
+	// The test's temp dir is 0700 itself; open it as /run is, so that only
+	// the daemon's own modes keep host users out.
+	if err := os.Chmod(d.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("podperms")
+	pod := d.runPod(t, podCfg)
+	cfg := containerConfig("app", ref, "sh", "-c", "echo from-app > /dev/shm/app && cat /etc/hostname && sleep 300")
+	cfg.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 1000}}}
+	id := d.startContainer(t, pod, podCfg, cfg)
+
+	podDir := filepath.Join(d.RunDir, "pods", pod)
+	shm := filepath.Join(podDir, "shm")
+	waitFor(t, "the container's file in the pod's shm", 10*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(shm, "app"))
+		return err == nil
+	})
+	for _, dir := range []string{d.RunDir, filepath.Join(d.RunDir, "pods"), podDir} {
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v (%v), want 0700", dir, fi.Mode().Perm(), err)
+		}
+	}
+	if fi, err := os.Stat(shm); err != nil || fi.Mode()&(os.ModePerm|os.ModeSticky) != 0o777|os.ModeSticky {
+		t.Errorf("pod shm: mode %v (%v), want 1777 for the containers", fi.Mode(), err)
+	}
+
+	if out, ok := asNobody(t, "ls", shm); ok {
+		t.Errorf("nobody can list the pod's shm:\n%s", out)
+	}
+	if out, ok := asNobody(t, "touch", filepath.Join(shm, "planted")); ok {
+		t.Errorf("nobody can create a file in the pod's shm:\n%s", out)
+	}
+	if out, ok := asNobody(t, "cat", filepath.Join(podDir, "hosts")); ok {
+		t.Errorf("nobody can read the pod's hosts file:\n%s", out)
+	}
+
+	// The container (uid 1000) still uses /dev/shm; exec and logs work.
+	ctx := context.Background()
+	stdout, stderr, err := d.Runtime.ExecSync(ctx, id, []string{"sh", "-c", "cat /dev/shm/app && echo from-exec > /dev/shm/exec && id -u"}, 10*time.Second)
+	if err != nil || string(stdout) != "from-app\n1000\n" {
+		t.Errorf("exec: stdout %q stderr %q err %v, want the app's file read and uid 1000", stdout, stderr, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(shm, "exec")); err != nil || string(data) != "from-exec\n" {
+		t.Errorf("the exec's file in the pod's shm: %q %v", data, err)
+	}
+	if log := readLog(t, d.status(t, id).GetLogPath()); log != "podperms\n" {
+		t.Errorf("container log %q, want its hostname", log)
 	}
 }

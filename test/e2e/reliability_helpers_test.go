@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,11 +36,31 @@ const crashEnv = "MINICRI_TEST_CRASH_AT"
 // it reaches the named crash point. Its restarts (Start again) do not crash.
 func startDaemonCrashingAt(t *testing.T, point string, opts ...DaemonOption) *Daemon {
 	t.Helper()
+	requireCrashPoints(t)
 	t.Setenv(crashEnv, point)
 	d := StartDaemon(t, opts...)
 	t.Setenv(crashEnv, "")
 	return d
 }
+
+// requireCrashPoints fails the test at once when the daemon under test has
+// no crash points: the shipped build (make build) has none, the suite's
+// (make build-e2e, into bin/e2e) has them.
+func requireCrashPoints(t *testing.T) {
+	t.Helper()
+	built, err := crashPointsBuiltIn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !built {
+		t.Fatalf("%s/minicri was built without -tags crashpoints: run the suite with MINICRI_BIN_DIR=bin/e2e (make build-e2e) or unset", binDir)
+	}
+}
+
+var crashPointsBuiltIn = sync.OnceValues(func() (bool, error) {
+	data, err := os.ReadFile(filepath.Join(binDir, "minicri"))
+	return bytes.Contains(data, []byte(crashEnv)), err
+})
 
 // kill9 kills the daemon as a crash would and waits for it to be gone. The
 // cleanup that Start registered copes with a daemon that already exited.

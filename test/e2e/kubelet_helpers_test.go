@@ -137,7 +137,7 @@ func startKubelet(t *testing.T, d *Daemon) *Kubelet {
 		t.Fatal(err)
 	}
 	for name, value := range kubeletTunables {
-		if err := os.WriteFile(filepath.Join(tunables, strings.ReplaceAll(name, "/", "_")), []byte(value+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(tunables, strings.ReplaceAll(name, "/", ".")), []byte(value+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -211,13 +211,13 @@ var kubeletHostPaths = []string{"/var/lib/kubelet", "/var/log/containers", "/var
 
 // kubeletMountNS is the script that sets up the kubelet's mount namespace,
 // then runs "$@": a tmpfs on /var/lib/kubelet and /var/log/containers (or on
-// their parent when they do not exist), and each file of dir bound on the
-// /proc/sys file its name spells with _ for /.
+// their parent when they do not exist), and each file of $KUBELET_TUNABLES
+// bound on the /proc/sys file its sysctl name (dots for slashes) names.
 const kubeletMountNS = `set -e
 hide() { for d in "$@"; do if [ -d "$d" ] && [ ! -L "$d" ]; then mount -t tmpfs -o mode=0755,size=64m tmpfs "$d"; return; fi; done; echo "nowhere to hide $1" >&2; exit 1; }
 hide /var/lib/kubelet /var/lib
 hide /var/log/containers /var/log
-for f in "$KUBELET_TUNABLES"/*; do mount --bind "$f" "/proc/sys/$(basename "$f" | tr _ /)"; done
+for f in "$KUBELET_TUNABLES"/*; do mount --bind "$f" "/proc/sys/$(basename "$f" | tr . /)"; done
 exec "$@"`
 
 // config is the KubeletConfiguration of a standalone test kubelet: everything

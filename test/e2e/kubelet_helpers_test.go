@@ -572,3 +572,61 @@ func freeTCPPort(t *testing.T) int {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
 }
+
+// The CNI portmap plugin, at the first hostPort on a host, adds three chains
+// to the nat table and jumps to them, and never removes them (each pod's
+// own chain goes with the pod).
+var hostPortChains = []struct{ chain, from, match string }{
+	{"CNI-HOSTPORT-DNAT", "PREROUTING", "-m addrtype --dst-type LOCAL"},
+	{"CNI-HOSTPORT-DNAT", "OUTPUT", "-m addrtype --dst-type LOCAL"},
+	{"CNI-HOSTPORT-MASQ", "POSTROUTING", `-m comment --comment "CNI portfwd requiring masquerade"`},
+	{"CNI-HOSTPORT-SETMARK", "", ""},
+}
+
+// removeHostPortChainsAtEnd removes, when the test ends, the portmap
+// plugin's chains if they were not there when it began and no pod's
+// mapping is left in them (another run's pods may use them meanwhile).
+// Register it before the daemon starts, so that it runs after the pods went.
+func removeHostPortChainsAtEnd(t *testing.T) {
+	t.Helper()
+	iptables := func(args ...string) (string, error) {
+		out, err := exec.Command("iptables", append([]string{"-w", "30", "-t", "nat"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if _, err := iptables("-S", "CNI-HOSTPORT-DNAT"); err == nil {
+		return // there before us: not ours to remove
+	}
+	t.Cleanup(func() {
+		rules, err := iptables("-S", "CNI-HOSTPORT-DNAT")
+		if err != nil || strings.Count(strings.TrimSpace(rules), "\n") > 0 {
+			t.Logf("the portmap plugin's chains stay: never made, or still in use: %v %s", err, rules)
+			return
+		}
+		for _, c := range hostPortChains {
+			if c.from != "" {
+				args := append([]string{"-D", c.from}, splitQuoted(c.match)...)
+				_, _ = iptables(append(args, "-j", c.chain)...)
+			}
+		}
+		for _, c := range hostPortChains {
+			_, _ = iptables("-F", c.chain)
+			_, _ = iptables("-X", c.chain)
+		}
+		if rules, err := iptables("-S"); err == nil && strings.Contains(rules, "CNI-HOSTPORT") {
+			t.Errorf("the portmap plugin's chains are left in the nat table:\n%s", rules)
+		}
+	})
+}
+
+// splitQuoted splits s at spaces, keeping "quoted parts" whole.
+func splitQuoted(s string) []string {
+	var out []string
+	for i, part := range strings.Split(s, `"`) {
+		if i%2 == 1 {
+			out = append(out, part)
+		} else {
+			out = append(out, strings.Fields(part)...)
+		}
+	}
+	return out
+}

@@ -38,6 +38,7 @@ type kubeletNode struct {
 func newKubeletNode(t *testing.T) *kubeletNode {
 	t.Helper()
 	kubeletBinary(t)
+	removeHostPortChainsAtEnd(t)
 	d := StartDaemon(t)
 	d.bridgeNetwork(t)
 	reg := registry.Start(t, registry.Options{})

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -102,7 +103,7 @@ func (n *kubeletNode) execSync(t *testing.T, id string, cmd ...string) string {
 func TestKubelet(t *testing.T) {
 	n := newKubeletNode(t)
 	k := n.k
-	hostPort := freeTCPPort(t)
+	hostPort := hostPortBelowEphemeral(t)
 
 	// Removed early, checked at the end: the kubelet removes sandboxes only
 	// in its container GC, which runs once a minute.
@@ -757,4 +758,31 @@ func testProbeTimeout(t *testing.T, n *kubeletNode) {
 	if probes := probeProcesses(); len(probes) > 2 {
 		t.Errorf("%d probe processes alive, want at most 2: timed-out probes are not killed:\n%s", len(probes), strings.Join(probes, "\n"))
 	}
+}
+
+// hostPortBelowEphemeral is a free port below the kernel's ephemeral range,
+// for a hostPort. A hostPort is a DNAT rule, not a bound socket: one in the
+// ephemeral range can be given to a process binding port 0 (the daemon's
+// streaming server after a restart did), and the rule then steals that
+// process's loopback connections.
+func hostPortBelowEphemeral(t *testing.T) int {
+	t.Helper()
+	low := 32768
+	if r, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(r), &low)
+	}
+	if low <= 20000 {
+		t.Skipf("the ephemeral port range starts at %d: no room for a hostPort below it", low)
+	}
+	for i := 0; i < 100; i++ {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		port := 20000 + (int(b[0])<<8|int(b[1]))%(low-20000)
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			l.Close()
+			return port
+		}
+	}
+	t.Fatalf("no free port between 20000 and %d", low)
+	return 0
 }

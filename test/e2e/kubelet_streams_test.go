@@ -109,8 +109,10 @@ func testExecThroughKubelet(t *testing.T, n *kubeletNode) {
 				var out lockedBuffer
 				errc := make(chan error, 1)
 				go func() {
-					errc <- k.stream(t, proto, k.streamURL("exec", "stream", "shell", []string{"sh", "-c", "tty; while read line; do stty size; done"}, true, true),
+					err := k.stream(t, proto, k.streamURL("exec", "stream", "shell", []string{"sh", "-c", "tty; while read line; do stty size; done"}, true, true),
 						remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Tty: true, TerminalSizeQueue: sizes})
+					stdin.Close() // a line typed after the end fails rather than waits forever
+					errc <- err
 				}()
 				expectSize := func(want string) {
 					t.Helper()
@@ -159,11 +161,18 @@ func attachEcho(t *testing.T, k *Kubelet, proto, msg string) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		errc <- kubeletExecutor(t, proto, k.streamURL("attach", "stream", "echo", nil, true, false)).
+		err := kubeletExecutor(t, proto, k.streamURL("attach", "stream", "echo", nil, true, false)).
 			StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &out})
+		stdin.Close() // a line typed after the end fails rather than waits forever
+		errc <- err
 	}()
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(out.String(), "got "+msg) {
+		select {
+		case err := <-errc:
+			t.Fatalf("the attach over %s ended before the container answered: %v; output %q", proto, err, out.String())
+		default:
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no %q from the attached container after 15 s over %s; output %q", "got "+msg, proto, out.String())
 		}

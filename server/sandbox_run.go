@@ -32,6 +32,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	if err := validateSandboxConfig(cfg); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := s.checkHostPorts(cfg); err != nil {
+		return nil, err
+	}
 	handler, err := s.handlerName(req.GetRuntimeHandler())
 	if err != nil {
 		return nil, toStatus(err)

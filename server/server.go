@@ -193,7 +193,9 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 		TLSCert:  sc.TLSCert,
 		TLSKey:   sc.TLSKey,
 		TokenTTL: sc.TokenTTL.Std(),
-		Log:      log.WithField("component", "streaming"),
+		// Ports the recovered pods' hostPorts take (sandbox_hostport.go).
+		AvoidPorts: s.recoveredHostPorts(),
+		Log:        log.WithField("component", "streaming"),
 	}, streamRuntime{s})
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -37,6 +38,10 @@ type Config struct {
 	Address string
 	// Port to bind; 0 picks a free one.
 	Port int
+	// AvoidPorts are ports a free one must not be: a pod's hostPort is a
+	// DNAT rule, not a bound socket, and would take the server's
+	// connections. They do not apply to a configured Port.
+	AvoidPorts []int
 	// TLSCert and TLSKey, both set, make the server HTTPS.
 	TLSCert, TLSKey string
 	// TokenTTL is how long a URL stays valid before its first use; 0 is
@@ -102,7 +107,11 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 // base of the URLs.
 func (s *Server) listen() (net.Listener, error) {
 	addr := net.JoinHostPort(s.cfg.Address, strconv.Itoa(s.cfg.Port))
-	ln, err := net.Listen("tcp", addr)
+	listen := func() (net.Listener, error) { return net.Listen("tcp", addr) }
+	if s.cfg.Port == 0 {
+		listen = avoidingPorts(listen, s.cfg.AvoidPorts)
+	}
+	ln, err := listen()
 	if err != nil {
 		return nil, fmt.Errorf("streaming server: listen on %s: %w", addr, err)
 	}
@@ -122,6 +131,34 @@ func (s *Server) listen() (net.Listener, error) {
 		// HTTP/2 cannot upgrade a connection: SPDY and WebSocket need 1.1.
 		NextProtos: []string{"http/1.1"},
 	}), nil
+}
+
+// avoidingPorts wraps a listen on port 0: a listener on a port to avoid is
+// held while the kernel is asked again (so that it gives another), and
+// closed once one fits.
+func avoidingPorts(listen func() (net.Listener, error), avoid []int) func() (net.Listener, error) {
+	if len(avoid) == 0 {
+		return listen
+	}
+	return func() (net.Listener, error) {
+		var held []net.Listener
+		defer func() {
+			for _, l := range held {
+				l.Close()
+			}
+		}()
+		for range len(avoid) + 1 {
+			ln, err := listen()
+			if err != nil {
+				return nil, err
+			}
+			if a, ok := ln.Addr().(*net.TCPAddr); !ok || !slices.Contains(avoid, a.Port) {
+				return ln, nil
+			}
+			held = append(held, ln)
+		}
+		return nil, fmt.Errorf("every free port the kernel gave is a pod's hostPort")
+	}
 }
 
 // urlHost is the host:port of the URLs: the bound address, or loopback for a

@@ -63,6 +63,9 @@ type CNIConfig struct {
 type ImageConfig struct {
 	PullTimeout            Duration                  `toml:"pull_timeout" comment:"A pull that takes longer than this is cancelled; 0 means no limit."`
 	MaxConcurrentDownloads int                       `toml:"max_concurrent_downloads" comment:"Layers downloaded at once by one pull."`
+	MaxUnpackedBytes       int64                     `toml:"max_unpacked_bytes" comment:"Bytes that the files of one image may declare, summed over the layers a pull or import unpacks (the apparent size: a sparse file counts whole, though its holes and runs of zeros take no disk). An image over it is refused and nothing of it kept. Default 64 GiB; raise it for images that carry large models."`
+	MaxUnpackedEntries     int64                     `toml:"max_unpacked_entries" comment:"Files, directories (implicit parents too), links and whiteouts that one image may unpack, summed over its layers. An image over it is refused."`
+	MaxPathDepth           int                       `toml:"max_path_depth" comment:"Directories a path in an image layer may have. A layer with a deeper path is refused."`
 	Registries             map[string]RegistryConfig `toml:"registries" comment:"Per registry host: [image.registries.\"HOST\"] with mirrors = [...] and insecure = true|false."`
 }
 
@@ -106,6 +109,9 @@ func Default() Config {
 		Image: ImageConfig{
 			PullTimeout:            Duration(10 * time.Minute),
 			MaxConcurrentDownloads: 3,
+			MaxUnpackedBytes:       64 << 30,
+			MaxUnpackedEntries:     1_000_000,
+			MaxPathDepth:           256,
 			Registries:             map[string]RegistryConfig{},
 		},
 		// containerd's defaults (enable_cdi, cdi_spec_dirs), which are the
@@ -201,6 +207,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Image.PullTimeout < 0 {
 		return &InvalidError{"image.pull_timeout", "must not be negative"}
+	}
+	if c.Image.MaxUnpackedBytes < 1 {
+		return &InvalidError{"image.max_unpacked_bytes", "must be at least 1 byte"}
+	}
+	if c.Image.MaxUnpackedEntries < 1 {
+		return &InvalidError{"image.max_unpacked_entries", "must be at least 1"}
+	}
+	if c.Image.MaxPathDepth < 1 {
+		return &InvalidError{"image.max_path_depth", "must be at least 1"}
 	}
 	for _, dir := range c.CDI.SpecDirs {
 		if err := absolute("cdi.spec_dirs", dir); err != nil {

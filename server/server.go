@@ -109,12 +109,22 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 		Registries:             registries,
 		PullTimeout:            cfg.Image.PullTimeout.Std(),
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
+		Limits:                 imageLimits(cfg),
 		Log:                    log.WithField("component", "image"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open image store: %w", err)
 	}
 	return st, nil
+}
+
+// imageLimits are the unpack bounds of the [image] keys.
+func imageLimits(cfg config.Config) image.Limits {
+	return image.Limits{
+		MaxUnpackedBytes:   cfg.Image.MaxUnpackedBytes,
+		MaxUnpackedEntries: cfg.Image.MaxUnpackedEntries,
+		MaxPathDepth:       cfg.Image.MaxPathDepth,
+	}
 }
 
 func runtimeHandlers(cfg config.Config, execShim string) *oci.Handlers {

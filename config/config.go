@@ -51,6 +51,10 @@ type StreamingConfig struct {
 	TLSCert  string   `toml:"tls_cert" comment:"PEM certificate for the streaming server; empty serves plain HTTP (fine on loopback)."`
 	TLSKey   string   `toml:"tls_key" comment:"PEM private key matching tls_cert."`
 	TokenTTL Duration `toml:"token_ttl" comment:"How long an exec/attach/port-forward URL handed to the kubelet stays valid before its single use."`
+
+	RequestTimeout  Duration `toml:"request_timeout" comment:"A connection must send its whole request (TLS handshake, headers) and take the answer within this, until it is upgraded to a stream; an upgraded exec, attach or port-forward stream is never cut by it."`
+	IdleConnTimeout Duration `toml:"idle_conn_timeout" comment:"A connection that is not a stream and waits for its next request (after a refused token, say) is closed after this."`
+	MaxConnections  int      `toml:"max_connections" comment:"Connections open at once, streams included. At the cap a new connection takes the place of the oldest one waiting for a request, or is closed when every one is busy."`
 }
 
 // CNIConfig finds the network configuration and plugins.
@@ -101,7 +105,13 @@ func Default() Config {
 				"crun": {Path: "crun"},
 			},
 		},
-		Streaming: StreamingConfig{Address: "127.0.0.1", TokenTTL: Duration(time.Minute)},
+		Streaming: StreamingConfig{
+			Address:         "127.0.0.1",
+			TokenTTL:        Duration(time.Minute),
+			RequestTimeout:  Duration(10 * time.Second),
+			IdleConnTimeout: Duration(30 * time.Second),
+			MaxConnections:  1024,
+		},
 		CNI: CNIConfig{
 			ConfDir: "/etc/cni/net.d",
 			BinDirs: []string{"/opt/cni/bin", "/usr/lib/cni"},
@@ -192,6 +202,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Streaming.TokenTTL <= 0 {
 		return &InvalidError{"streaming.token_ttl", "must be positive"}
+	}
+	if c.Streaming.RequestTimeout <= 0 {
+		return &InvalidError{"streaming.request_timeout", "must be positive"}
+	}
+	if c.Streaming.IdleConnTimeout <= 0 {
+		return &InvalidError{"streaming.idle_conn_timeout", "must be positive"}
+	}
+	if c.Streaming.MaxConnections < 1 {
+		return &InvalidError{"streaming.max_connections", "must be at least 1"}
 	}
 	if c.Runtime.MonitorShare < 1 {
 		return &InvalidError{"runtime.monitor_share", "must be at least 1 container"}

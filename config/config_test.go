@@ -187,7 +187,8 @@ func TestEveryScalarKeyIsAFlag(t *testing.T) {
 }
 
 // TestImageUnpackLimits: the limits take 64-bit values from flags and the
-// file, and a limit of 0 is refused naming its key.
+// file, and a limit of 0 (of these and of the streaming server's) is
+// refused naming its key.
 func TestImageUnpackLimits(t *testing.T) {
 	cfg, err := load(t, "--config", writeFile(t, "[image]\nmax_path_depth = 64\n"), "--image-max-unpacked-bytes", "1099511627776")
 	if err != nil {
@@ -197,7 +198,8 @@ func TestImageUnpackLimits(t *testing.T) {
 		t.Errorf("image limits = %d bytes, %d entries, depth %d; want 1 TiB, the default, 64",
 			cfg.Image.MaxUnpackedBytes, cfg.Image.MaxUnpackedEntries, cfg.Image.MaxPathDepth)
 	}
-	for _, key := range []string{"image.max_unpacked_bytes", "image.max_unpacked_entries", "image.max_path_depth"} {
+	for _, key := range []string{"image.max_unpacked_bytes", "image.max_unpacked_entries", "image.max_path_depth",
+		"streaming.request_timeout", "streaming.idle_conn_timeout", "streaming.max_connections"} {
 		_, err := load(t, "--config", "", "--"+FlagName(key), "0")
 		var inv *InvalidError
 		if !errors.As(err, &inv) || inv.Key != key {

@@ -184,7 +184,11 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 		TLSCert:  sc.TLSCert,
 		TLSKey:   sc.TLSKey,
 		TokenTTL: sc.TokenTTL.Std(),
-		Log:      log.WithField("component", "streaming"),
+
+		RequestTimeout:  sc.RequestTimeout.Std(),
+		IdleConnTimeout: sc.IdleConnTimeout.Std(),
+		MaxConns:        sc.MaxConnections,
+		Log:             log.WithField("component", "streaming"),
 	}, streamRuntime{s})
 	if err != nil {
 		return err

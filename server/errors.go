@@ -41,6 +41,7 @@ var codeMappings = []struct {
 	{image.ErrAmbiguous, codes.InvalidArgument},
 	{image.ErrInUse, codes.FailedPrecondition},
 	{image.ErrUnauthorized, codes.Unauthenticated},
+	{image.ErrTooLarge, codes.ResourceExhausted},
 	{oci.ErrInvalid, codes.InvalidArgument},
 	{oci.ErrNoCommand, codes.InvalidArgument},
 	{oci.ErrRunAsRoot, codes.FailedPrecondition},

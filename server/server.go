@@ -128,12 +128,22 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 		Registries:             registries,
 		PullTimeout:            cfg.Image.PullTimeout.Std(),
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
+		Limits:                 imageLimits(cfg),
 		Log:                    log.WithField("component", "image"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open image store: %w", err)
 	}
 	return st, nil
+}
+
+// imageLimits are the unpack bounds of the [image] keys.
+func imageLimits(cfg config.Config) image.Limits {
+	return image.Limits{
+		MaxUnpackedBytes:   cfg.Image.MaxUnpackedBytes,
+		MaxUnpackedEntries: cfg.Image.MaxUnpackedEntries,
+		MaxPathDepth:       cfg.Image.MaxPathDepth,
+	}
 }
 
 func runtimeHandlers(cfg config.Config, execShim string) *oci.Handlers {
@@ -193,7 +203,11 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 		TLSCert:  sc.TLSCert,
 		TLSKey:   sc.TLSKey,
 		TokenTTL: sc.TokenTTL.Std(),
-		Log:      log.WithField("component", "streaming"),
+
+		RequestTimeout:  sc.RequestTimeout.Std(),
+		IdleConnTimeout: sc.IdleConnTimeout.Std(),
+		MaxConns:        sc.MaxConnections,
+		Log:             log.WithField("component", "streaming"),
 	}, streamRuntime{s})
 	if err != nil {
 		return err

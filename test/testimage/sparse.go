@@ -188,7 +188,7 @@ func EmptyFilesTar(w io.Writer, n int) error {
 		for _, c := range name {
 			sum += int(c)
 		}
-		fmt.Appendf(blk[148:148], "%06o\x00 ", sum)
+		_ = fmt.Appendf(blk[148:148], "%06o\x00 ", sum) // writes the checksum field in place
 		if len(buf) == cap(buf) || i == n-1 {
 			if _, err := w.Write(buf); err != nil {
 				return err

@@ -9,12 +9,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/mountinfo"
 )
 
 // Runtime drives one OCI runtime binary (runc, or crun, which takes the same
@@ -197,10 +202,62 @@ func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
 		args = append(args, "--force")
 	}
 	_, err := r.run(ctx, nil, "delete", id, append(args, id)...)
-	if errors.Is(err, ErrNotFound) {
-		return nil
+	if err == nil || errors.Is(err, ErrNotFound) {
+		// runc's delete --force of a container it does not know succeeds,
+		// whatever it could not remove.
+		return r.removeAbortedState(id)
 	}
 	return err
+}
+
+// removeAbortedState removes what a runtime killed in its create leaves in
+// its state directory: no state.json (so the runtime does not know the
+// container) but its files, and in runc 1.1 a read-only bind mount of its
+// own binary (runc.XXXXXX, made while it clones itself). runc's delete then
+// removes the directory, but not through the mount: EBUSY, and the
+// directory stays. A create is killed when its monitor is (a deadline, a
+// daemon restart rolling it back), so each mount below the directory is
+// detached, then the directory goes. Only with Root set: the runtime's own
+// default is not ours to clean.
+func (r *Runtime) removeAbortedState(id string) error {
+	if r.Root == "" || id == "" || strings.ContainsRune(id, '/') || id == "." || id == ".." {
+		return nil
+	}
+	dir := filepath.Join(r.Root, id)
+	if _, err := os.Lstat(filepath.Join(dir, "state.json")); !errors.Is(err, os.ErrNotExist) {
+		return nil // a container the runtime knows, or no directory to look in
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := unmountBelow(dir); err != nil {
+		return fmt.Errorf("state of %s: %w", id, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove state of %s: %w", id, err)
+	}
+	return nil
+}
+
+// unmountBelow detaches every mount at or below dir, the deepest first.
+func unmountBelow(dir string) error {
+	data, err := os.ReadFile(mountinfo.Path)
+	if err != nil {
+		return err
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if m, ok := mountinfo.ParseLine(line); ok && mountinfo.Within(m.Point, dir) {
+			points = append(points, m.Point)
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // Update changes a running container's cgroup limits.

@@ -51,6 +51,11 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 	log := s.log.WithField("container", c.ID)
 	if c.State == stateCreating {
 		log.Info("rolling back a container whose create was cut short")
+		// The monitor's create may still run: ended first, or it would
+		// make the container after the runtime's delete below.
+		if err := conmon.StopCreate(c.Bundle); err != nil {
+			log.WithError(err).Warn("stop the create under way")
+		}
 		if err := s.discardContainer(ctx, c); err != nil {
 			log.WithError(err).Warn("roll back container")
 		}
@@ -240,6 +245,9 @@ func (s *Server) hasRecord(table, id string) bool {
 // is unknown, so every runtime is asked to forget it.
 func (s *Server) discardOrphanContainer(ctx context.Context, id string) error {
 	var errs []error
+	if err := conmon.StopCreate(filepath.Join(s.cfg.RunDir, "containers", id)); err != nil {
+		errs = append(errs, err)
+	}
 	for name, rt := range s.runtimes.Runtimes {
 		if err := rt.Delete(ctx, id, true); err != nil {
 			errs = append(errs, fmt.Errorf("delete from runtime %s: %w", name, err))

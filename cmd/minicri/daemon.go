@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,6 +70,8 @@ func runDaemon(cfg config.Config) error {
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	stopReports := reportOnSIGUSR1(log)
+	defer stopReports()
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(listener) }()
 	log.WithFields(logrus.Fields{"socket": cfg.Listen, "root": cfg.Root, "version": version}).Info("minicri serving")
@@ -87,6 +90,34 @@ func runDaemon(cfg config.Config) error {
 	_ = os.Remove(cfg.Listen)
 	log.Info("minicri stopped")
 	return nil
+}
+
+// reportOnSIGUSR1 logs the daemon's goroutine count on every SIGUSR1, and
+// at trace level the stacks of all goroutines: what an operator (or a test)
+// needs to tell a leak from a busy node, without a debug port.
+func reportOnSIGUSR1(log *logrus.Entry) (stop func()) {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-usr1:
+			}
+			log.WithField("goroutines", goruntime.NumGoroutine()).Info("SIGUSR1: runtime report")
+			if log.Logger.IsLevelEnabled(logrus.TraceLevel) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:goruntime.Stack(buf, true)]
+				log.Tracef("SIGUSR1: goroutine stacks\n%s", buf)
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(usr1)
+		close(done)
+	}
 }
 
 // gracefulStop lets in-flight calls finish, but not for longer than timeout.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/store"
@@ -102,6 +103,11 @@ func (s *Server) recordExit(id string) {
 	})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.WithField("container", id).WithError(err).Error("record container exit")
+	}
+	// Stopped however it ended: StopContainer, a kill, the process's own
+	// exit or its monitor's death. The kubelet relists the pod on it.
+	if !s.starts.deferExit(id) {
+		s.containerEvent(id, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	}
 	s.exits.done(id)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/internal/broadcast"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
@@ -63,6 +64,11 @@ type Server struct {
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map
 	netConfig          netConfig // the node's pod CIDR, from UpdateRuntimeConfig
+
+	// events feeds GetContainerEvents; starts orders a container's STARTED
+	// and STOPPED events.
+	events broadcast.Hub[*runtime.ContainerEventResponse]
+	starts startGate
 }
 
 // New builds the server and starts its streaming server, which Close stops.

@@ -78,6 +78,7 @@ func runDaemon(cfg config.Config) error {
 	case sig := <-signals:
 		log.WithField("signal", sig.String()).Info("shutting down: no new calls, waiting for in-flight ones")
 		notifySystemd("STOPPING=1")
+		srv.EndEventStreams() // they never end by themselves
 		gracefulStop(g, cfg.ShutdownTimeout.Std(), log)
 	case err := <-served:
 		if err != nil {

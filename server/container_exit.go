@@ -87,6 +87,7 @@ func (s *Server) recordExit(id string) {
 		s.log.WithFields(logrus.Fields{"container": id, "monitor": rec.Monitor.PID, "monitor_alive": conmon.Alive(rec.Monitor.PID, rec.Monitor.StartTime)}).
 			WithError(err).Warn("the container's monitor let go of it without an exit file; killing the container")
 		s.killOrphan(rec)
+		s.metrics.MonitorDied()
 		exit = conmon.Exit{Code: 128 + int(syscall.SIGKILL), At: time.Now()}
 	}
 	// Observe, not Update: the container is gone whatever the disk says, and

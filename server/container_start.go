@@ -57,11 +57,13 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 // STOPPED when the process exited before the start was recorded (the exit's
 // own event waited, see startGate).
 func (s *Server) endStart(rec containerRecord, started bool) {
-	exited := s.starts.end(rec.ID)
+	// STARTED goes out while the start is still marked: an exit recorded
+	// meanwhile leaves its event to us, one recorded after sends its own,
+	// after this one.
 	if started {
 		s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STARTED_EVENT)
 	}
-	if exited {
+	if s.starts.end(rec.ID) {
 		s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	}
 }

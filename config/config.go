@@ -5,7 +5,9 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -21,12 +23,20 @@ type Config struct {
 	LogFormat       string   `toml:"log_format" comment:"Daemon log format: text or json."`
 	CgroupDriver    string   `toml:"cgroup_driver" comment:"Cgroup driver, the same as the kubelet's --cgroup-driver: cgroupfs or systemd."`
 	ShutdownTimeout Duration `toml:"shutdown_timeout" comment:"On SIGTERM/SIGINT, how long in-flight calls may run before the daemon exits anyway. Containers are never touched."`
+	ProfileAddress  string   `toml:"profile_address" comment:"host:port on loopback where Go's net/http/pprof profiles are served (/debug/pprof/), e.g. 127.0.0.1:6060. Empty: off. Profiles show memory contents, so only a loopback address is accepted."`
 
 	Runtime   RuntimeConfig   `toml:"runtime" comment:"OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under [runtime.handlers.NAME]."`
 	Streaming StreamingConfig `toml:"streaming" comment:"The streaming server that serves exec, attach and port-forward to the kubelet."`
 	CNI       CNIConfig       `toml:"cni" comment:"Pod networking with CNI plugins."`
 	Image     ImageConfig     `toml:"image" comment:"Image pulls and registries."`
 	CDI       CDIConfig       `toml:"cdi" comment:"Container Device Interface (CDI): the devices that device plugins and DRA drivers describe in spec files and that containers ask for by name (CDI_devices, cdi.k8s.io/* annotations)."`
+	Metrics   MetricsConfig   `toml:"metrics" comment:"Prometheus metrics of the daemon (see docs/observability.md)."`
+}
+
+// MetricsConfig places the Prometheus metrics endpoint.
+type MetricsConfig struct {
+	Address          string `toml:"address" comment:"host:port where the metrics are served over plain HTTP at /metrics, e.g. 127.0.0.1:9388. Empty: off, and nothing is counted. A loopback address unless allow_non_loopback is set."`
+	AllowNonLoopback bool   `toml:"allow_non_loopback" comment:"Accept a metrics address that is not loopback (say the node's IP, for a Prometheus elsewhere). The endpoint has no authentication and no TLS: put a firewall or a proxy in front."`
 }
 
 // RuntimeConfig chooses the OCI runtime per runtime handler.
@@ -238,6 +248,12 @@ func (c *Config) Validate() error {
 	if (c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == "") {
 		return &InvalidError{"streaming.tls_cert", "tls_cert and tls_key must be set together"}
 	}
+	if err := listenAddress("metrics.address", c.Metrics.Address, c.Metrics.AllowNonLoopback); err != nil {
+		return err
+	}
+	if err := listenAddress("profile_address", c.ProfileAddress, false); err != nil {
+		return err
+	}
 	if c.Image.MaxConcurrentDownloads < 1 {
 		return &InvalidError{"image.max_concurrent_downloads", "must be at least 1"}
 	}
@@ -268,6 +284,29 @@ func (c *Config) Validate() error {
 		if err := absolute("runtime.handlers."+name+".root", h.Root); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// listenAddress checks an optional host:port to serve on: empty, or a port
+// (1-65535, a scraper needs to know it) and a loopback host unless
+// nonLoopback allows any.
+func listenAddress(key, addr string, nonLoopback bool) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return &InvalidError{key, fmt.Sprintf("%q is not host:port: %v", addr, err)}
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return &InvalidError{key, fmt.Sprintf("%q: port %q is not 1-65535", addr, port)}
+	}
+	if nonLoopback {
+		return nil
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return &InvalidError{key, fmt.Sprintf("%q is not a loopback address (127.0.0.1:PORT, [::1]:PORT, localhost:PORT): the endpoint has no authentication", addr)}
 	}
 	return nil
 }

@@ -30,7 +30,8 @@ type Runtime struct {
 	// Name is the runtime handler's name, used in messages; "" uses the
 	// binary's base name.
 	Name string
-	// Path is the runtime binary; a bare name is looked up in PATH once.
+	// Path is the runtime binary; a bare name is looked up in PATH until
+	// found, then kept.
 	Path string
 	// Root is the runtime's state directory (--root); "" is the runtime's own
 	// default. Give each handler its own, e.g. /run/minicri/runc.
@@ -43,9 +44,8 @@ type Runtime struct {
 	// for the process, so the runtime does not copy its output.
 	ExecShim string
 
-	resolveOnce sync.Once
-	resolved    string
-	resolveErr  error
+	resolveMu sync.Mutex
+	resolved  string
 }
 
 // Status is a container's state as the runtime reports it.
@@ -77,18 +77,40 @@ const maxRuntimeOutput = 1 << 20
 const waitDelay = 2 * time.Second
 
 // Binary returns the runtime's executable, resolved from PATH for a bare name.
+// A failure is not kept: a runtime installed after the daemon started is
+// found by the next call.
 func (r *Runtime) Binary() (string, error) {
-	r.resolveOnce.Do(func() {
-		path := r.Path
-		if path == "" {
-			path = "runc"
-		}
-		r.resolved, r.resolveErr = exec.LookPath(path)
-		if r.resolveErr != nil {
-			r.resolveErr = fmt.Errorf("runtime %s: %w", r.name(), r.resolveErr)
-		}
-	})
-	return r.resolved, r.resolveErr
+	r.resolveMu.Lock()
+	defer r.resolveMu.Unlock()
+	if r.resolved != "" {
+		return r.resolved, nil
+	}
+	path, err := r.lookPath()
+	if err != nil {
+		return "", err
+	}
+	r.resolved = path
+	return path, nil
+}
+
+// Available says why the runtime's binary cannot be run now, or nil. It
+// looks again each time (a stat per PATH entry at most), so that a binary
+// removed or installed meanwhile is seen.
+func (r *Runtime) Available() error {
+	_, err := r.lookPath()
+	return err
+}
+
+func (r *Runtime) lookPath() (string, error) {
+	path := r.Path
+	if path == "" {
+		path = "runc"
+	}
+	found, err := exec.LookPath(path)
+	if err != nil {
+		return "", fmt.Errorf("runtime %s: %w", r.name(), err)
+	}
+	return found, nil
 }
 
 func (r *Runtime) name() string {

@@ -167,11 +167,13 @@ func (r streamRuntime) Exec(ctx context.Context, containerID string, cmd []strin
 	go endAfterExit(ctx, cancel, exited)
 	resize, stopResize := ociResizes(st.Resize)
 	defer stopResize()
+	start := time.Now()
 	code, err := t.rt.Exec(ctx, t.rec.ID, t.rec.Bundle, oci.ExecProcessSpec(t.base, cmd, st.TTY), oci.ExecIO{
 		// A nil WriteCloser stays a nil Writer: the process gets /dev/null.
 		Stdin: st.Stdin, Stdout: st.Stdout, Stderr: st.Stderr, Resize: resize, Stream: true,
 		OutputGrace: execOutputGrace,
 	})
+	r.s.metrics.ObserveExecStream(execResult(code, err, false), time.Since(start))
 	if err != nil {
 		return fmt.Errorf("exec in container %s: %w", t.rec.ID, err)
 	}

@@ -51,6 +51,7 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 	log := s.log.WithField("container", c.ID)
 	if c.State == stateCreating {
 		log.Info("rolling back a container whose create was cut short")
+		s.metrics.Repaired("container_create_rolled_back")
 		// The monitor's create may still run: ended first, or it would
 		// make the container after the runtime's delete below.
 		if err := conmon.StopCreate(c.Bundle); err != nil {
@@ -71,6 +72,8 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 		s.monitors.assign(c.Monitor, c.ID, c.SandboxID)
 		s.watchContainer(c)
 	default:
+		// Its monitor ended while the daemon was down.
+		s.metrics.Repaired("container_exit_recorded")
 		s.recordExit(c.ID)
 	}
 }
@@ -92,6 +95,7 @@ func (s *Server) recoverStart(ctx context.Context, c containerRecord) {
 		startedAt = time.Now()
 	}
 	s.log.WithField("container", c.ID).Info("container was started before the daemon went down; recording it as running")
+	s.metrics.Repaired("container_start_recorded")
 	_, err = s.containers.Observe(c.ID, func(r *containerRecord) error {
 		if r.State == stateCreated {
 			r.State = stateRunning
@@ -109,6 +113,7 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 	log := s.log.WithField("pod", sb.ID)
 	if sb.State == stateCreating {
 		log.Info("rolling back a sandbox whose create was cut short")
+		s.metrics.Repaired("sandbox_create_rolled_back")
 		for _, c := range s.containersOf(sb.ID) {
 			_ = s.discardContainer(ctx, c)
 		}
@@ -128,6 +133,7 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 	// The kubelet stops and removes a sandbox that is not ready, and makes
 	// a new one; a ready one it would keep using, broken.
 	log.WithField("lost", why).Warn("sandbox lost part of itself while the daemon was down; it is not ready")
+	s.metrics.Repaired("sandbox_marked_not_ready")
 	_, err := s.sandboxes.Observe(sb.ID, func(r *sandboxRecord) error {
 		r.State = stateNotReady
 		return nil
@@ -226,6 +232,7 @@ func (s *Server) sweep(what, id string, err error) {
 		return
 	}
 	log.Infof("removed orphaned %s", what)
+	s.metrics.Repaired("orphan_removed")
 }
 
 // hasRecord reports whether an object has a record, in memory or on disk.

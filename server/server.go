@@ -19,6 +19,8 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/internal/broadcast"
+	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
@@ -33,6 +35,8 @@ type Options struct {
 	Config  config.Config
 	Version string
 	Log     *logrus.Entry
+	// Metrics, when not nil, gets the server's counts and timings.
+	Metrics *metrics.Metrics
 }
 
 // Server implements the CRI. RPCs not built yet fall through to the embedded
@@ -63,6 +67,13 @@ type Server struct {
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map
 	netConfig          netConfig // the node's pod CIDR, from UpdateRuntimeConfig
+
+	// events feeds GetContainerEvents; starts orders a container's STARTED
+	// and STOPPED events.
+	events broadcast.Hub[*runtime.ContainerEventResponse]
+	starts startGate
+
+	metrics *metrics.Metrics // nil: not collected
 }
 
 // New builds the server and starts its streaming server, which Close stops.
@@ -73,6 +84,7 @@ func New(opts Options) (*Server, error) {
 		cfg:            cfg,
 		version:        opts.Version,
 		log:            opts.Log,
+		metrics:        opts.Metrics,
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),
 		locks:          newKeyedLocks(),
@@ -95,6 +107,7 @@ func New(opts Options) (*Server, error) {
 	if s.containers, err = openTable[containerRecord](s, "containers"); err != nil {
 		return nil, err
 	}
+	s.countObjects()
 	s.recover()
 	if err := s.restoreRuntimeConfig(); err != nil {
 		s.log.WithError(err).Warn("restore the pod CIDR of UpdateRuntimeConfig; the kubelet sends it again")

@@ -48,7 +48,13 @@ func runDaemon(cfg config.Config) error {
 	}
 	defer lock.Close()
 
-	srv, err := server.New(server.Options{Config: cfg, Version: version, Log: log})
+	m, stopObservability, err := startObservability(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopObservability()
+
+	srv, err := server.New(server.Options{Config: cfg, Version: version, Log: log, Metrics: m})
 	if err != nil {
 		return fmt.Errorf("start server: %w", err)
 	}
@@ -59,8 +65,9 @@ func runDaemon(cfg config.Config) error {
 		return err
 	}
 	g := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(server.UnaryInterceptor(log)),
-		grpc.ChainStreamInterceptor(server.StreamInterceptor(log)),
+		// Metrics first: they see the Internal a recovered panic becomes.
+		grpc.ChainUnaryInterceptor(server.MetricsUnaryInterceptor(m), server.UnaryInterceptor(log)),
+		grpc.ChainStreamInterceptor(server.MetricsStreamInterceptor(m), server.StreamInterceptor(log)),
 		// The kubelet sends big ListContainers answers back and forth on busy
 		// nodes; 16 MiB is what it allows itself.
 		grpc.MaxRecvMsgSize(16<<20),
@@ -81,6 +88,7 @@ func runDaemon(cfg config.Config) error {
 	case sig := <-signals:
 		log.WithField("signal", sig.String()).Info("shutting down: no new calls, waiting for in-flight ones")
 		notifySystemd("STOPPING=1")
+		srv.EndEventStreams() // they never end by themselves
 		gracefulStop(g, cfg.ShutdownTimeout.Std(), log)
 	case err := <-served:
 		if err != nil {

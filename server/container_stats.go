@@ -66,14 +66,14 @@ func (s *Server) containerStats(rec containerRecord) (*runtime.ContainerStats, e
 		if err != nil {
 			return nil, err
 		}
-		st.Cpu = &runtime.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtime.UInt64Value{Value: cg.CPUUsageNanos}}
+		st.Cpu = &runtime.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtime.UInt64Value{Value: cg.CPU.UsageNanos}}
 		st.Memory = &runtime.MemoryUsage{
 			Timestamp:       now,
-			WorkingSetBytes: &runtime.UInt64Value{Value: cg.MemoryWorkingSet},
-			UsageBytes:      &runtime.UInt64Value{Value: cg.MemoryUsage},
-			RssBytes:        &runtime.UInt64Value{Value: cg.MemoryRSS},
-			PageFaults:      &runtime.UInt64Value{Value: cg.PageFaults},
-			MajorPageFaults: &runtime.UInt64Value{Value: cg.MajorPageFaults},
+			WorkingSetBytes: &runtime.UInt64Value{Value: cg.Memory.WorkingSet},
+			UsageBytes:      &runtime.UInt64Value{Value: cg.Memory.Usage},
+			RssBytes:        &runtime.UInt64Value{Value: cg.Memory.RSS},
+			PageFaults:      &runtime.UInt64Value{Value: cg.Memory.PageFaults},
+			MajorPageFaults: &runtime.UInt64Value{Value: cg.Memory.MajorPageFaults},
 		}
 	}
 	if u, err := s.images.RootfsUsage(rec.ID); err == nil {

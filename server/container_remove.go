@@ -47,6 +47,7 @@ func (s *Server) removeContainer(ctx context.Context, id string) error {
 		return err
 	}
 	s.containerNames.Release(rec.Name, id)
+	s.cpuRates.forget(id)
 	return nil
 }
 

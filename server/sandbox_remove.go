@@ -40,5 +40,6 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 		return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
 	}
 	s.sandboxNames.Release(rec.Name, id)
+	s.cpuRates.forget(id)
 	return &runtime.RemovePodSandboxResponse{}, nil
 }

@@ -63,6 +63,7 @@ type Server struct {
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map
 	netConfig          netConfig // the node's pod CIDR, from UpdateRuntimeConfig
+	cpuRates           cpuRates  // last CPU samples, for usage_nano_cores
 }
 
 // New builds the server and starts its streaming server, which Close stops.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/fs"
@@ -52,6 +54,7 @@ type SwapStats struct {
 // DeviceIO are the bytes and operations a cgroup read from and wrote to one
 // block device.
 type DeviceIO struct {
+	Device                string // /dev/NAME, or MAJOR:MINOR when unknown
 	Major, Minor          uint64
 	ReadBytes, WriteBytes uint64
 	Reads, Writes         uint64
@@ -262,7 +265,7 @@ func deviceIO(b cgroups.BlkioStats) []DeviceIO {
 				return &out[i]
 			}
 		}
-		out = append(out, DeviceIO{Major: major, Minor: minor})
+		out = append(out, DeviceIO{Major: major, Minor: minor, Device: blockDeviceName(major, minor)})
 		return &out[len(out)-1]
 	}
 	for _, e := range b.IoServiceBytesRecursive {
@@ -282,6 +285,30 @@ func deviceIO(b cgroups.BlkioStats) []DeviceIO {
 		}
 	}
 	return out
+}
+
+// blockDevices caches device numbers to names: read once per device from
+// sysfs, as they do not change while the device is there.
+var blockDevices sync.Map
+
+// sysDevBlock is where the kernel names block devices by number.
+var sysDevBlock = "/sys/dev/block"
+
+func blockDeviceName(major, minor uint64) string {
+	num := fmt.Sprintf("%d:%d", major, minor)
+	if v, ok := blockDevices.Load(num); ok {
+		return v.(string)
+	}
+	name := num
+	if data, err := os.ReadFile(filepath.Join(sysDevBlock, num, "uevent")); err == nil {
+		for line := range strings.Lines(string(data)) {
+			if dev, ok := strings.CutPrefix(strings.TrimSpace(line), "DEVNAME="); ok && dev != "" {
+				name = "/dev/" + dev
+			}
+		}
+	}
+	blockDevices.Store(num, name)
+	return name
 }
 
 func pressure(p *cgroups.PSIStats) *Pressure {

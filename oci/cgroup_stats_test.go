@@ -14,6 +14,17 @@ import (
 // they run against a fake tree.
 func init() { cgroups.TestMode = true }
 
+// fakeBlockDevices names block devices from a fake /sys/dev/block: 8:0 is
+// sda, 8:16 unknown.
+func fakeBlockDevices(t *testing.T) {
+	dir := t.TempDir()
+	writeCgroupFiles(t, dir, map[string]string{"8:0/uevent": "MAJOR=8\nMINOR=0\nDEVNAME=sda\nDEVTYPE=disk\n"})
+	old := sysDevBlock
+	sysDevBlock = dir
+	blockDevices.Clear()
+	t.Cleanup(func() { sysDevBlock = old; blockDevices.Clear() })
+}
+
 func writeCgroupFiles(t *testing.T, root string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {
@@ -58,11 +69,12 @@ func v1Tree(memsw bool, limit string) map[string]string {
 }
 
 func TestReadStatsV1(t *testing.T) {
+	fakeBlockDevices(t)
 	base := CgroupStats{
 		CPU:       CPUStats{UsageNanos: 123456789, UserNanos: 50000000, SystemNanos: 20000000, Periods: 10, ThrottledPeriods: 3, ThrottledNanos: 4000},
 		Memory:    MemoryStats{Usage: 10000, WorkingSet: 7000, RSS: 4000, Cache: 3500, PageFaults: 7, MajorPageFaults: 1},
 		Processes: 4,
-		IO:        []DeviceIO{{Major: 8, Minor: 0, ReadBytes: 4096, WriteBytes: 8192, Reads: 3, Writes: 4}, {Major: 8, Minor: 16, WriteBytes: 512}},
+		IO:        []DeviceIO{{Device: "/dev/sda", Major: 8, Minor: 0, ReadBytes: 4096, WriteBytes: 8192, Reads: 3, Writes: 4}, {Device: "8:16", Major: 8, Minor: 16, WriteBytes: 512}},
 	}
 	limited := base
 	limited.Memory.Limit = 65536
@@ -129,13 +141,14 @@ func v2Tree(swap bool, memMax string, psi bool) map[string]string {
 }
 
 func TestReadStatsV2(t *testing.T) {
+	fakeBlockDevices(t)
 	// Inactive file pages above usage (possible between two reads) must
 	// not wrap around: the working set is 0, not 2^64 - 808.
 	base := CgroupStats{
 		CPU:       CPUStats{UsageNanos: 2000000, UserNanos: 1500000, SystemNanos: 500000, Periods: 8, ThrottledPeriods: 2, ThrottledNanos: 30000},
 		Memory:    MemoryStats{Usage: 8192, WorkingSet: 0, RSS: 4096, Cache: 5000, PageFaults: 3},
 		Processes: 2,
-		IO:        []DeviceIO{{Major: 8, Minor: 0, ReadBytes: 4096, WriteBytes: 1024, Reads: 2, Writes: 1}},
+		IO:        []DeviceIO{{Device: "/dev/sda", Major: 8, Minor: 0, ReadBytes: 4096, WriteBytes: 1024, Reads: 2, Writes: 1}},
 	}
 	limited := base
 	limited.Memory.Limit = 1 << 20

@@ -4,8 +4,10 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
+	goruntime "runtime"
 	"testing"
 	"time"
 
@@ -79,6 +81,23 @@ func statsTwice(t *testing.T, d *Daemon, id string) (first, second *runtime.Cont
 	return first, second
 }
 
+// busyLoopFloor is the least CPU a busy loop should show: half a core on a
+// quiet machine, half its fair share of the cores on a loaded one (this
+// suite shares 2 cores with builds and other suites: at a load of 13 a loop
+// gets about 0.15 core).
+func busyLoopFloor(t *testing.T) float64 {
+	data, err := os.ReadFile("/proc/loadavg")
+	var load float64
+	if err == nil {
+		_, err = fmt.Sscan(string(data), &load)
+	}
+	if err != nil {
+		t.Fatalf("read the load average: %v", err)
+	}
+	share := min(1, float64(goruntime.NumCPU())/(load+1))
+	return share / 2
+}
+
 // The kubelet takes a container's CPU rate from the runtime (kubectl top,
 // HPA): a container burning a core shows close to one core.
 func TestStatsCPURateOfABusyContainer(t *testing.T) {
@@ -108,15 +127,16 @@ func TestStatsCPURateOfABusyContainer(t *testing.T) {
 	if got := float64(rate.GetValue()); got < 0.9*want || got > 1.1*want {
 		t.Errorf("usage_nano_cores %.0f, but the cumulative figures give %.0f over %s", got, want, time.Duration(dt))
 	}
-	if got := float64(rate.GetValue()) / 1e9; got < 0.5 {
-		t.Errorf("a busy loop shows %.2f cores, want at least 0.5", got)
+	floor := busyLoopFloor(t)
+	if got := float64(rate.GetValue()) / 1e9; got < floor {
+		t.Errorf("a busy loop shows %.2f cores, want at least %.2f", got, floor)
 	}
 	ps, err := d.Runtime.PodSandboxStats(ctx, pod)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := ps.GetLinux().GetCpu().GetUsageNanoCores().GetValue(); float64(r)/1e9 < 0.5 {
-		t.Errorf("the pod's rate %.2f cores, want at least 0.5 with its container burning one", float64(r)/1e9)
+	if r := ps.GetLinux().GetCpu().GetUsageNanoCores().GetValue(); float64(r)/1e9 < floor {
+		t.Errorf("the pod's rate %.2f cores, want at least %.2f with its container burning one", float64(r)/1e9, floor)
 	}
 	if n := ps.GetLinux().GetProcess().GetProcessCount().GetValue(); n < 1 {
 		t.Errorf("the pod's process count %d, want its running shell counted", n)

@@ -48,6 +48,7 @@ func (s *Server) removeContainer(ctx context.Context, id string) error {
 	}
 	s.containerNames.Release(rec.Name, id)
 	s.containerEvent(id, rec.SandboxID, runtime.ContainerEventType_CONTAINER_DELETED_EVENT)
+	s.cpuRates.forget(id)
 	return nil
 }
 

@@ -42,5 +42,6 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 	}
 	s.sandboxNames.Release(rec.Name, id)
 	s.sandboxRemovedEvents(rec, wasReady)
+	s.cpuRates.forget(id)
 	return &runtime.RemovePodSandboxResponse{}, nil
 }

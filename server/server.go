@@ -73,7 +73,8 @@ type Server struct {
 	events broadcast.Hub[*runtime.ContainerEventResponse]
 	starts startGate
 
-	metrics *metrics.Metrics // nil: not collected
+	metrics  *metrics.Metrics // nil: not collected
+	cpuRates cpuRates         // last CPU samples, for usage_nano_cores
 }
 
 // New builds the server and starts its streaming server, which Close stops.

@@ -5,7 +5,9 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -21,12 +23,20 @@ type Config struct {
 	LogFormat       string   `toml:"log_format" comment:"Daemon log format: text or json."`
 	CgroupDriver    string   `toml:"cgroup_driver" comment:"Cgroup driver, the same as the kubelet's --cgroup-driver: cgroupfs or systemd."`
 	ShutdownTimeout Duration `toml:"shutdown_timeout" comment:"On SIGTERM/SIGINT, how long in-flight calls may run before the daemon exits anyway. Containers are never touched."`
+	ProfileAddress  string   `toml:"profile_address" comment:"host:port on loopback where Go's net/http/pprof profiles are served (/debug/pprof/), e.g. 127.0.0.1:6060. Empty: off. Profiles show memory contents, so only a loopback address is accepted."`
 
 	Runtime   RuntimeConfig   `toml:"runtime" comment:"OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under [runtime.handlers.NAME]."`
 	Streaming StreamingConfig `toml:"streaming" comment:"The streaming server that serves exec, attach and port-forward to the kubelet."`
 	CNI       CNIConfig       `toml:"cni" comment:"Pod networking with CNI plugins."`
 	Image     ImageConfig     `toml:"image" comment:"Image pulls and registries."`
 	CDI       CDIConfig       `toml:"cdi" comment:"Container Device Interface (CDI): the devices that device plugins and DRA drivers describe in spec files and that containers ask for by name (CDI_devices, cdi.k8s.io/* annotations)."`
+	Metrics   MetricsConfig   `toml:"metrics" comment:"Prometheus metrics of the daemon (see docs/observability.md)."`
+}
+
+// MetricsConfig places the Prometheus metrics endpoint.
+type MetricsConfig struct {
+	Address          string `toml:"address" comment:"host:port where the metrics are served over plain HTTP at /metrics, e.g. 127.0.0.1:9388. Empty: off, and nothing is counted. A loopback address unless allow_non_loopback is set."`
+	AllowNonLoopback bool   `toml:"allow_non_loopback" comment:"Accept a metrics address that is not loopback (say the node's IP, for a Prometheus elsewhere). The endpoint has no authentication and no TLS: put a firewall or a proxy in front."`
 }
 
 // RuntimeConfig chooses the OCI runtime per runtime handler.
@@ -51,6 +61,10 @@ type StreamingConfig struct {
 	TLSCert  string   `toml:"tls_cert" comment:"PEM certificate for the streaming server; empty serves plain HTTP (fine on loopback)."`
 	TLSKey   string   `toml:"tls_key" comment:"PEM private key matching tls_cert."`
 	TokenTTL Duration `toml:"token_ttl" comment:"How long an exec/attach/port-forward URL handed to the kubelet stays valid before its single use."`
+
+	RequestTimeout  Duration `toml:"request_timeout" comment:"A connection must send its whole request (TLS handshake, headers) and take the answer within this, until it is upgraded to a stream; an upgraded exec, attach or port-forward stream is never cut by it."`
+	IdleConnTimeout Duration `toml:"idle_conn_timeout" comment:"A connection that is not a stream and waits for its next request (after a refused token, say) is closed after this."`
+	MaxConnections  int      `toml:"max_connections" comment:"Connections open at once, streams included. At the cap a new connection takes the place of the oldest one waiting for a request, or is closed when every one is busy."`
 }
 
 // CNIConfig finds the network configuration and plugins.
@@ -66,6 +80,9 @@ type CNIConfig struct {
 type ImageConfig struct {
 	PullTimeout            Duration                  `toml:"pull_timeout" comment:"A pull that takes longer than this is cancelled; 0 means no limit."`
 	MaxConcurrentDownloads int                       `toml:"max_concurrent_downloads" comment:"Layers downloaded at once by one pull."`
+	MaxUnpackedBytes       int64                     `toml:"max_unpacked_bytes" comment:"Bytes that the files of one image may declare, summed over the layers a pull or import unpacks (the apparent size: a sparse file counts whole, though its holes and runs of zeros take no disk). An image over it is refused and nothing of it kept. Default 64 GiB; raise it for images that carry large models."`
+	MaxUnpackedEntries     int64                     `toml:"max_unpacked_entries" comment:"Files, directories (implicit parents too), links and whiteouts that one image may unpack, summed over its layers. An image over it is refused."`
+	MaxPathDepth           int                       `toml:"max_path_depth" comment:"Directories a path in an image layer may have. A layer with a deeper path is refused."`
 	Registries             map[string]RegistryConfig `toml:"registries" comment:"Per registry host: [image.registries.\"HOST\"] with mirrors = [...] and insecure = true|false."`
 }
 
@@ -108,7 +125,13 @@ func Default() Config {
 				"crun": {Path: "crun"},
 			},
 		},
-		Streaming: StreamingConfig{Address: "127.0.0.1", TokenTTL: Duration(time.Minute)},
+		Streaming: StreamingConfig{
+			Address:         "127.0.0.1",
+			TokenTTL:        Duration(time.Minute),
+			RequestTimeout:  Duration(10 * time.Second),
+			IdleConnTimeout: Duration(30 * time.Second),
+			MaxConnections:  1024,
+		},
 		CNI: CNIConfig{
 			ConfDir: "/etc/cni/net.d",
 			BinDirs: []string{"/opt/cni/bin", "/usr/lib/cni"},
@@ -116,6 +139,9 @@ func Default() Config {
 		Image: ImageConfig{
 			PullTimeout:            Duration(10 * time.Minute),
 			MaxConcurrentDownloads: 3,
+			MaxUnpackedBytes:       64 << 30,
+			MaxUnpackedEntries:     1_000_000,
+			MaxPathDepth:           256,
 			Registries:             map[string]RegistryConfig{},
 		},
 		// containerd's defaults (enable_cdi, cdi_spec_dirs), which are the
@@ -204,6 +230,15 @@ func (c *Config) Validate() error {
 	if c.Streaming.TokenTTL <= 0 {
 		return &InvalidError{"streaming.token_ttl", "must be positive"}
 	}
+	if c.Streaming.RequestTimeout <= 0 {
+		return &InvalidError{"streaming.request_timeout", "must be positive"}
+	}
+	if c.Streaming.IdleConnTimeout <= 0 {
+		return &InvalidError{"streaming.idle_conn_timeout", "must be positive"}
+	}
+	if c.Streaming.MaxConnections < 1 {
+		return &InvalidError{"streaming.max_connections", "must be at least 1"}
+	}
 	if c.Runtime.MonitorShare < 1 {
 		return &InvalidError{"runtime.monitor_share", "must be at least 1 container"}
 	}
@@ -213,11 +248,26 @@ func (c *Config) Validate() error {
 	if (c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == "") {
 		return &InvalidError{"streaming.tls_cert", "tls_cert and tls_key must be set together"}
 	}
+	if err := listenAddress("metrics.address", c.Metrics.Address, c.Metrics.AllowNonLoopback); err != nil {
+		return err
+	}
+	if err := listenAddress("profile_address", c.ProfileAddress, false); err != nil {
+		return err
+	}
 	if c.Image.MaxConcurrentDownloads < 1 {
 		return &InvalidError{"image.max_concurrent_downloads", "must be at least 1"}
 	}
 	if c.Image.PullTimeout < 0 {
 		return &InvalidError{"image.pull_timeout", "must not be negative"}
+	}
+	if c.Image.MaxUnpackedBytes < 1 {
+		return &InvalidError{"image.max_unpacked_bytes", "must be at least 1 byte"}
+	}
+	if c.Image.MaxUnpackedEntries < 1 {
+		return &InvalidError{"image.max_unpacked_entries", "must be at least 1"}
+	}
+	if c.Image.MaxPathDepth < 1 {
+		return &InvalidError{"image.max_path_depth", "must be at least 1"}
 	}
 	for _, dir := range c.CDI.SpecDirs {
 		if err := absolute("cdi.spec_dirs", dir); err != nil {
@@ -234,6 +284,29 @@ func (c *Config) Validate() error {
 		if err := absolute("runtime.handlers."+name+".root", h.Root); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// listenAddress checks an optional host:port to serve on: empty, or a port
+// (1-65535, a scraper needs to know it) and a loopback host unless
+// nonLoopback allows any.
+func listenAddress(key, addr string, nonLoopback bool) error {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return &InvalidError{key, fmt.Sprintf("%q is not host:port: %v", addr, err)}
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return &InvalidError{key, fmt.Sprintf("%q: port %q is not 1-65535", addr, port)}
+	}
+	if nonLoopback {
+		return nil
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return &InvalidError{key, fmt.Sprintf("%q is not a loopback address (127.0.0.1:PORT, [::1]:PORT, localhost:PORT): the endpoint has no authentication", addr)}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"io"
 	"os"
@@ -183,6 +184,28 @@ func TestEveryScalarKeyIsAFlag(t *testing.T) {
 	for _, name := range []string{"config", "listen", "root", "run-dir", "log-level"} {
 		if fs.Lookup(name) == nil {
 			t.Errorf("flag --%s missing", name)
+		}
+	}
+}
+
+// TestImageUnpackLimits: the limits take 64-bit values from flags and the
+// file, and a limit of 0 (of these and of the streaming server's) is
+// refused naming its key.
+func TestImageUnpackLimits(t *testing.T) {
+	cfg, err := load(t, "--config", writeFile(t, "[image]\nmax_path_depth = 64\n"), "--image-max-unpacked-bytes", "1099511627776")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Image.MaxUnpackedBytes != 1<<40 || cfg.Image.MaxPathDepth != 64 || cfg.Image.MaxUnpackedEntries != 1_000_000 {
+		t.Errorf("image limits = %d bytes, %d entries, depth %d; want 1 TiB, the default, 64",
+			cfg.Image.MaxUnpackedBytes, cfg.Image.MaxUnpackedEntries, cfg.Image.MaxPathDepth)
+	}
+	for _, key := range []string{"image.max_unpacked_bytes", "image.max_unpacked_entries", "image.max_path_depth",
+		"streaming.request_timeout", "streaming.idle_conn_timeout", "streaming.max_connections"} {
+		_, err := load(t, "--config", "", "--"+FlagName(key), "0")
+		var inv *InvalidError
+		if !errors.As(err, &inv) || inv.Key != key {
+			t.Errorf("--%s 0: %v, want an error naming %s", FlagName(key), err, key)
 		}
 	}
 }

@@ -182,12 +182,12 @@ func setLeaf(cfg *Config, key, text string) error {
 			l.value.Set(reflect.ValueOf(d))
 		case l.value.Kind() == reflect.String:
 			l.value.SetString(text)
-		case l.value.Kind() == reflect.Int:
-			n, err := strconv.Atoi(text)
+		case l.value.Kind() == reflect.Int || l.value.Kind() == reflect.Int64:
+			n, err := strconv.ParseInt(text, 10, 64)
 			if err != nil {
 				return bad(errors.New("not an integer"))
 			}
-			l.value.SetInt(int64(n))
+			l.value.SetInt(n)
 		case l.value.Kind() == reflect.Bool:
 			b, err := strconv.ParseBool(text)
 			if err != nil {

@@ -204,3 +204,98 @@ func TestStalledAttachClientDoesNotStallTheContainer(t *testing.T) {
 	close(stalled.release)
 	waitAttach(t, done, 5*time.Second)
 }
+
+// stuckStdin is an attach client's stdin that sends n bytes, then blocks
+// until released: a client that still has stdin in flight, not in a write.
+type stuckStdin struct {
+	n       int
+	release chan struct{}
+}
+
+func (r *stuckStdin) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		<-r.release
+		return 0, io.EOF
+	}
+	p = p[:min(len(p), r.n)]
+	for i := range p {
+		p[i] = 'y'
+	}
+	r.n -= len(p)
+	return len(p), nil
+}
+
+// TestAttachEndsCleanlyWithStdinUnread exits the container while stdin its
+// attach client sent is still unread in the monitor's socket: the client
+// must see the end of the output and nil, not a reset connection (a unix
+// socket closed with unread bytes resets its peer, whose next read fails
+// with ECONNRESET). The container reads no stdin: its pipe (64 KiB) and the
+// monitor's stdin buffer fill, the monitor stops reading the client, and
+// the rest of the 13 frames waits in the socket when the container exits.
+// The monitor may still read a few of them between the stdin pipe's end and
+// the container's, so four containers play it at once: before the fix, a
+// run passed one time in ten.
+func TestAttachEndsCleanlyWithStdinUnread(t *testing.T) {
+	t.Parallel()
+	for i := range 4 {
+		t.Run(strconv.Itoa(i), func(t *testing.T) {
+			t.Parallel()
+			c := newContainer(t, []string{"sh", "-c", "usleep 500000; exit 3"}, func(_ *specs.Spec, o *conmon.Options) { o.Stdin = true })
+			c.run()
+			stdin := &stuckStdin{n: 13 * 16 * 1024, release: make(chan struct{})}
+			t.Cleanup(func() { close(stdin.release) })
+			done := attach(c, context.Background(), stdin, io.Discard, io.Discard, nil)
+			if err := waitAttach(t, done, 10*time.Second); err != nil {
+				t.Fatalf("Attach with stdin unread at the exit: %v, want nil", err)
+			}
+			if e := c.waitExit(10 * time.Second); e.Code != 3 {
+				t.Errorf("exit code = %d, want 3", e.Code)
+			}
+		})
+	}
+}
+
+// endlessReader is an attach client's stdin that never ends.
+type endlessReader struct{}
+
+func (endlessReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'y'
+	}
+	return len(p), nil
+}
+
+// TestAttachRacingTheExitEndsCleanly attaches again and again while the
+// container exits: every attach either ends with the output (nil) or finds
+// the container gone (ErrNotRunning); a connection waiting to be accepted
+// when the monitor closes its socket must not be reset.
+func TestAttachRacingTheExitEndsCleanly(t *testing.T) {
+	t.Parallel()
+	c := newContainer(t, []string{"sh", "-c", "usleep 300000; exit 0"}, func(_ *specs.Spec, o *conmon.Options) { o.Stdin = true })
+	c.run()
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				err := conmon.Attach(context.Background(), c.opts.SocketDir, endlessReader{}, io.Discard, io.Discard, nil)
+				if errors.Is(err, conmon.ErrNotRunning) {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("Attach racing the exit: %v, want nil or ErrNotRunning", err)
+	}
+	c.waitExit(10 * time.Second)
+}

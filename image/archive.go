@@ -166,6 +166,15 @@ func (s *Store) Import(ctx context.Context, archivePath string) ([]Image, error)
 	if err != nil {
 		return nil, fmt.Errorf("import %s: %w", archivePath, err)
 	}
+	images, err := s.ingestAll(ctx, reqs)
+	s.collectRefused(err)
+	if err != nil {
+		return images, fmt.Errorf("import %s: %w", archivePath, err)
+	}
+	return images, nil
+}
+
+func (s *Store) ingestAll(ctx context.Context, reqs []ingestRequest) ([]Image, error) {
 	release, err := s.holdContent()
 	if err != nil {
 		return nil, err
@@ -175,7 +184,7 @@ func (s *Store) Import(ctx context.Context, archivePath string) ([]Image, error)
 	for _, req := range reqs {
 		img, err := s.ingest(ctx, req)
 		if err != nil {
-			return images, fmt.Errorf("import %s: %w", archivePath, err)
+			return images, err
 		}
 		images = append(images, img)
 	}

@@ -57,6 +57,8 @@ type Options struct {
 	PullTimeout time.Duration
 	// MaxConcurrentDownloads is how many layers one pull downloads at once (default 3).
 	MaxConcurrentDownloads int
+	// Limits bound what one pull or import unpacks; zero fields are the defaults.
+	Limits Limits
 	// Log receives pull progress (info) and repair notes (warnings); default logrus.StandardLogger().
 	Log logrus.FieldLogger
 }

@@ -51,7 +51,8 @@ func (s *Store) ingest(ctx context.Context, req ingestRequest) (Image, error) {
 		return Image{}, fmt.Errorf("image config lists %d layers, the manifest %d", len(cf.RootFS.DiffIDs), len(m.Layers))
 	}
 	chains := chainIDs(cf.RootFS.DiffIDs)
-	if err := s.fetchLayers(ctx, m.Layers, cf.RootFS.DiffIDs, chains, req); err != nil {
+	budget := newBudget(s.opts.Limits)
+	if err := s.fetchLayers(ctx, m.Layers, cf.RootFS.DiffIDs, chains, req, budget); err != nil {
 		return Image{}, err
 	}
 	img := newImage(m, cf, manifestDigest, req.mediaType, chains)
@@ -127,7 +128,7 @@ func (s *Store) fetchConfig(ctx context.Context, desc v1.Descriptor, open blobOp
 
 // fetchLayers downloads up to MaxConcurrentDownloads layers at once, and
 // unpacks each as soon as it is in; the first failure cancels the rest.
-func (s *Store) fetchLayers(ctx context.Context, layers []v1.Descriptor, diffIDs, chains []v1.Hash, req ingestRequest) error {
+func (s *Store) fetchLayers(ctx context.Context, layers []v1.Descriptor, diffIDs, chains []v1.Hash, req ingestRequest, budget *unpackBudget) error {
 	g, ctx := errgroup.WithContext(ctx)
 	downloads := make(chan struct{}, s.opts.MaxConcurrentDownloads)
 	for i, l := range layers {
@@ -142,7 +143,7 @@ func (s *Store) fetchLayers(ctx context.Context, layers []v1.Descriptor, diffIDs
 			if err != nil {
 				return fmt.Errorf("layer %s: %w", l.Digest, err)
 			}
-			return s.ensureLayer(ctx, chains[i], diffIDs[i], l.Digest)
+			return s.ensureLayer(ctx, chains[i], diffIDs[i], l.Digest, budget)
 		})
 	}
 	return g.Wait()

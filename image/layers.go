@@ -37,8 +37,10 @@ func (s *Store) hasLayer(chain v1.Hash) bool {
 // ensureLayer unpacks the layer blob into the layer dir of chain unless it is
 // there already. It unpacks into the temp dir and renames the result into
 // place, so a layer dir is always complete; when two processes race, the
-// first rename wins and the other drops its copy.
-func (s *Store) ensureLayer(ctx context.Context, chain, diffID, blob v1.Hash) error {
+// first rename wins and the other drops its copy. What it unpacks is charged
+// to budget, the pull's; a pull that waits for another's unpack of the same
+// layer is not charged for it.
+func (s *Store) ensureLayer(ctx context.Context, chain, diffID, blob v1.Hash, budget *unpackBudget) error {
 	if err := checkDigest(chain); err != nil {
 		return err
 	}
@@ -55,11 +57,11 @@ func (s *Store) ensureLayer(ctx context.Context, chain, diffID, blob v1.Hash) er
 			return ctx.Err()
 		}
 		defer func() { <-s.unpackSlots }()
-		return s.unpackLayer(ctx, chain, diffID, blob)
+		return s.unpackLayer(ctx, chain, diffID, blob, budget)
 	})
 }
 
-func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash) (retErr error) {
+func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, budget *unpackBudget) (retErr error) {
 	tmp, err := os.MkdirTemp(s.path(tmpDir), "layer-")
 	if err != nil {
 		return err
@@ -72,7 +74,7 @@ func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash) (r
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
-	got, err := unpackLayerFile(ctx, s.blobPath(blob), tmp)
+	got, err := unpackLayerFile(ctx, s.blobPath(blob), tmp, budget)
 	if err != nil {
 		return fmt.Errorf("unpack layer %s: %w", blob, err)
 	}

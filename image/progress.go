@@ -37,7 +37,9 @@ func (l *layerProgress) Write(p []byte) (int, error) {
 
 func newPullProgress(log logrus.FieldLogger) *pullProgress {
 	p := &pullProgress{log: log, busy: map[*layerProgress]bool{}, done: make(chan struct{})}
-	go p.tick()
+	// Read here, not in the goroutine: one that starts late, after its
+	// pull ended, must not read the setting while a test changes it.
+	go p.tick(progressInterval)
 	return p
 }
 
@@ -48,8 +50,8 @@ func (p *pullProgress) stop() {
 	}
 }
 
-func (p *pullProgress) tick() {
-	t := time.NewTicker(progressInterval)
+func (p *pullProgress) tick(interval time.Duration) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {

@@ -20,7 +20,8 @@ const maxIndexDepth = 3
 // (linux/amd64 here). The image's tags and repo digests name the reference
 // asked for, never the mirror. A pull that fails leaves no image; blobs it
 // completed stay (until the next garbage collection) so that a retry
-// resumes with what is missing.
+// resumes with what is missing, except for an image over a bound of Limits:
+// its retry would be refused too, so its blobs and layers go at once.
 func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error) {
 	named, err := parseReference(ref)
 	if err != nil {
@@ -34,6 +35,7 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 	start := time.Now()
 	s.log.WithField("image", named.String()).Info("pulling image")
 	img, err := s.pull(ctx, named, auth)
+	s.collectRefused(err)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && s.opts.PullTimeout > 0 && time.Since(start) >= s.opts.PullTimeout {
 			err = fmt.Errorf("pull timeout of %v reached: %w", s.opts.PullTimeout, err)

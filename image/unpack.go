@@ -31,7 +31,10 @@ import (
 // knows every directory it made: an entry may only be created in one of
 // those. A name that is absolute or has "..", a path through a symlink (or
 // any non-directory), a hard link to such a path: the layer is refused. Files
-// are streamed to disk, so a huge layer is bounded by the disk, not memory.
+// are streamed to disk, so a huge layer costs no memory; runs of zeros are
+// skipped rather than written, so the holes of a sparse entry (which the tar
+// reader hands out as zeros) cost no disk either; and the budget bounds what
+// the entries declare (see Limits).
 
 // errUnsafeEntry marks a refused layer entry.
 var errUnsafeEntry = errors.New("unsafe layer entry")
@@ -45,9 +48,10 @@ const (
 )
 
 // unpackLayerFile unpacks the layer blob at blobPath (gzip, zstd or plain
-// tar) into dest, an empty directory, and returns the digest of the
-// uncompressed tar: the diff ID the image config must list.
-func unpackLayerFile(ctx context.Context, blobPath, dest string) (v1.Hash, error) {
+// tar) into dest, an empty directory, charging what it unpacks to budget,
+// and returns the digest of the uncompressed tar: the diff ID the image
+// config must list.
+func unpackLayerFile(ctx context.Context, blobPath, dest string, budget *unpackBudget) (v1.Hash, error) {
 	f, err := os.Open(blobPath)
 	if err != nil {
 		return v1.Hash{}, err
@@ -60,7 +64,7 @@ func unpackLayerFile(ctx context.Context, blobPath, dest string) (v1.Hash, error
 	defer closeStream()
 	h := sha256.New()
 	tee := io.TeeReader(tarStream, h)
-	if err := extractTar(ctx, tee, dest); err != nil {
+	if err := extractTar(ctx, tee, dest, budget); err != nil {
 		return v1.Hash{}, err
 	}
 	// The diff ID covers the whole stream, padding after the last entry included.
@@ -94,6 +98,7 @@ func decompress(r *bufio.Reader) (io.Reader, func(), error) {
 // extractor writes one layer's entries below dest.
 type extractor struct {
 	dest     string
+	budget   *unpackBudget
 	dirs     map[string]bool // directories this layer made, relative ("" is dest)
 	dirTimes []dirTime       // applied last: making children changes a dir's mtime
 	buf      []byte
@@ -104,8 +109,8 @@ type dirTime struct {
 	atime, mtime time.Time
 }
 
-func extractTar(ctx context.Context, r io.Reader, dest string) error {
-	x := &extractor{dest: dest, dirs: map[string]bool{"": true}, buf: make([]byte, 128<<10)}
+func extractTar(ctx context.Context, r io.Reader, dest string, budget *unpackBudget) error {
+	x := &extractor{dest: dest, budget: budget, dirs: map[string]bool{"": true}, buf: make([]byte, copyBufSize)}
 	tr := tar.NewReader(contextReader{ctx, r})
 	for {
 		hdr, err := tr.Next()
@@ -116,10 +121,19 @@ func extractTar(ctx context.Context, r io.Reader, dest string) error {
 			return fmt.Errorf("read layer: %w", err)
 		}
 		if err := x.entry(hdr, tr); err != nil {
-			return fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+			return fmt.Errorf("layer entry %q: %w", shortName(hdr.Name), err)
 		}
 	}
 	return x.applyDirTimes()
+}
+
+// shortName keeps an error message readable when a hostile name is long.
+func shortName(name string) string {
+	const keep = 100
+	if len(name) <= 2*keep {
+		return name
+	}
+	return name[:keep] + "…" + name[len(name)-keep:]
 }
 
 // cleanEntryPath turns a tar name into a path relative to the layer root,
@@ -142,12 +156,20 @@ func cleanEntryPath(name string) (string, error) {
 }
 
 func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
+	if err := x.budget.addEntry(); err != nil {
+		return err
+	}
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		return nil
 	}
 	rel, err := cleanEntryPath(hdr.Name)
 	if err != nil {
 		return err
+	}
+	if rel != "" {
+		if err := x.budget.checkDepth(strings.Count(rel, "/") + 1); err != nil {
+			return err
+		}
 	}
 	if rel == "" {
 		if hdr.Typeflag != tar.TypeDir {
@@ -229,6 +251,9 @@ func (x *extractor) ensureDir(rel string) error {
 		fi, err := os.Lstat(full)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
+			if err := x.budget.addEntry(); err != nil {
+				return err
+			}
 			if err := os.Mkdir(full, 0o755); err != nil {
 				return err
 			}
@@ -278,12 +303,17 @@ func (x *extractor) clear(rel string) error {
 	return os.RemoveAll(full)
 }
 
+// writeFile charges the file's declared size before reading any of it: the
+// holes of a sparse entry cost the tar reader the time to hand them out.
 func (x *extractor) writeFile(full string, hdr *tar.Header, r io.Reader) error {
+	if err := x.budget.addBytes(hdr.Size); err != nil {
+		return err
+	}
 	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := io.CopyBuffer(f, r, x.buf); err != nil {
+	if err := writeSparse(f, r, x.buf, hdr.Size); err != nil {
 		f.Close()
 		return err
 	}
@@ -291,6 +321,76 @@ func (x *extractor) writeFile(full string, hdr *tar.Header, r io.Reader) error {
 		return err
 	}
 	return x.setMetadata(full, hdr, false)
+}
+
+// holeBlock is the unit of zeros left as a hole: the filesystem block,
+// below which a hole saves nothing. copyBufSize is a multiple of it, so
+// that blocks fall on block boundaries of the file.
+const (
+	holeBlock   = 4 << 10
+	copyBufSize = 128 << 10
+)
+
+var zeroBlock [holeBlock]byte
+
+// writeSparse copies size bytes of r to f through buf, writing only the
+// blocks that are not all zeros: the others are skipped (pwrite at the next
+// data) and the file's size is set at the end, so they stay holes. A sparse
+// entry's holes, which the tar reader hands out as zeros, thus cost no disk,
+// nor do long runs of zeros stored as data.
+func writeSparse(f *os.File, r io.Reader, buf []byte, size int64) error {
+	var off, dataEnd int64
+	for {
+		n, rerr := readBlock(r, buf)
+		for i := 0; i < n; {
+			end := min(i+holeBlock, n)
+			if bytes.Equal(buf[i:end], zeroBlock[:end-i]) {
+				i = end
+				continue
+			}
+			for end < n {
+				next := min(end+holeBlock, n)
+				if bytes.Equal(buf[end:next], zeroBlock[:next-end]) {
+					break
+				}
+				end = next
+			}
+			if _, err := f.WriteAt(buf[i:end], off+int64(i)); err != nil {
+				return err
+			}
+			dataEnd = off + int64(end)
+			i = end
+		}
+		off += int64(n)
+		if errors.Is(rerr, io.EOF) {
+			break
+		}
+		if rerr != nil {
+			return rerr
+		}
+	}
+	if off != size {
+		return fmt.Errorf("file data of %d bytes, the header says %d", off, size)
+	}
+	if dataEnd < off {
+		return f.Truncate(off) // the file ends in a hole
+	}
+	return nil
+}
+
+// readBlock fills buf from r, short only at the end of r (io.EOF) or on an
+// error. Unlike io.ReadFull, a stream cut short (io.ErrUnexpectedEOF from the
+// tar reader) stays an error.
+func readBlock(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // hardlink links to an earlier entry of this layer, reached through this

@@ -120,7 +120,7 @@ func TestUnpackRefusesHostileLayers(t *testing.T) {
 				t.Fatal(err)
 			}
 			blob := writeBlobFile(t, tarOf(t, tc.entries...))
-			_, err := unpackLayerFile(t.Context(), blob, dest)
+			_, err := unpackLayerFile(t.Context(), blob, dest, newBudget(Limits{}))
 			if !errors.Is(err, errUnsafeEntry) {
 				t.Fatalf("unpack = %v, want an unsafe-entry error", err)
 			}
@@ -137,7 +137,7 @@ func TestUnpackRefusesHostileLayers(t *testing.T) {
 	}
 	t.Run("overlay xattrs dropped", func(t *testing.T) {
 		dest := t.TempDir()
-		if _, err := unpackLayerFile(t.Context(), writeBlobFile(t, tarOf(t, xattrEntry)), dest); err != nil {
+		if _, err := unpackLayerFile(t.Context(), writeBlobFile(t, tarOf(t, xattrEntry)), dest, newBudget(Limits{})); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := unix.Lgetxattr(filepath.Join(dest, "x"), "trusted.overlay.redirect", make([]byte, 64)); !errors.Is(err, unix.ENODATA) {
@@ -180,7 +180,7 @@ func TestUnpackKeepsEverything(t *testing.T) {
 	}{{"plain", raw}, {"gzip", gzipped(t, raw)}, {"zstd", zstded(t, raw)}} {
 		t.Run(comp.name, func(t *testing.T) {
 			dest := t.TempDir()
-			diffID, err := unpackLayerFile(t.Context(), writeBlobFile(t, comp.blob), dest)
+			diffID, err := unpackLayerFile(t.Context(), writeBlobFile(t, comp.blob), dest, newBudget(Limits{}))
 			if err != nil {
 				t.Fatalf("unpack: %v", err)
 			}
@@ -268,7 +268,7 @@ func TestUnpackStreamsLargeFiles(t *testing.T) {
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	if _, err := unpackLayerFile(t.Context(), blob, dest); err != nil {
+	if _, err := unpackLayerFile(t.Context(), blob, dest, newBudget(Limits{})); err != nil {
 		t.Fatal(err)
 	}
 	runtime.ReadMemStats(&after)

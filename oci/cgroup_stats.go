@@ -5,75 +5,327 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
 )
 
-// CgroupStats are the usage figures the kubelet asks of a container.
+// CgroupStats are the usage figures of one cgroup: a container's, or a
+// pod's (its cgroup parent, which holds its containers' cgroups).
 type CgroupStats struct {
-	CPUUsageNanos    uint64 // cumulative CPU time
-	MemoryUsage      uint64 // all memory charged, page cache included
-	MemoryWorkingSet uint64 // usage less inactive file pages: what eviction looks at
-	MemoryRSS        uint64 // anonymous memory
-	PageFaults       uint64
-	MajorPageFaults  uint64
+	CPU    CPUStats
+	Memory MemoryStats
+	// Swap is nil when the host does not account swap per cgroup.
+	Swap *SwapStats
+	// Processes counts the tasks in the cgroup and below it (pids.current).
+	Processes uint64
+	// IO lists the bytes and operations per block device.
+	IO []DeviceIO
+	// CPUPressure, MemoryPressure and IOPressure are the kernel's pressure
+	// stall information; nil where the kernel keeps none (cgroup v1).
+	CPUPressure, MemoryPressure, IOPressure *Pressure
 }
 
+// CPUStats are cumulative CPU times, in nanoseconds, and CFS throttling.
+type CPUStats struct {
+	UsageNanos, UserNanos, SystemNanos uint64
+	Periods, ThrottledPeriods          uint64
+	ThrottledNanos                     uint64
+}
+
+// MemoryStats are the memory cgroup's figures, in bytes and counts.
+type MemoryStats struct {
+	Usage                       uint64 // all memory charged, page cache included
+	WorkingSet                  uint64 // usage less inactive file pages: what eviction looks at
+	RSS                         uint64 // anonymous memory
+	Cache                       uint64 // page cache
+	Limit                       uint64 // 0: no limit
+	PageFaults, MajorPageFaults uint64
+}
+
+// SwapStats are the cgroup's swap usage and limit, in bytes (limit 0: none).
+type SwapStats struct {
+	Usage, Limit uint64
+}
+
+// DeviceIO are the bytes and operations a cgroup read from and wrote to one
+// block device.
+type DeviceIO struct {
+	Device                string // /dev/NAME, or MAJOR:MINOR when unknown
+	Major, Minor          uint64
+	ReadBytes, WriteBytes uint64
+	Reads, Writes         uint64
+}
+
+// Pressure is a cgroup's pressure stall information for one resource.
+type Pressure struct {
+	Some, Full PressureData
+}
+
+// PressureData is one line of a pressure file: the total stall time in
+// microseconds and the running averages, in percent.
+type PressureData struct {
+	Total                uint64
+	Avg10, Avg60, Avg300 float64
+}
+
+// unlimited is the threshold above which a limit read from the kernel means
+// none: cgroup v1 writes PAGE_COUNTER_MAX pages, v2 "max" (read as MaxUint64).
+const unlimited = uint64(1) << 62
+
+// statsControllers are the controllers whose files stats read: nothing else
+// (cpuset, hugetlb, rdma, misc) is asked for, so a call costs a few reads.
+const statsControllers = cgroups.CPU | cgroups.Memory | cgroups.Pids | cgroups.IO
+
+// v1StatsHierarchies are the cgroup v1 hierarchies whose files stats read.
+var v1StatsHierarchies = []string{"cpu", "cpuacct", "memory", "pids", "blkio"}
+
 // ReadCgroupStats reads the container's cgroup (spec cgroupsPath, driver)
-// directly from the cgroup filesystem: the kubelet asks every few seconds
-// for every container, so this must cost a few file reads, not a runtime
-// process. A cgroup that is gone is ErrNotFound.
+// from the cgroup filesystem: the kubelet asks every few seconds for every
+// container, so this must cost a few file reads, not a runtime process. A
+// cgroup that is gone is ErrNotFound.
 func ReadCgroupStats(cgroupsPath string, driver CgroupDriver) (CgroupStats, error) {
 	rel, err := cgroupRelPath(cgroupsPath, driver)
 	if err != nil {
 		return CgroupStats{}, err
 	}
-	if currentHost().cgroup2 {
-		return readStatsV2(filepath.Join(cgroupRoot, rel))
-	}
-	return readStatsV1(cgroupRoot, rel)
+	return readStats(cgroupRoot, currentHost().cgroup2, rel)
 }
 
-func readStatsV1(root, rel string) (CgroupStats, error) {
-	var s CgroupStats
+// ReadPodCgroupStats reads a pod's cgroup: its cgroup parent, which holds
+// the cgroups of all its containers and keeps the CPU time of those that
+// exited. A pod with no cgroup parent has no cgroup of its own, and one whose
+// cgroup is not made yet (no container created): both are ErrNotFound.
+func ReadPodCgroupStats(cgroupParent string, driver CgroupDriver) (CgroupStats, error) {
+	rel, err := podCgroupRelPath(cgroupParent, driver)
+	if err != nil {
+		return CgroupStats{}, err
+	}
+	return readStats(cgroupRoot, currentHost().cgroup2, rel)
+}
+
+// podCgroupRelPath turns a pod's cgroup parent into its path under a
+// hierarchy's root: as is for cgroupfs, a slice expanded for systemd.
+func podCgroupRelPath(parent string, driver CgroupDriver) (string, error) {
+	if parent == "" {
+		return "", fmt.Errorf("pod has no cgroup parent: %w", ErrNotFound)
+	}
+	switch driver {
+	case "", CgroupfsDriver:
+		return filepath.Join("/", parent), nil
+	case SystemdDriver:
+		return expandSlice(parent)
+	default:
+		return "", fmt.Errorf("%w: unknown cgroup driver %q", ErrInvalid, driver)
+	}
+}
+
+// readStats reads the cgroup at rel under root with the readers runc and
+// cAdvisor use (opencontainers/cgroups), so that the figures match what the
+// kubelet's cAdvisor would show. A hybrid host (v1 controllers, an empty v2
+// tree beside them) is read as v1, as runc places containers there.
+func readStats(root string, cgroup2 bool, rel string) (CgroupStats, error) {
+	var raw *cgroups.Stats
 	var err error
-	memDir := filepath.Join(root, "memory", rel)
-	if s.CPUUsageNanos, err = readUint(filepath.Join(root, "cpuacct", rel, "cpuacct.usage")); err != nil {
-		return s, statsError(rel, err)
+	if cgroup2 {
+		raw, err = readRawV2(filepath.Join(root, rel))
+	} else {
+		raw, err = readRawV1(root, rel)
 	}
-	if s.MemoryUsage, err = readUint(filepath.Join(memDir, "memory.usage_in_bytes")); err != nil {
-		return s, statsError(rel, err)
-	}
-	stat, err := readKeyed(filepath.Join(memDir, "memory.stat"))
 	if err != nil {
-		return s, statsError(rel, err)
+		return CgroupStats{}, err
 	}
-	s.MemoryWorkingSet = saturatingSub(s.MemoryUsage, stat["total_inactive_file"])
-	s.MemoryRSS = stat["total_rss"]
-	s.PageFaults = stat["total_pgfault"]
-	s.MajorPageFaults = stat["total_pgmajfault"]
-	return s, nil
+	return convertStats(raw, cgroup2), nil
 }
 
-func readStatsV2(dir string) (CgroupStats, error) {
-	var s CgroupStats
-	cpu, err := readKeyed(filepath.Join(dir, "cpu.stat"))
+func readRawV2(dir string) (*cgroups.Stats, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, statsError(dir, err)
+	}
+	m, err := fs2.NewManager(&cgroups.Cgroup{Resources: &cgroups.Resources{}}, dir)
 	if err != nil {
-		return s, statsError(dir, err)
+		return nil, statsError(dir, err)
 	}
-	s.CPUUsageNanos = cpu["usage_usec"] * 1000
-	if s.MemoryUsage, err = readUint(filepath.Join(dir, "memory.current")); err != nil {
-		return s, statsError(dir, err)
-	}
-	stat, err := readKeyed(filepath.Join(dir, "memory.stat"))
+	st, err := m.Stats(&cgroups.StatsOptions{Controllers: statsControllers})
 	if err != nil {
-		return s, statsError(dir, err)
+		// Removed between the check and the reads.
+		if _, serr := os.Stat(dir); serr != nil {
+			return nil, statsError(dir, serr)
+		}
+		return nil, statsError(dir, err)
 	}
-	s.MemoryWorkingSet = saturatingSub(s.MemoryUsage, stat["inactive_file"])
-	s.MemoryRSS = stat["anon"]
-	s.PageFaults = stat["pgfault"]
-	s.MajorPageFaults = stat["pgmajfault"]
-	return s, nil
+	return st, nil
+}
+
+func readRawV1(root, rel string) (*cgroups.Stats, error) {
+	// The memory hierarchy tells whether the cgroup is there: every
+	// container and pod cgroup has one.
+	memDir := filepath.Join(root, "memory", rel)
+	if _, err := os.Stat(memDir); err != nil {
+		return nil, statsError(rel, err)
+	}
+	paths := map[string]string{}
+	for _, h := range v1StatsHierarchies {
+		if _, err := os.Stat(filepath.Join(root, h)); err == nil {
+			paths[h] = filepath.Join(root, h, rel)
+		}
+	}
+	m, err := fs.NewManager(&cgroups.Cgroup{Resources: &cgroups.Resources{}}, paths)
+	if err != nil {
+		return nil, statsError(rel, err)
+	}
+	st, err := m.Stats(&cgroups.StatsOptions{Controllers: statsControllers})
+	if err == nil {
+		_, err = os.Stat(memDir) // v1 readers skip a directory that vanished
+	}
+	if err != nil {
+		return nil, statsError(rel, err)
+	}
+	return st, nil
+}
+
+// convertStats keeps what the CRI and the cAdvisor metrics ask for, with
+// cAdvisor's definitions: working set is usage less inactive file pages.
+func convertStats(st *cgroups.Stats, cgroup2 bool) CgroupStats {
+	ms := st.MemoryStats.Stats
+	// v1 keeps hierarchical totals under total_*; v2 is always hierarchical.
+	key := func(k string) string {
+		if cgroup2 {
+			return k
+		}
+		return "total_" + k
+	}
+	rssKey := key("rss")
+	if cgroup2 {
+		rssKey = "anon"
+	}
+	out := CgroupStats{
+		CPU: CPUStats{
+			UsageNanos:       st.CpuStats.CpuUsage.TotalUsage,
+			UserNanos:        st.CpuStats.CpuUsage.UsageInUsermode,
+			SystemNanos:      st.CpuStats.CpuUsage.UsageInKernelmode,
+			Periods:          st.CpuStats.ThrottlingData.Periods,
+			ThrottledPeriods: st.CpuStats.ThrottlingData.ThrottledPeriods,
+			ThrottledNanos:   st.CpuStats.ThrottlingData.ThrottledTime,
+		},
+		Memory: MemoryStats{
+			Usage:           st.MemoryStats.Usage.Usage,
+			WorkingSet:      saturatingSub(st.MemoryStats.Usage.Usage, ms[key("inactive_file")]),
+			RSS:             ms[rssKey],
+			Cache:           ms[key("cache")],
+			Limit:           limitOrZero(st.MemoryStats.Usage.Limit),
+			PageFaults:      ms[key("pgfault")],
+			MajorPageFaults: ms[key("pgmajfault")],
+		},
+		Processes:      st.PidsStats.Current,
+		CPUPressure:    pressure(st.CpuStats.PSI),
+		MemoryPressure: pressure(st.MemoryStats.PSI),
+		IOPressure:     pressure(st.BlkioStats.PSI),
+	}
+	if cgroup2 {
+		out.Memory.Cache = ms["file"]
+	}
+	out.Swap = swapStats(st.MemoryStats, cgroup2)
+	out.IO = deviceIO(st.BlkioStats)
+	return out
+}
+
+// swapStats reads swap where the kernel accounts it: v1 charges memory and
+// swap together in memsw (absent without swap accounting), v2 has
+// memory.swap.current and memory.swap.max (absent likewise). The limit read
+// of a present file is never 0: "max" or a v1 huge number stand for none.
+func swapStats(m cgroups.MemoryStats, cgroup2 bool) *SwapStats {
+	if cgroup2 {
+		if m.SwapOnlyUsage.Limit == 0 {
+			return nil
+		}
+		return &SwapStats{Usage: m.SwapOnlyUsage.Usage, Limit: limitOrZero(m.SwapOnlyUsage.Limit)}
+	}
+	if m.SwapUsage.Limit == 0 {
+		return nil
+	}
+	s := &SwapStats{Usage: saturatingSub(m.SwapUsage.Usage, m.Usage.Usage)}
+	// memsw limits memory plus swap: what swap may take is the difference.
+	if memsw, mem := limitOrZero(m.SwapUsage.Limit), limitOrZero(m.Usage.Limit); memsw != 0 && mem != 0 {
+		s.Limit = saturatingSub(memsw, mem)
+	}
+	return s
+}
+
+// deviceIO sums the read and write entries per device; v1 also lists
+// "Sync", "Async", "Total"... per device, which are left out.
+func deviceIO(b cgroups.BlkioStats) []DeviceIO {
+	var out []DeviceIO
+	at := func(major, minor uint64) *DeviceIO {
+		for i := range out {
+			if out[i].Major == major && out[i].Minor == minor {
+				return &out[i]
+			}
+		}
+		out = append(out, DeviceIO{Major: major, Minor: minor, Device: blockDeviceName(major, minor)})
+		return &out[len(out)-1]
+	}
+	for _, e := range b.IoServiceBytesRecursive {
+		switch e.Op {
+		case "Read", "read":
+			at(e.Major, e.Minor).ReadBytes += e.Value
+		case "Write", "write":
+			at(e.Major, e.Minor).WriteBytes += e.Value
+		}
+	}
+	for _, e := range b.IoServicedRecursive {
+		switch e.Op {
+		case "Read", "read":
+			at(e.Major, e.Minor).Reads += e.Value
+		case "Write", "write":
+			at(e.Major, e.Minor).Writes += e.Value
+		}
+	}
+	return out
+}
+
+// blockDevices caches device numbers to names: read once per device from
+// sysfs, as they do not change while the device is there.
+var blockDevices sync.Map
+
+// sysDevBlock is where the kernel names block devices by number.
+var sysDevBlock = "/sys/dev/block"
+
+func blockDeviceName(major, minor uint64) string {
+	num := fmt.Sprintf("%d:%d", major, minor)
+	if v, ok := blockDevices.Load(num); ok {
+		return v.(string)
+	}
+	name := num
+	if data, err := os.ReadFile(filepath.Join(sysDevBlock, num, "uevent")); err == nil {
+		for line := range strings.Lines(string(data)) {
+			if dev, ok := strings.CutPrefix(strings.TrimSpace(line), "DEVNAME="); ok && dev != "" {
+				name = "/dev/" + dev
+			}
+		}
+	}
+	blockDevices.Store(num, name)
+	return name
+}
+
+func pressure(p *cgroups.PSIStats) *Pressure {
+	if p == nil {
+		return nil
+	}
+	conv := func(d cgroups.PSIData) PressureData {
+		return PressureData{Total: d.Total, Avg10: d.Avg10, Avg60: d.Avg60, Avg300: d.Avg300}
+	}
+	return &Pressure{Some: conv(p.Some), Full: conv(p.Full)}
+}
+
+func limitOrZero(v uint64) uint64 {
+	if v >= unlimited {
+		return 0
+	}
+	return v
 }
 
 func statsError(cgroup string, err error) error {
@@ -81,33 +333,6 @@ func statsError(cgroup string, err error) error {
 		return fmt.Errorf("cgroup %s: %w", cgroup, ErrNotFound)
 	}
 	return fmt.Errorf("read stats of cgroup %s: %w", cgroup, err)
-}
-
-func readUint(file string) (uint64, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-}
-
-// readKeyed reads a flat keyed cgroup file ("key value" lines).
-func readKeyed(file string) (map[string]uint64, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]uint64{}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, " ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
-			out[k] = n
-		}
-	}
-	return out, nil
 }
 
 func saturatingSub(a, b uint64) uint64 {

@@ -40,6 +40,16 @@ type ExecIO struct {
 	Stdout, Stderr io.Writer
 	// Resize, with a terminal, carries the client's window size changes.
 	Resize <-chan TerminalSize
+	// OutputGrace, when not 0, is how long output is still delivered
+	// after the exec's process exited. Past it the output pipes are read
+	// for what they hold and closed: a child that left the process's
+	// session keeps the pipes' write ends open, and the end of file the
+	// copies wait for may never come. 0 waits for the end of the output,
+	// as containerd does: ExecSync's timeout bounds that wait. It counts
+	// from the runtime's exit, which is the process's only under the exec
+	// shim (Stream without a terminal): an attached runtime copies the
+	// output itself and waits for its end.
+	OutputGrace time.Duration
 	// Stream marks an exec whose output is streamed to a client and may be
 	// large. Without a terminal it then runs under the runtime's exec shim
 	// (Runtime.ExecShim), which saves a copy of every byte; a probe's few
@@ -112,6 +122,10 @@ type execRun struct {
 	logDone  chan struct{}
 	stdinW   *os.File // our end of the process's stdin pipe, or nil
 	stdinEnd sync.Once
+	grace    time.Duration // ExecIO.OutputGrace
+	cut      chan struct{} // closed at the end of the grace: copies stop
+	cutOnce  sync.Once
+	outputs  []*os.File  // our read ends of the output pipes
 	closers  []io.Closer // our copies of the child's ends, closed after start
 	ours     []io.Closer // our own ends, closed if the start fails
 
@@ -123,7 +137,8 @@ func (r *Runtime) startExec(id, stateDir string, proc *specs.Process, o ExecIO) 
 	if err != nil {
 		return nil, err
 	}
-	e := &execRun{rt: r, id: id, exited: make(chan struct{}), done: make(chan struct{}), logDone: make(chan struct{})}
+	e := &execRun{rt: r, id: id, exited: make(chan struct{}), done: make(chan struct{}), logDone: make(chan struct{}),
+		grace: o.OutputGrace, cut: make(chan struct{})}
 	defer func() {
 		if retErr != nil {
 			e.closeChildEnds()
@@ -254,6 +269,7 @@ func (e *execRun) pipeStdio(o ExecIO) error {
 		e.closers = append(e.closers, w)
 		// Room for the runtime to go on writing while a batch is sent.
 		_, _ = unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, outputPipeSize)
+		e.outputs = append(e.outputs, r)
 		e.copyBatched(s.w, r)
 	}
 	return nil
@@ -272,7 +288,9 @@ const (
 	batchWait      = 2 * time.Millisecond
 )
 
-// copyBatched copies a pipe to dst until the pipe ends, then closes it.
+// copyBatched copies a pipe to dst until the pipe ends, or until the output
+// is cut (cutOutput) and what the pipe held then was copied; then it closes
+// the pipe.
 func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
 	e.copies.Add(1)
 	go func() {
@@ -280,7 +298,18 @@ func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
 		defer src.Close()
 		buf := make([]byte, smallBuffer)
 		for {
+			// cutOutput closes cut before it sets the deadline that ends a
+			// blocked read, so a read that starts after this check fails.
+			select {
+			case <-e.cut:
+				copyRest(dst, src, buf)
+				return
+			default:
+			}
 			n, err := src.Read(buf)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // cutOutput's deadline
+			}
 			if n >= bulkRead && err == nil {
 				if len(buf) < batchSize {
 					buf = append(buf[:n], make([]byte, batchSize-n)...)
@@ -297,6 +326,43 @@ func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
 			}
 		}
 	}()
+}
+
+// copyRest copies what a pipe holds now, and no more: a writer that goes on
+// writing must not keep the copy going.
+func copyRest(dst io.Writer, src *os.File, buf []byte) {
+	rc, err := src.SyscallConn()
+	if err != nil {
+		return
+	}
+	left := 0
+	// TIOCINQ is FIONREAD: the bytes a pipe holds.
+	_ = rc.Control(func(fd uintptr) { left, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) })
+	for left > 0 {
+		n := 0
+		// Control, not Read: the read deadline that ended the copy's wait
+		// has passed, and Read would refuse.
+		_ = rc.Control(func(fd uintptr) { n, _ = unix.Read(int(fd), buf[:min(len(buf), left)]) })
+		if n <= 0 {
+			return
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+		left -= n
+	}
+}
+
+// cutOutput ends the output copies once the exec's process exited and its
+// grace passed: each copies what its pipe holds and closes it, whoever
+// still holds the write end.
+func (e *execRun) cutOutput() {
+	e.cutOnce.Do(func() {
+		close(e.cut)
+		for _, r := range e.outputs {
+			_ = r.SetReadDeadline(time.Now())
+		}
+	})
 }
 
 // readBatch reads on into buf[n:] until it is full or batchWait passed.
@@ -438,23 +504,47 @@ func (e *execRun) wait(ctx context.Context) (int, error) {
 		e.copies.Wait()
 		close(delivered)
 	}()
+	var graceOver <-chan time.Time
+	if e.grace > 0 && len(e.outputs) > 0 {
+		timer := time.NewTimer(e.grace)
+		defer timer.Stop()
+		graceOver = timer.C
+	}
 	select {
 	case <-delivered:
-	case <-ctx.Done():
-		// Under the exec shim the runtime is gone once the process is, so
-		// a background child that holds the output open is still there:
-		// it goes the way terminate sends it with an attached runtime.
-		if pid := e.execPID(); pid > 0 {
-			killSession(pid)
-		}
-		timer := time.NewTimer(ExecKillGrace)
+	case <-graceOver:
+		// A child that left the process's session holds the output open:
+		// what the pipes hold is delivered, then they are closed.
+		e.cutOutput()
 		select {
 		case <-delivered:
-		case <-timer.C:
+		case <-ctx.Done():
+			e.giveUp(delivered)
 		}
-		timer.Stop()
+	case <-ctx.Done():
+		e.giveUp(delivered)
 	}
 	return e.result(ctx)
+}
+
+// giveUp ends the delivery of an exec whose caller is gone (ctx ended).
+// Under the exec shim the runtime is gone once the process is, so a
+// background child that holds the output open is still there: it goes the
+// way terminate sends it with an attached runtime. A child in a session of
+// its own survives that, so the output is then cut: no copy is left reading
+// a pipe that child holds. A copy blocked writing to a caller that stopped
+// reading ends when the caller closes its stream.
+func (e *execRun) giveUp(delivered <-chan struct{}) {
+	if pid := e.execPID(); pid > 0 {
+		killSession(pid)
+	}
+	timer := time.NewTimer(ExecKillGrace)
+	defer timer.Stop()
+	select {
+	case <-delivered:
+	case <-timer.C:
+		e.cutOutput()
+	}
 }
 
 func (e *execRun) result(ctx context.Context) (int, error) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -246,4 +247,50 @@ func assertNoExecFiles(t *testing.T, bundle string) {
 			t.Errorf("exec left %s in the bundle", e.Name())
 		}
 	}
+}
+
+// slowWriter takes its time with every write: a client reading slowly.
+type slowWriter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(20 * time.Millisecond)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n += len(p)
+	return len(p), nil
+}
+
+// TestExecOutputGrace: a child that left the exec's session holds the
+// output open; with OutputGrace the exec still ends shortly after its own
+// process, with all that process wrote delivered, though the slow writer
+// still had a pipe full to take when the grace ended. Only under the exec
+// shim: an attached runc copies the output itself and waits for its end.
+func TestExecOutputGrace(t *testing.T) {
+	if execShim == "" {
+		t.Skip("minicri-conmon was not built")
+	}
+	const stream = true
+	rt, id, bundle, base := execContainer(t)
+	rt.ExecShim = execShim
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const size = 3 << 20
+	var out slowWriter
+	start := time.Now()
+	code, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "setsid sleep 301 & head -c " + strconv.Itoa(size) + " /dev/zero"}, false),
+		ExecIO{Stream: stream, Stdout: &out, Stderr: io.Discard, OutputGrace: 100 * time.Millisecond})
+	took := time.Since(start)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d, %v; want 0", code, err)
+	}
+	if out.n != size {
+		t.Errorf("delivered %d bytes, want %d: the cut lost output the process wrote", out.n, size)
+	}
+	if took > 10*time.Second {
+		t.Errorf("the exec returned after %s: it waited for the background child", took)
+	}
+	assertNoExecFiles(t, bundle)
 }

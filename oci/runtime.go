@@ -9,12 +9,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/mountinfo"
 )
 
 // Runtime drives one OCI runtime binary (runc, or crun, which takes the same
@@ -25,7 +30,8 @@ type Runtime struct {
 	// Name is the runtime handler's name, used in messages; "" uses the
 	// binary's base name.
 	Name string
-	// Path is the runtime binary; a bare name is looked up in PATH once.
+	// Path is the runtime binary; a bare name is looked up in PATH until
+	// found, then kept.
 	Path string
 	// Root is the runtime's state directory (--root); "" is the runtime's own
 	// default. Give each handler its own, e.g. /run/minicri/runc.
@@ -38,9 +44,8 @@ type Runtime struct {
 	// for the process, so the runtime does not copy its output.
 	ExecShim string
 
-	resolveOnce sync.Once
-	resolved    string
-	resolveErr  error
+	resolveMu sync.Mutex
+	resolved  string
 }
 
 // Status is a container's state as the runtime reports it.
@@ -72,18 +77,40 @@ const maxRuntimeOutput = 1 << 20
 const waitDelay = 2 * time.Second
 
 // Binary returns the runtime's executable, resolved from PATH for a bare name.
+// A failure is not kept: a runtime installed after the daemon started is
+// found by the next call.
 func (r *Runtime) Binary() (string, error) {
-	r.resolveOnce.Do(func() {
-		path := r.Path
-		if path == "" {
-			path = "runc"
-		}
-		r.resolved, r.resolveErr = exec.LookPath(path)
-		if r.resolveErr != nil {
-			r.resolveErr = fmt.Errorf("runtime %s: %w", r.name(), r.resolveErr)
-		}
-	})
-	return r.resolved, r.resolveErr
+	r.resolveMu.Lock()
+	defer r.resolveMu.Unlock()
+	if r.resolved != "" {
+		return r.resolved, nil
+	}
+	path, err := r.lookPath()
+	if err != nil {
+		return "", err
+	}
+	r.resolved = path
+	return path, nil
+}
+
+// Available says why the runtime's binary cannot be run now, or nil. It
+// looks again each time (a stat per PATH entry at most), so that a binary
+// removed or installed meanwhile is seen.
+func (r *Runtime) Available() error {
+	_, err := r.lookPath()
+	return err
+}
+
+func (r *Runtime) lookPath() (string, error) {
+	path := r.Path
+	if path == "" {
+		path = "runc"
+	}
+	found, err := exec.LookPath(path)
+	if err != nil {
+		return "", fmt.Errorf("runtime %s: %w", r.name(), err)
+	}
+	return found, nil
 }
 
 func (r *Runtime) name() string {
@@ -197,10 +224,62 @@ func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
 		args = append(args, "--force")
 	}
 	_, err := r.run(ctx, nil, "delete", id, append(args, id)...)
-	if errors.Is(err, ErrNotFound) {
-		return nil
+	if err == nil || errors.Is(err, ErrNotFound) {
+		// runc's delete --force of a container it does not know succeeds,
+		// whatever it could not remove.
+		return r.removeAbortedState(id)
 	}
 	return err
+}
+
+// removeAbortedState removes what a runtime killed in its create leaves in
+// its state directory: no state.json (so the runtime does not know the
+// container) but its files, and in runc 1.1 a read-only bind mount of its
+// own binary (runc.XXXXXX, made while it clones itself). runc's delete then
+// removes the directory, but not through the mount: EBUSY, and the
+// directory stays. A create is killed when its monitor is (a deadline, a
+// daemon restart rolling it back), so each mount below the directory is
+// detached, then the directory goes. Only with Root set: the runtime's own
+// default is not ours to clean.
+func (r *Runtime) removeAbortedState(id string) error {
+	if r.Root == "" || id == "" || strings.ContainsRune(id, '/') || id == "." || id == ".." {
+		return nil
+	}
+	dir := filepath.Join(r.Root, id)
+	if _, err := os.Lstat(filepath.Join(dir, "state.json")); !errors.Is(err, os.ErrNotExist) {
+		return nil // a container the runtime knows, or no directory to look in
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := unmountBelow(dir); err != nil {
+		return fmt.Errorf("state of %s: %w", id, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove state of %s: %w", id, err)
+	}
+	return nil
+}
+
+// unmountBelow detaches every mount at or below dir, the deepest first.
+func unmountBelow(dir string) error {
+	data, err := os.ReadFile(mountinfo.Path)
+	if err != nil {
+		return err
+	}
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if m, ok := mountinfo.ParseLine(line); ok && mountinfo.Within(m.Point, dir) {
+			points = append(points, m.Point)
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+	}
+	return nil
 }
 
 // Update changes a running container's cgroup limits.

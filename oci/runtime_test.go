@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestRuntimeMessage(t *testing.T) {
@@ -135,5 +137,40 @@ func TestRuntimeCallHonoursDeadline(t *testing.T) {
 	var rerr *RuntimeError
 	if !errors.As(err, &rerr) || rerr.Op != "start" || rerr.ID != "abc" {
 		t.Errorf("err = %#v, want a RuntimeError for start abc", err)
+	}
+}
+
+// TestDeleteRemovesAnAbortedCreate: runc 1.1 killed during its create
+// leaves its state directory without state.json, and in it a read-only bind
+// mount of its own binary. runc's delete says the container does not exist
+// and cannot remove the directory through the mount; Delete must leave
+// neither.
+func TestDeleteRemovesAnAbortedCreate(t *testing.T) {
+	rt := testRuntime(t, "runc")
+	id := "aborted-" + randomSuffix(t)
+	dir := filepath.Join(rt.Root, id)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "runc.abc123")
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(self, target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(target, unix.MNT_DETACH) })
+	if err := rt.Delete(context.Background(), id, true); err != nil {
+		t.Fatalf("Delete of an aborted create: %v", err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state directory after Delete: %v, want it gone", err)
+	}
+	if data, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(data), target) {
+		t.Errorf("the runtime's bind mount %s is still mounted", target)
 	}
 }

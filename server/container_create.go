@@ -153,6 +153,7 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	if err := s.containers.Put(id, rec); err != nil {
 		return err
 	}
+	s.containerEvent(id, sb.ID, runtime.ContainerEventType_CONTAINER_CREATED_EVENT)
 	s.watchContainer(rec)
 	return nil
 }

@@ -23,6 +23,13 @@ var errNotRunning = errors.New("container is not running")
 // reading must not keep anything of the container alive.
 const execExitGrace = time.Second
 
+// execOutputGrace is how long a streamed exec goes on delivering output once
+// its own process exited: what it wrote is in the pipes by then, and a child
+// that left its session to run on (`setsid daemon &`) must not hold the
+// exec, the client and the daemon's pipes until it ends. ExecSync waits for
+// the end of output instead, bounded by its timeout, as containerd does.
+const execOutputGrace = time.Second
+
 // Exec validates the request and answers with a single-use URL on the
 // streaming server; the command runs when the kubelet connects to it.
 func (s *Server) Exec(ctx context.Context, req *runtime.ExecRequest) (*runtime.ExecResponse, error) {
@@ -160,10 +167,13 @@ func (r streamRuntime) Exec(ctx context.Context, containerID string, cmd []strin
 	go endAfterExit(ctx, cancel, exited)
 	resize, stopResize := ociResizes(st.Resize)
 	defer stopResize()
+	start := time.Now()
 	code, err := t.rt.Exec(ctx, t.rec.ID, t.rec.Bundle, oci.ExecProcessSpec(t.base, cmd, st.TTY), oci.ExecIO{
 		// A nil WriteCloser stays a nil Writer: the process gets /dev/null.
 		Stdin: st.Stdin, Stdout: st.Stdout, Stderr: st.Stderr, Resize: resize, Stream: true,
+		OutputGrace: execOutputGrace,
 	})
+	r.s.metrics.ObserveExecStream(execResult(code, err, false), time.Since(start))
 	if err != nil {
 		return fmt.Errorf("exec in container %s: %w", t.rec.ID, err)
 	}

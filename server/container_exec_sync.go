@@ -15,6 +15,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/oci"
 )
 
@@ -41,8 +42,10 @@ func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*r
 	}
 	limit := min(s.cfg.Runtime.ExecSyncMaxOutput, config.ExecSyncOutputLimit)
 	stdout, stderr := &cappedOutput{limit: limit}, &cappedOutput{limit: limit}
+	start := time.Now()
 	code, err := t.rt.Exec(ctx, t.rec.ID, t.rec.Bundle, oci.ExecProcessSpec(t.base, req.GetCmd(), false),
 		oci.ExecIO{Stdout: stdout, Stderr: stderr})
+	s.metrics.ObserveExecSync(execResult(code, err, timeout > 0), time.Since(start))
 	if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
 		return nil, status.Errorf(codes.DeadlineExceeded, "command %q in container %s timed out after %s",
 			strings.Join(req.GetCmd(), " "), t.rec.ID, timeout)
@@ -56,6 +59,17 @@ func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*r
 	fitOutputs(stdout, stderr, config.ExecSyncOutputLimit)
 	s.logTruncated(t.rec.ID, req.GetCmd(), map[string]*cappedOutput{"stdout": stdout, "stderr": stderr})
 	return &runtime.ExecSyncResponse{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: int32(code)}, nil
+}
+
+// execResult is how an exec ended, for its metrics.
+func execResult(code int, err error, timed bool) metrics.ExecResult {
+	switch {
+	case timed && errors.Is(err, context.DeadlineExceeded):
+		return metrics.ExecTimeout
+	case err != nil:
+		return metrics.ExecError
+	}
+	return metrics.ExitResult(code)
 }
 
 func (s *Server) logTruncated(id string, cmd []string, outputs map[string]*cappedOutput) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/store"
@@ -86,6 +87,7 @@ func (s *Server) recordExit(id string) {
 		s.log.WithFields(logrus.Fields{"container": id, "monitor": rec.Monitor.PID, "monitor_alive": conmon.Alive(rec.Monitor.PID, rec.Monitor.StartTime)}).
 			WithError(err).Warn("the container's monitor let go of it without an exit file; killing the container")
 		s.killOrphan(rec)
+		s.metrics.MonitorDied()
 		exit = conmon.Exit{Code: 128 + int(syscall.SIGKILL), At: time.Now()}
 	}
 	// Observe, not Update: the container is gone whatever the disk says, and
@@ -102,6 +104,11 @@ func (s *Server) recordExit(id string) {
 	})
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		s.log.WithField("container", id).WithError(err).Error("record container exit")
+	}
+	// Stopped however it ended: StopContainer, a kill, the process's own
+	// exit or its monitor's death. The kubelet relists the pod on it.
+	if !s.starts.deferExit(id) {
+		s.containerEvent(id, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	}
 	s.exits.done(id)
 }

@@ -47,6 +47,8 @@ func (s *Server) removeContainer(ctx context.Context, id string) error {
 		return err
 	}
 	s.containerNames.Release(rec.Name, id)
+	s.containerEvent(id, rec.SandboxID, runtime.ContainerEventType_CONTAINER_DELETED_EVENT)
+	s.cpuRates.forget(id)
 	return nil
 }
 

@@ -32,7 +32,9 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	// Taken before the start: a short-lived process may exit, and be
 	// recorded, before runc start returns, and started must not follow finished.
 	startedAt := time.Now().UnixNano()
+	s.starts.begin(id)
 	if err := rt.Start(ctx, id); err != nil {
+		s.endStart(rec, false)
 		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
 	}
 	crashPoint("container-after-start") // running, but recorded as created
@@ -44,8 +46,24 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 		r.StartedAt = startedAt
 		return nil
 	})
+	s.endStart(rec, err == nil)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return &runtime.StartContainerResponse{}, nil
+}
+
+// endStart sends the events of a start: STARTED when it was recorded, then
+// STOPPED when the process exited before the start was recorded (the exit's
+// own event waited, see startGate).
+func (s *Server) endStart(rec containerRecord, started bool) {
+	// STARTED goes out while the start is still marked: an exit recorded
+	// meanwhile leaves its event to us, one recorded after sends its own,
+	// after this one.
+	if started {
+		s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STARTED_EVENT)
+	}
+	if s.starts.end(rec.ID) {
+		s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	}
 }

@@ -12,9 +12,10 @@ import (
 	"github.com/minicri/minicri/oci"
 )
 
-// ContainerStats reports a container's CPU, memory and writable-layer usage,
-// read from its cgroup and its rootfs. The kubelet's CRI stats provider
-// calls the List form every few seconds for the summary API and eviction.
+// ContainerStats reports a container's CPU (cumulative and as a rate),
+// memory, swap, IO pressure and writable-layer usage, read from its cgroup
+// and its rootfs. The kubelet's CRI stats provider calls the List form
+// every few seconds for the summary API and eviction.
 func (s *Server) ContainerStats(ctx context.Context, req *runtime.ContainerStatsRequest) (*runtime.ContainerStatsResponse, error) {
 	rec, err := s.lookupContainer(req.GetContainerId())
 	if err != nil {
@@ -28,7 +29,8 @@ func (s *Server) ContainerStats(ctx context.Context, req *runtime.ContainerStats
 }
 
 // ListContainerStats reports the stats of the containers that match the
-// filter. Containers that are not running have no cgroup figures and are left out.
+// filter. Containers that are not running have no cgroup figures and are
+// left out, as containerd does.
 func (s *Server) ListContainerStats(ctx context.Context, req *runtime.ListContainerStatsRequest) (*runtime.ListContainerStatsResponse, error) {
 	f := req.GetFilter()
 	var out []*runtime.ContainerStats
@@ -52,6 +54,13 @@ func (s *Server) ListContainerStats(ctx context.Context, req *runtime.ListContai
 }
 
 func (s *Server) containerStats(rec containerRecord) (*runtime.ContainerStats, error) {
+	st, _, err := s.containerStatsAndCgroup(rec)
+	return st, err
+}
+
+// containerStatsAndCgroup also returns the cgroup figures the CRI message
+// has no room for (the metrics use them); nil for a container not running.
+func (s *Server) containerStatsAndCgroup(rec containerRecord) (*runtime.ContainerStats, *oci.CgroupStats, error) {
 	now := time.Now().UnixNano()
 	st := &runtime.ContainerStats{
 		Attributes: &runtime.ContainerAttributes{
@@ -61,20 +70,15 @@ func (s *Server) containerStats(rec containerRecord) (*runtime.ContainerStats, e
 			Annotations: rec.Annotations,
 		},
 	}
+	var cg *oci.CgroupStats
 	if rec.State == stateRunning {
-		cg, err := oci.ReadCgroupStats(rec.CgroupsPath, oci.CgroupDriver(s.cfg.CgroupDriver))
+		read, err := oci.ReadCgroupStats(rec.CgroupsPath, oci.CgroupDriver(s.cfg.CgroupDriver))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		st.Cpu = &runtime.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtime.UInt64Value{Value: cg.CPUUsageNanos}}
-		st.Memory = &runtime.MemoryUsage{
-			Timestamp:       now,
-			WorkingSetBytes: &runtime.UInt64Value{Value: cg.MemoryWorkingSet},
-			UsageBytes:      &runtime.UInt64Value{Value: cg.MemoryUsage},
-			RssBytes:        &runtime.UInt64Value{Value: cg.MemoryRSS},
-			PageFaults:      &runtime.UInt64Value{Value: cg.PageFaults},
-			MajorPageFaults: &runtime.UInt64Value{Value: cg.MajorPageFaults},
-		}
+		cg = &read
+		u := s.cgroupUsage(rec.ID, now, read)
+		st.Cpu, st.Memory, st.Swap, st.Io = u.cpu, u.memory, u.swap, u.io
 	}
 	if u, err := s.images.RootfsUsage(rec.ID); err == nil {
 		st.WritableLayer = &runtime.FilesystemUsage{
@@ -84,5 +88,69 @@ func (s *Server) containerStats(rec containerRecord) (*runtime.ContainerStats, e
 			InodesUsed: &runtime.UInt64Value{Value: u.InodesUsed},
 		}
 	}
-	return st, nil
+	return st, cg, nil
+}
+
+// criUsage are the CRI messages made of one cgroup's figures.
+type criUsage struct {
+	cpu    *runtime.CpuUsage
+	memory *runtime.MemoryUsage
+	swap   *runtime.SwapUsage // nil: the host does not account swap
+	io     *runtime.IoUsage   // nil: the kernel keeps no IO pressure here
+}
+
+// cgroupUsage turns a cgroup's figures into the CRI's, with the kubelet's
+// definitions: available = limit - working set (unset without a limit),
+// swap available = swap limit - swap usage, PSI totals in nanoseconds.
+// key names the cgroup's CPU sample for the rate.
+func (s *Server) cgroupUsage(key string, now int64, cg oci.CgroupStats) criUsage {
+	u := criUsage{
+		cpu: &runtime.CpuUsage{
+			Timestamp:            now,
+			UsageCoreNanoSeconds: &runtime.UInt64Value{Value: cg.CPU.UsageNanos},
+			Psi:                  psiStats(cg.CPUPressure),
+		},
+		memory: &runtime.MemoryUsage{
+			Timestamp:       now,
+			WorkingSetBytes: &runtime.UInt64Value{Value: cg.Memory.WorkingSet},
+			UsageBytes:      &runtime.UInt64Value{Value: cg.Memory.Usage},
+			RssBytes:        &runtime.UInt64Value{Value: cg.Memory.RSS},
+			PageFaults:      &runtime.UInt64Value{Value: cg.Memory.PageFaults},
+			MajorPageFaults: &runtime.UInt64Value{Value: cg.Memory.MajorPageFaults},
+			Psi:             psiStats(cg.MemoryPressure),
+		},
+	}
+	if rate, ok := s.cpuRates.nanoCores(key, now, cg.CPU.UsageNanos); ok {
+		u.cpu.UsageNanoCores = &runtime.UInt64Value{Value: rate}
+	}
+	if cg.Memory.Limit != 0 {
+		u.memory.AvailableBytes = &runtime.UInt64Value{Value: subOrZero(cg.Memory.Limit, cg.Memory.WorkingSet)}
+	}
+	if cg.Swap != nil {
+		u.swap = &runtime.SwapUsage{Timestamp: now, SwapUsageBytes: &runtime.UInt64Value{Value: cg.Swap.Usage}}
+		if cg.Swap.Limit != 0 {
+			u.swap.SwapAvailableBytes = &runtime.UInt64Value{Value: subOrZero(cg.Swap.Limit, cg.Swap.Usage)}
+		}
+	}
+	if cg.IOPressure != nil {
+		u.io = &runtime.IoUsage{Timestamp: now, Psi: psiStats(cg.IOPressure)}
+	}
+	return u
+}
+
+func psiStats(p *oci.Pressure) *runtime.PsiStats {
+	if p == nil {
+		return nil
+	}
+	conv := func(d oci.PressureData) *runtime.PsiData {
+		return &runtime.PsiData{Total: d.Total * 1000, Avg10: d.Avg10, Avg60: d.Avg60, Avg300: d.Avg300}
+	}
+	return &runtime.PsiStats{Some: conv(p.Some), Full: conv(p.Full)}
+}
+
+func subOrZero(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
 }

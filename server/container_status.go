@@ -17,7 +17,20 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtime.ContainerStat
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	st := &runtime.ContainerStatus{
+	resp := &runtime.ContainerStatusResponse{Status: containerStatus(rec, cfg)}
+	if req.GetVerbose() {
+		info, _ := json.Marshal(struct {
+			Record containerRecord          `json:"record"`
+			Config *runtime.ContainerConfig `json:"config"`
+		}{rec, cfg})
+		resp.Info = map[string]string{"info": string(info)}
+	}
+	return resp, nil
+}
+
+// containerStatus is a container's CRI status, from its record and config.
+func containerStatus(rec containerRecord, cfg *runtime.ContainerConfig) *runtime.ContainerStatus {
+	return &runtime.ContainerStatus{
 		Id:          rec.ID,
 		Metadata:    cfg.GetMetadata(),
 		State:       containerState(rec),
@@ -37,15 +50,6 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtime.ContainerStat
 		Resources:   &runtime.ContainerResources{Linux: cfg.GetLinux().GetResources()},
 		StopSignal:  cfg.GetStopSignal(),
 	}
-	resp := &runtime.ContainerStatusResponse{Status: st}
-	if req.GetVerbose() {
-		info, _ := json.Marshal(struct {
-			Record containerRecord          `json:"record"`
-			Config *runtime.ContainerConfig `json:"config"`
-		}{rec, cfg})
-		resp.Info = map[string]string{"info": string(info)}
-	}
-	return resp, nil
 }
 
 func containerState(rec containerRecord) runtime.ContainerState {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/internal/broadcast"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
@@ -41,6 +42,7 @@ var codeMappings = []struct {
 	{image.ErrAmbiguous, codes.InvalidArgument},
 	{image.ErrInUse, codes.FailedPrecondition},
 	{image.ErrUnauthorized, codes.Unauthenticated},
+	{image.ErrTooLarge, codes.ResourceExhausted},
 	{oci.ErrInvalid, codes.InvalidArgument},
 	{oci.ErrNoCommand, codes.InvalidArgument},
 	{oci.ErrRunAsRoot, codes.FailedPrecondition},
@@ -50,6 +52,8 @@ var codeMappings = []struct {
 	{conmon.ErrNotRunning, codes.FailedPrecondition},
 	{errNotRunning, codes.FailedPrecondition},
 	{streaming.ErrTooManyRequests, codes.ResourceExhausted},
+	{broadcast.ErrSlow, codes.ResourceExhausted},
+	{broadcast.ErrClosed, codes.Unavailable},
 	// A full or read-only state dir is the node's condition, not a bug:
 	// answered so that the caller backs off instead of reporting Internal.
 	{syscall.ENOSPC, codes.ResourceExhausted},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,7 +28,9 @@ func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (
 			return nil, toStatus(invalidf("image.runtime_handler", "no runtime handler %q is configured", h))
 		}
 	}
+	start := time.Now()
 	img, err := s.images.Pull(ctx, ref, pullAuth(req.GetAuth()))
+	s.metrics.ObservePull(img.Size, err, time.Since(start))
 	if err != nil {
 		return nil, pullStatus(fmt.Errorf("pull image %q: %w", ref, err))
 	}

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/minicri/minicri/metrics"
 )
 
 // UnaryInterceptor logs each call (debug, with its duration; errors at error
@@ -74,4 +77,34 @@ func logCall(log *logrus.Entry, method string, req any, took time.Duration, err 
 	default:
 		entry.Error(fmt.Sprintf("call failed: %v", err))
 	}
+}
+
+// MetricsUnaryInterceptor times every CRI call and counts its errors by
+// gRPC code. Chain it before UnaryInterceptor, so that it sees the
+// Internal a recovered panic becomes. A nil m records nothing.
+func MetricsUnaryInterceptor(m *metrics.Metrics) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		start := time.Now()
+		resp, err := handler(ctx, req)
+		m.ObserveCall(methodName(info.FullMethod), status.Code(err).String(), time.Since(start))
+		return resp, err
+	}
+}
+
+// MetricsStreamInterceptor does for streaming calls what
+// MetricsUnaryInterceptor does.
+func MetricsStreamInterceptor(m *metrics.Metrics) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		start := time.Now()
+		err := handler(srv, ss)
+		m.ObserveCall(methodName(info.FullMethod), status.Code(err).String(), time.Since(start))
+		return err
+	}
+}
+
+// methodName is the RPC's own name ("ExecSync") of a full gRPC method
+// ("/runtime.v1.RuntimeService/ExecSync"): the two CRI services share no
+// method name.
+func methodName(full string) string {
+	return full[strings.LastIndexByte(full, '/')+1:]
 }

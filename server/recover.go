@@ -51,6 +51,12 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 	log := s.log.WithField("container", c.ID)
 	if c.State == stateCreating {
 		log.Info("rolling back a container whose create was cut short")
+		s.metrics.Repaired("container_create_rolled_back")
+		// The monitor's create may still run: ended first, or it would
+		// make the container after the runtime's delete below.
+		if err := conmon.StopCreate(c.Bundle); err != nil {
+			log.WithError(err).Warn("stop the create under way")
+		}
 		if err := s.discardContainer(ctx, c); err != nil {
 			log.WithError(err).Warn("roll back container")
 		}
@@ -66,6 +72,8 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 		s.monitors.assign(c.Monitor, c.ID, c.SandboxID)
 		s.watchContainer(c)
 	default:
+		// Its monitor ended while the daemon was down.
+		s.metrics.Repaired("container_exit_recorded")
 		s.recordExit(c.ID)
 	}
 }
@@ -87,6 +95,7 @@ func (s *Server) recoverStart(ctx context.Context, c containerRecord) {
 		startedAt = time.Now()
 	}
 	s.log.WithField("container", c.ID).Info("container was started before the daemon went down; recording it as running")
+	s.metrics.Repaired("container_start_recorded")
 	_, err = s.containers.Observe(c.ID, func(r *containerRecord) error {
 		if r.State == stateCreated {
 			r.State = stateRunning
@@ -104,6 +113,7 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 	log := s.log.WithField("pod", sb.ID)
 	if sb.State == stateCreating {
 		log.Info("rolling back a sandbox whose create was cut short")
+		s.metrics.Repaired("sandbox_create_rolled_back")
 		for _, c := range s.containersOf(sb.ID) {
 			_ = s.discardContainer(ctx, c)
 		}
@@ -123,6 +133,7 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 	// The kubelet stops and removes a sandbox that is not ready, and makes
 	// a new one; a ready one it would keep using, broken.
 	log.WithField("lost", why).Warn("sandbox lost part of itself while the daemon was down; it is not ready")
+	s.metrics.Repaired("sandbox_marked_not_ready")
 	_, err := s.sandboxes.Observe(sb.ID, func(r *sandboxRecord) error {
 		r.State = stateNotReady
 		return nil
@@ -221,6 +232,7 @@ func (s *Server) sweep(what, id string, err error) {
 		return
 	}
 	log.Infof("removed orphaned %s", what)
+	s.metrics.Repaired("orphan_removed")
 }
 
 // hasRecord reports whether an object has a record, in memory or on disk.
@@ -240,6 +252,9 @@ func (s *Server) hasRecord(table, id string) bool {
 // is unknown, so every runtime is asked to forget it.
 func (s *Server) discardOrphanContainer(ctx context.Context, id string) error {
 	var errs []error
+	if err := conmon.StopCreate(filepath.Join(s.cfg.RunDir, "containers", id)); err != nil {
+		errs = append(errs, err)
+	}
 	for name, rt := range s.runtimes.Runtimes {
 		if err := rt.Delete(ctx, id, true); err != nil {
 			errs = append(errs, fmt.Errorf("delete from runtime %s: %w", name, err))

@@ -36,9 +36,12 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 		}
 	}
 	crashPoint("sandbox-remove-after-containers")
+	wasReady := rec.State == stateReady
 	if err := s.removeSandbox(ctx, &rec); err != nil {
 		return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
 	}
 	s.sandboxNames.Release(rec.Name, id)
+	s.sandboxRemovedEvents(rec, wasReady)
+	s.cpuRates.forget(id)
 	return &runtime.RemovePodSandboxResponse{}, nil
 }

@@ -54,6 +54,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 		s.sandboxNames.Release(name, id)
 		return nil, toStatus(fmt.Errorf("run pod sandbox %s: %w", cfg.GetMetadata().GetName(), err))
 	}
+	// As containerd: both, with the sandbox's ID as the container's.
+	s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_CREATED_EVENT)
+	s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_STARTED_EVENT)
 	return &runtime.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 

@@ -9,21 +9,24 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
 )
 
-// PodSandboxStats reports a pod's usage: the sum of its running containers'
-// CPU and memory, with each container's own stats beside it.
+// PodSandboxStats reports a pod's usage, read from the pod's own cgroup (its
+// cgroup parent) so that it never goes backwards when a container exits,
+// its network counters and process count, with each running container's
+// own stats beside it.
 func (s *Server) PodSandboxStats(ctx context.Context, req *runtime.PodSandboxStatsRequest) (*runtime.PodSandboxStatsResponse, error) {
 	rec, err := s.lookupSandbox(req.GetPodSandboxId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	st, err := s.sandboxStats(rec)
+	sample, err := s.sandboxSample(rec)
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err))
 	}
-	return &runtime.PodSandboxStatsResponse{Stats: st}, nil
+	return &runtime.PodSandboxStatsResponse{Stats: sample.stats}, nil
 }
 
 // ListPodSandboxStats reports the stats of the ready sandboxes that match the filter.
@@ -36,40 +39,79 @@ func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtime.ListPodSa
 			!labelsMatch(rec.Labels, f.GetLabelSelector()) {
 			continue
 		}
-		st, err := s.sandboxStats(rec)
+		sample, err := s.sandboxSample(rec)
 		if err != nil {
 			return nil, toStatus(fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err))
 		}
-		out = append(out, st)
+		out = append(out, sample.stats)
 	}
 	return &runtime.ListPodSandboxStatsResponse{Stats: out}, nil
 }
 
-func (s *Server) sandboxStats(rec sandboxRecord) (*runtime.PodSandboxStats, error) {
+// podSample is one reading of a pod: its CRI stats, and the figures the
+// metrics need beyond them.
+type podSample struct {
+	stats      *runtime.PodSandboxStats
+	cgroup     *oci.CgroupStats // nil: the pod has no cgroup of its own
+	containers []containerSample
+	net        []network.InterfaceCounters
+	at         int64
+}
+
+// containerSample is one reading of a running container.
+type containerSample struct {
+	rec    containerRecord
+	stats  *runtime.ContainerStats
+	cgroup *oci.CgroupStats
+}
+
+func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
 	now := time.Now().UnixNano()
 	m := rec.Metadata
-	linux := &runtime.LinuxPodSandboxStats{
-		Cpu:    &runtime.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtime.UInt64Value{}},
-		Memory: &runtime.MemoryUsage{Timestamp: now, WorkingSetBytes: &runtime.UInt64Value{}, UsageBytes: &runtime.UInt64Value{}, RssBytes: &runtime.UInt64Value{}},
-	}
+	sample := podSample{at: now}
+	linux := &runtime.LinuxPodSandboxStats{}
 	for _, c := range s.containersOf(rec.ID) {
 		if c.State != stateRunning {
 			continue
 		}
-		cs, err := s.containerStats(c)
+		cs, cg, err := s.containerStatsAndCgroup(c)
 		if errors.Is(err, oci.ErrNotFound) {
-			continue
+			continue // exited since the list was taken
 		}
 		if err != nil {
-			return nil, err
+			return sample, err
 		}
 		linux.Containers = append(linux.Containers, cs)
-		linux.Cpu.UsageCoreNanoSeconds.Value += cs.GetCpu().GetUsageCoreNanoSeconds().GetValue()
-		linux.Memory.WorkingSetBytes.Value += cs.GetMemory().GetWorkingSetBytes().GetValue()
-		linux.Memory.UsageBytes.Value += cs.GetMemory().GetUsageBytes().GetValue()
-		linux.Memory.RssBytes.Value += cs.GetMemory().GetRssBytes().GetValue()
+		sample.containers = append(sample.containers, containerSample{rec: c, stats: cs, cgroup: cg})
 	}
-	return &runtime.PodSandboxStats{
+	cfg, err := rec.config()
+	if err != nil {
+		return sample, err
+	}
+	pod, err := oci.ReadPodCgroupStats(cfg.GetLinux().GetCgroupParent(), oci.CgroupDriver(s.cfg.CgroupDriver))
+	switch {
+	case err == nil:
+		sample.cgroup = &pod
+		u := s.cgroupUsage(rec.ID, now, pod)
+		linux.Cpu, linux.Memory, linux.Io = u.cpu, u.memory, u.io
+		linux.Process = &runtime.ProcessUsage{Timestamp: now, ProcessCount: &runtime.UInt64Value{Value: pod.Processes}}
+	case errors.Is(err, oci.ErrNotFound):
+		linux.Cpu, linux.Memory, linux.Process = s.summedPodUsage(rec, now, sample.containers)
+	default:
+		return sample, err
+	}
+	if ns := rec.Namespaces.Net; ns != "" && rec.NetworkUp {
+		// A pod on the host network has no counters of its own (as with
+		// containerd): the node's are the kubelet's to report.
+		ifs, err := network.ReadInterfaceCounters(ns)
+		if err != nil {
+			s.log.WithError(err).WithField("pod", rec.ID).Debug("no network counters for the pod's stats")
+		} else {
+			sample.net = ifs
+			linux.Network = networkUsage(now, ifs)
+		}
+	}
+	sample.stats = &runtime.PodSandboxStats{
 		Attributes: &runtime.PodSandboxAttributes{
 			Id:          rec.ID,
 			Metadata:    &runtime.PodSandboxMetadata{Name: m.Name, Namespace: m.Namespace, Uid: m.UID, Attempt: m.Attempt},
@@ -77,5 +119,66 @@ func (s *Server) sandboxStats(rec sandboxRecord) (*runtime.PodSandboxStats, erro
 			Annotations: rec.Annotations,
 		},
 		Linux: linux,
-	}, nil
+	}
+	return sample, nil
+}
+
+// summedPodUsage stands in for the cgroup of a pod that has none (no cgroup
+// parent, as crictl and CI tools often send; the kubelet always gives one)
+// or none yet (no container created). CPU adds the last figure seen of each
+// container that is no longer running, so that the pod's does not drop
+// when one exits; it drops only when one is removed.
+func (s *Server) summedPodUsage(rec sandboxRecord, now int64, running []containerSample) (*runtime.CpuUsage, *runtime.MemoryUsage, *runtime.ProcessUsage) {
+	var cpu, ws, usage, rss, faults, major, procs uint64
+	seen := map[string]bool{}
+	for _, c := range running {
+		seen[c.rec.ID] = true
+		cpu += c.cgroup.CPU.UsageNanos
+		ws += c.cgroup.Memory.WorkingSet
+		usage += c.cgroup.Memory.Usage
+		rss += c.cgroup.Memory.RSS
+		faults += c.cgroup.Memory.PageFaults
+		major += c.cgroup.Memory.MajorPageFaults
+		procs += c.cgroup.Processes
+	}
+	for _, c := range s.containersOf(rec.ID) {
+		if !seen[c.ID] {
+			last, _ := s.cpuRates.lastUsage(c.ID)
+			cpu += last
+		}
+	}
+	cpuUsage := &runtime.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtime.UInt64Value{Value: cpu}}
+	if rate, ok := s.cpuRates.nanoCores(rec.ID, now, cpu); ok {
+		cpuUsage.UsageNanoCores = &runtime.UInt64Value{Value: rate}
+	}
+	return cpuUsage,
+		&runtime.MemoryUsage{
+			Timestamp:       now,
+			WorkingSetBytes: &runtime.UInt64Value{Value: ws},
+			UsageBytes:      &runtime.UInt64Value{Value: usage},
+			RssBytes:        &runtime.UInt64Value{Value: rss},
+			PageFaults:      &runtime.UInt64Value{Value: faults},
+			MajorPageFaults: &runtime.UInt64Value{Value: major},
+		},
+		&runtime.ProcessUsage{Timestamp: now, ProcessCount: &runtime.UInt64Value{Value: procs}}
+}
+
+// networkUsage reports every interface of the pod; the default one is the
+// interface CNI set up (eth0), as the kubelet looks for it by that name.
+func networkUsage(now int64, ifs []network.InterfaceCounters) *runtime.NetworkUsage {
+	n := &runtime.NetworkUsage{Timestamp: now}
+	for _, i := range ifs {
+		u := &runtime.NetworkInterfaceUsage{
+			Name:     i.Name,
+			RxBytes:  &runtime.UInt64Value{Value: i.RxBytes},
+			RxErrors: &runtime.UInt64Value{Value: i.RxErrors},
+			TxBytes:  &runtime.UInt64Value{Value: i.TxBytes},
+			TxErrors: &runtime.UInt64Value{Value: i.TxErrors},
+		}
+		n.Interfaces = append(n.Interfaces, u)
+		if i.Name == network.PodInterface {
+			n.DefaultInterface = u
+		}
+	}
+	return n
 }

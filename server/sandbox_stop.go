@@ -53,7 +53,11 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 		return nil
 	}
 	rec.State = stateNotReady
-	return s.sandboxes.Put(id, rec)
+	if err := s.sandboxes.Put(id, rec); err != nil {
+		return err
+	}
+	s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	return nil
 }
 
 // releaseSandboxResources takes down the pod network, the pinned namespaces

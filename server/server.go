@@ -19,6 +19,8 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/internal/broadcast"
+	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
@@ -33,6 +35,8 @@ type Options struct {
 	Config  config.Config
 	Version string
 	Log     *logrus.Entry
+	// Metrics, when not nil, gets the server's counts and timings.
+	Metrics *metrics.Metrics
 }
 
 // Server implements the CRI. RPCs not built yet fall through to the embedded
@@ -63,6 +67,14 @@ type Server struct {
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map
 	netConfig          netConfig // the node's pod CIDR, from UpdateRuntimeConfig
+
+	// events feeds GetContainerEvents; starts orders a container's STARTED
+	// and STOPPED events.
+	events broadcast.Hub[*runtime.ContainerEventResponse]
+	starts startGate
+
+	metrics  *metrics.Metrics // nil: not collected
+	cpuRates cpuRates         // last CPU samples, for usage_nano_cores
 }
 
 // New builds the server and starts its streaming server, which Close stops.
@@ -73,6 +85,7 @@ func New(opts Options) (*Server, error) {
 		cfg:            cfg,
 		version:        opts.Version,
 		log:            opts.Log,
+		metrics:        opts.Metrics,
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),
 		locks:          newKeyedLocks(),
@@ -95,6 +108,7 @@ func New(opts Options) (*Server, error) {
 	if s.containers, err = openTable[containerRecord](s, "containers"); err != nil {
 		return nil, err
 	}
+	s.countObjects()
 	s.recover()
 	if err := s.restoreRuntimeConfig(); err != nil {
 		s.log.WithError(err).Warn("restore the pod CIDR of UpdateRuntimeConfig; the kubelet sends it again")
@@ -128,12 +142,22 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 		Registries:             registries,
 		PullTimeout:            cfg.Image.PullTimeout.Std(),
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
+		Limits:                 imageLimits(cfg),
 		Log:                    log.WithField("component", "image"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open image store: %w", err)
 	}
 	return st, nil
+}
+
+// imageLimits are the unpack bounds of the [image] keys.
+func imageLimits(cfg config.Config) image.Limits {
+	return image.Limits{
+		MaxUnpackedBytes:   cfg.Image.MaxUnpackedBytes,
+		MaxUnpackedEntries: cfg.Image.MaxUnpackedEntries,
+		MaxPathDepth:       cfg.Image.MaxPathDepth,
+	}
 }
 
 func runtimeHandlers(cfg config.Config, execShim string) *oci.Handlers {
@@ -193,6 +217,10 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 		TLSCert:  sc.TLSCert,
 		TLSKey:   sc.TLSKey,
 		TokenTTL: sc.TokenTTL.Std(),
+
+		RequestTimeout:  sc.RequestTimeout.Std(),
+		IdleConnTimeout: sc.IdleConnTimeout.Std(),
+		MaxConns:        sc.MaxConnections,
 		// Ports the recovered pods' hostPorts take (sandbox_hostport.go).
 		AvoidPorts: s.recoveredHostPorts(),
 		Log:        log.WithField("component", "streaming"),

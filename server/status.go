@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sort"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -14,6 +15,11 @@ import (
 // false condition carries a reason an operator can act on.
 func (s *Server) Status(ctx context.Context, req *runtime.StatusRequest) (*runtime.StatusResponse, error) {
 	runtimeReady := &runtime.RuntimeCondition{Type: runtime.RuntimeReady, Status: true}
+	if reason, err := s.runtimeReady(); err != nil {
+		runtimeReady.Status = false
+		runtimeReady.Reason = reason
+		runtimeReady.Message = err.Error()
+	}
 	networkReady := &runtime.RuntimeCondition{Type: runtime.NetworkReady, Status: true}
 	if err := s.networkReady(); err != nil {
 		networkReady.Status = false
@@ -32,6 +38,24 @@ func (s *Server) Status(ctx context.Context, req *runtime.StatusRequest) (*runti
 		resp.Info = info
 	}
 	return resp, nil
+}
+
+// runtimeReady says why no container could be made now, and a reason for
+// the condition, or nil: the default handler's runtime binary or the
+// monitor binary is missing. The kubelet calls Status every few seconds, so
+// this is a PATH lookup and a stat, not a run of the binaries.
+func (s *Server) runtimeReady() (reason string, err error) {
+	rt, err := s.runtimes.Get("")
+	if err != nil {
+		return "RuntimeHandlerNotConfigured", err
+	}
+	if err := rt.Available(); err != nil {
+		return "RuntimeBinaryNotFound", fmt.Errorf("default runtime handler %q: %w (runtime.handlers.%s.path)", s.runtimes.Default, err, s.runtimes.Default)
+	}
+	if _, err := os.Stat(s.monitorPath); err != nil {
+		return "MonitorBinaryNotFound", fmt.Errorf("monitor binary: %w (runtime.monitor_path)", err)
+	}
+	return "", nil
 }
 
 // networkReady says why pods cannot get a network, or nil.

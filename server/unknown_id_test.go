@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
 )
 
@@ -38,6 +39,7 @@ func newRecordsServer(t *testing.T) *Server {
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),
 		locks:          newKeyedLocks(),
+		runtimes:       &oci.Handlers{}, // none configured: Status says so
 	}
 }
 

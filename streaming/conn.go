@@ -50,6 +50,13 @@ func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// The HTTP server's request deadlines must not cut a stream, which
+	// may be quiet for hours (the protocols have their own idle timeout).
+	// net/http clears them at hijack today; this does not rely on it.
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
 	wc := &watchedConn{Conn: conn, gone: h.gone}
 	h.s.mu.Lock()
 	h.s.conns[wc] = struct{}{}

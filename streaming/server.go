@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/url"
@@ -24,6 +25,12 @@ import (
 const (
 	DefaultTokenTTL    = time.Minute
 	DefaultIdleTimeout = 4 * time.Hour
+	// The kubelet sends its request as soon as it connects, and upgrades it.
+	DefaultRequestTimeout  = 10 * time.Second
+	DefaultIdleConnTimeout = 30 * time.Second
+	// DefaultMaxConns is far above the exec, attach and port-forward
+	// sessions a node has open at once.
+	DefaultMaxConns = 1024
 	// streamCreationTimeout bounds the wait for a SPDY client to open its
 	// streams after the upgrade.
 	streamCreationTimeout = 30 * time.Second
@@ -50,7 +57,18 @@ type Config struct {
 	// IdleTimeout closes a stream connection with no traffic; 0 is
 	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	Log         *logrus.Entry
+	// RequestTimeout bounds the reading of a request (TLS handshake,
+	// headers, body) and the writing of its answer, until the connection
+	// is upgraded to a stream; 0 is DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// IdleConnTimeout closes a connection that is not a stream and waits
+	// for its next request; 0 is DefaultIdleConnTimeout.
+	IdleConnTimeout time.Duration
+	// MaxConns bounds the open connections, streams included; at the cap
+	// a new connection takes the place of the oldest idle one, or is
+	// closed if none is idle. 0 is DefaultMaxConns.
+	MaxConns int
+	Log      *logrus.Entry
 }
 
 // Server is a running streaming server. It is safe for concurrent use.
@@ -61,7 +79,9 @@ type Server struct {
 	tokens   *tokenCache
 	base     url.URL
 	listener net.Listener
+	limiter  *connLimiter
 	http     *http.Server
+	errLog   *io.PipeWriter // the HTTP server's log, into ours
 
 	// ctx ends every stream when the server closes.
 	ctx     context.Context
@@ -83,6 +103,15 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.IdleConnTimeout <= 0 {
+		cfg.IdleConnTimeout = DefaultIdleConnTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	if cfg.Log == nil {
 		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
 	}
@@ -94,7 +123,17 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 		return nil, err
 	}
 	s.listener = ln
-	s.http = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
+	s.errLog = s.log.WriterLevel(logrus.DebugLevel)
+	s.http = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: cfg.RequestTimeout,
+		ReadTimeout:       cfg.RequestTimeout,
+		WriteTimeout:      cfg.RequestTimeout,
+		IdleTimeout:       cfg.IdleConnTimeout,
+		ConnState:         s.limiter.connState,
+		// A client cut off by a timeout is news only when debugging.
+		ErrorLog: log.New(s.errLog, "", 0),
+	}
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.WithError(err).Error("streaming server stopped")
@@ -116,6 +155,9 @@ func (s *Server) listen() (net.Listener, error) {
 		return nil, fmt.Errorf("streaming server: listen on %s: %w", addr, err)
 	}
 	s.base = url.URL{Scheme: "http", Host: urlHost(ln.Addr().(*net.TCPAddr))}
+	// Below TLS: the HTTP server must see the *tls.Conn to do the handshake.
+	s.limiter = newConnLimiter(ln, s.cfg.MaxConns, s.log)
+	ln = s.limiter
 	if s.cfg.TLSCert == "" {
 		return ln, nil
 	}
@@ -202,6 +244,7 @@ func (s *Server) url(kind string, req any) (string, error) {
 // cancelled and the connections closed) and waits a little for them.
 func (s *Server) Close() error {
 	err := s.http.Close()
+	s.errLog.Close()
 	s.cancel()
 	s.mu.Lock()
 	for c := range s.conns {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,7 +48,13 @@ func runDaemon(cfg config.Config) error {
 	}
 	defer lock.Close()
 
-	srv, err := server.New(server.Options{Config: cfg, Version: version, Log: log})
+	m, stopObservability, err := startObservability(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopObservability()
+
+	srv, err := server.New(server.Options{Config: cfg, Version: version, Log: log, Metrics: m})
 	if err != nil {
 		return fmt.Errorf("start server: %w", err)
 	}
@@ -58,8 +65,9 @@ func runDaemon(cfg config.Config) error {
 		return err
 	}
 	g := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(server.UnaryInterceptor(log)),
-		grpc.ChainStreamInterceptor(server.StreamInterceptor(log)),
+		// Metrics first: they see the Internal a recovered panic becomes.
+		grpc.ChainUnaryInterceptor(server.MetricsUnaryInterceptor(m), server.UnaryInterceptor(log)),
+		grpc.ChainStreamInterceptor(server.MetricsStreamInterceptor(m), server.StreamInterceptor(log)),
 		// The kubelet sends big ListContainers answers back and forth on busy
 		// nodes; 16 MiB is what it allows itself.
 		grpc.MaxRecvMsgSize(16<<20),
@@ -69,6 +77,8 @@ func runDaemon(cfg config.Config) error {
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	stopReports := reportOnSIGUSR1(log)
+	defer stopReports()
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(listener) }()
 	log.WithFields(logrus.Fields{"socket": cfg.Listen, "root": cfg.Root, "version": version}).Info("minicri serving")
@@ -78,6 +88,7 @@ func runDaemon(cfg config.Config) error {
 	case sig := <-signals:
 		log.WithField("signal", sig.String()).Info("shutting down: no new calls, waiting for in-flight ones")
 		notifySystemd("STOPPING=1")
+		srv.EndEventStreams() // they never end by themselves
 		gracefulStop(g, cfg.ShutdownTimeout.Std(), log)
 	case err := <-served:
 		if err != nil {
@@ -87,6 +98,34 @@ func runDaemon(cfg config.Config) error {
 	_ = os.Remove(cfg.Listen)
 	log.Info("minicri stopped")
 	return nil
+}
+
+// reportOnSIGUSR1 logs the daemon's goroutine count on every SIGUSR1, and
+// at trace level the stacks of all goroutines: what an operator (or a test)
+// needs to tell a leak from a busy node, without a debug port.
+func reportOnSIGUSR1(log *logrus.Entry) (stop func()) {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-usr1:
+			}
+			log.WithField("goroutines", goruntime.NumGoroutine()).Info("SIGUSR1: runtime report")
+			if log.Logger.IsLevelEnabled(logrus.TraceLevel) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:goruntime.Stack(buf, true)]
+				log.Tracef("SIGUSR1: goroutine stacks\n%s", buf)
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(usr1)
+		close(done)
+	}
 }
 
 // gracefulStop lets in-flight calls finish, but not for longer than timeout.

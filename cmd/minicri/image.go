@@ -148,7 +148,13 @@ func openImageStore(cfg config.Config, readOnly bool, stderr io.Writer) (*image.
 			return nil, fmt.Errorf("create %s: %w", cfg.Root, err)
 		}
 	}
-	st, err := image.New(image.Options{Root: dir, Log: cliLogger(cfg, stderr)})
+	// An import unpacks under the daemon's bounds: an archive is as hostile as a registry.
+	limits := image.Limits{
+		MaxUnpackedBytes:   cfg.Image.MaxUnpackedBytes,
+		MaxUnpackedEntries: cfg.Image.MaxUnpackedEntries,
+		MaxPathDepth:       cfg.Image.MaxPathDepth,
+	}
+	st, err := image.New(image.Options{Root: dir, Limits: limits, Log: cliLogger(cfg, stderr)})
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func (m *monitor) readClient(c *client) {
 
 func (m *monitor) dropClient(c *client) {
 	unix.EpollCtl(m.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
-	unix.Close(c.fd)
+	closeConn(c.fd)
 	for i, other := range m.clients {
 		if other == c {
 			m.clients = append(m.clients[:i], m.clients[i+1:]...)
@@ -120,6 +120,50 @@ func (m *monitor) dropClient(c *client) {
 	if c.usedStdin {
 		m.endStdinSession()
 	}
+}
+
+// closeConn ends a connection in order. A unix socket closed while bytes
+// its peer sent are still unread resets the connection: the peer's next
+// read fails with ECONNRESET, ahead of the output and the end of file that
+// wait for it. An attach client that still sends stdin or a resize as the
+// container exits would see its session fail. So the monitor first makes
+// the peer's further sends fail (SHUT_RD: they get EPIPE), discards what
+// already came, and only then closes: the peer reads what was sent, then
+// end of file.
+func closeConn(fd int) {
+	unix.Shutdown(fd, unix.SHUT_RD)
+	var b [1]byte
+	for {
+		// MSG_TRUNC drops the rest of each SOCK_SEQPACKET message.
+		n, _, err := unix.Recvfrom(fd, b[:], unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			break
+		}
+	}
+	unix.Close(fd)
+}
+
+// closeListener stops a listening socket in order: no new connection gets
+// in (a connect to a shut-down listener is refused, as to a closed one), and
+// the connections still waiting to be accepted are accepted and closed with
+// closeConn. Closing a listener resets the connections in its backlog, and
+// their clients' reads fail with ECONNRESET instead of seeing the end.
+func closeListener(fd int) {
+	unix.Shutdown(fd, unix.SHUT_RD)
+	for {
+		conn, _, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		if err == unix.EINTR || err == unix.ECONNABORTED {
+			continue
+		}
+		if err != nil {
+			break
+		}
+		closeConn(conn)
+	}
+	unix.Close(fd)
 }
 
 // broadcast sends one output frame to every client. A client that cannot

@@ -176,8 +176,16 @@ func (m *monitor) finish() {
 	m.log.close()
 	unix.Unlink(m.socketPath(wire.AttachSocket))
 	unix.Unlink(m.socketPath(wire.ControlSocket))
+	for _, fd := range []*int{&m.attachFD, &m.controlFD} {
+		if *fd >= 0 {
+			unix.EpollCtl(m.epfd, unix.EPOLL_CTL_DEL, *fd, nil)
+			closeListener(*fd)
+		}
+		*fd = -1
+	}
 	for _, c := range m.clients {
-		unix.Close(c.fd)
+		unix.EpollCtl(m.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+		closeConn(c.fd)
 	}
 	m.clients = nil
 	if m.stdin == m.stdout.fd {

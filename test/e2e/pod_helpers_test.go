@@ -236,11 +236,15 @@ func readLog(t *testing.T, path string) string {
 }
 
 // parseLog reassembles the messages of CRI log lines.
-func parseLog(data []byte) string {
+func parseLog(data []byte) string { return parseLogStream(data, "") }
+
+// parseLogStream reassembles the messages of one stream ("stdout",
+// "stderr"; "" for both, in file order).
+func parseLogStream(data []byte, stream string) string {
 	var b strings.Builder
 	for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
 		parts := strings.SplitN(line, " ", 4)
-		if len(parts) < 4 {
+		if len(parts) < 4 || (stream != "" && parts[1] != stream) {
 			continue
 		}
 		b.WriteString(parts[3])

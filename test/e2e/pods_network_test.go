@@ -86,7 +86,11 @@ func TestPodIPAndCrossPodTCP(t *testing.T) {
 	if ns := resp.GetStatus().GetLinux().GetNamespaces().GetOptions(); ns.GetNetwork() != runtime.NamespaceMode_POD {
 		t.Errorf("namespace options = %v, want a pod network", ns)
 	}
-	listener := d.startContainer(t, server, serverCfg, containerConfig("listen", ref, "sh", "-c", "nc -l -p 8080 > /tmp/got; cat /tmp/got"))
+	// busybox nc shuts its sending side as soon as its stdin ends; a
+	// listener with /dev/null as stdin would do that on accept, and a client
+	// that sees the end before reading its own stdin sends nothing. Under -e
+	// the listener's stdin is the connection.
+	listener := d.startContainer(t, server, serverCfg, containerConfig("listen", ref, "sh", "-c", "nc -l -p 8080 -e sh -c 'cat > /tmp/got'; cat /tmp/got"))
 
 	clientCfg := d.podConfig("client")
 	client := d.runPod(t, clientCfg)

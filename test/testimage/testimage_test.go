@@ -2,7 +2,9 @@ package testimage_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
 
@@ -104,4 +106,29 @@ func mustRef(t *testing.T, ref string) name.Reference {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// TestEmptyFilesTarReads checks the hand-made blocks with archive/tar.
+func TestEmptyFilesTarReads(t *testing.T) {
+	var buf bytes.Buffer
+	if err := testimage.EmptyFilesTar(&buf, 2500); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&buf)
+	n := 0
+	for ; ; n++ {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("entry %d: %v", n, err)
+		}
+		if want := fmt.Sprintf("d%03d/f%07d", n%1000, n); h.Name != want || h.Size != 0 || h.Typeflag != tar.TypeReg {
+			t.Fatalf("entry %d: %q size %d type %c, want %q, an empty file", n, h.Name, h.Size, h.Typeflag, want)
+		}
+	}
+	if n != 2500 {
+		t.Fatalf("%d entries, want 2500", n)
+	}
 }

@@ -1,0 +1,41 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestObservabilityAddresses(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string // "" accepted, else the key the error names
+	}{
+		{"off by default", nil, ""},
+		{"metrics on loopback", []string{"--metrics-address", "127.0.0.1:9388"}, ""},
+		{"metrics on ipv6 loopback", []string{"--metrics-address", "[::1]:9388"}, ""},
+		{"metrics on localhost", []string{"--metrics-address", "localhost:9388"}, ""},
+		{"metrics on all interfaces", []string{"--metrics-address", ":9388"}, `"metrics.address"`},
+		{"metrics on a node IP", []string{"--metrics-address", "10.0.0.5:9388"}, `"metrics.address"`},
+		{"metrics on a node IP, allowed", []string{"--metrics-address", "10.0.0.5:9388", "--metrics-allow-non-loopback"}, ""},
+		{"metrics without port", []string{"--metrics-address", "127.0.0.1"}, `"metrics.address"`},
+		{"metrics port 0", []string{"--metrics-address", "127.0.0.1:0"}, `"metrics.address"`},
+		{"metrics port out of range", []string{"--metrics-address", "127.0.0.1:70000"}, `"metrics.address"`},
+		{"pprof on loopback", []string{"--profile-address", "127.0.0.1:6060"}, ""},
+		{"pprof elsewhere, even if metrics may", []string{"--profile-address", "0.0.0.0:6060", "--metrics-allow-non-loopback"}, `"profile_address"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"--config", writeFile(t, "")}, c.args...)
+			_, err := load(t, args...)
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want != "" && err == nil:
+				t.Fatalf("accepted, want an error naming %s", c.want)
+			case c.want != "" && !strings.Contains(err.Error(), c.want):
+				t.Fatalf("error %q does not name %s", err, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,79 @@
+package conmon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// StopCreate kills a create still under way for the container whose socket
+// directory is socketDir, and returns once it is gone (cleanupTimeout at
+// most). The create runs in a monitor's first image, or in a join helper of
+// a shared monitor, each in a process group of its own with the runtime's
+// create. A daemon that died during CreateContainer leaves it running: its
+// successor rolls the container back, and a create that finishes after that
+// roll-back's runtime delete leaves a container, its runtime state and its
+// monitor that no record names. Found by command line, as nothing else
+// names it: the daemon learns the monitor's pid only from its report.
+func StopCreate(socketDir string) error {
+	groups := creatingGroups(socketDir)
+	for _, pgid := range groups {
+		if err := unix.Kill(-pgid, unix.SIGKILL); err != nil && err != unix.ESRCH {
+			return fmt.Errorf("kill the create of %s (process group %d): %w", socketDir, pgid, err)
+		}
+	}
+	deadline := time.Now().Add(cleanupTimeout)
+	for _, pgid := range groups {
+		for processLive(pgid) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the create of %s (process group %d) still runs after SIGKILL", socketDir, pgid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// creatingGroups lists the process groups of the monitors' first images
+// and the join helpers that create the container of socketDir. A serving
+// monitor (its command is "serve") is left alone: its create is done.
+func creatingGroups(socketDir string) []int {
+	want := "\x00--socket-dir\x00" + socketDir + "\x00"
+	var groups []int
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil || !strings.Contains(string(cmdline), want) {
+			continue
+		}
+		args := strings.SplitN(string(cmdline), "\x00", 3)
+		if len(args) < 3 || filepath.Base(args[0]) != BinaryName || (args[1] != "--id" && args[1] != "join") {
+			continue
+		}
+		// Each is the leader of its group (a session of its own, or
+		// Setpgid); anything else is not one of ours to kill.
+		if pgid, err := unix.Getpgid(pid); err == nil && pgid == pid {
+			groups = append(groups, pid)
+		}
+	}
+	return groups
+}
+
+// processLive is false for a process that is gone or a zombie.
+func processLive(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X')
+}

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// eventBuffer is how many events one GetContainerEvents subscriber may lag
+// behind before it is dropped: the kubelet's own channel holds 1000.
+const eventBuffer = 1024
+
+// GetContainerEvents streams the lifecycle of containers and sandboxes
+// (created, started, stopped, deleted) to the kubelet's evented PLEG. As
+// containerd does, a sandbox's events carry its own ID as container_id.
+// A subscriber that does not keep up is dropped with ResourceExhausted, never
+// waited for: a CRI call must not block on a slow reader. The kubelet
+// reconnects and relists.
+func (s *Server) GetContainerEvents(req *runtime.GetEventsRequest, stream runtime.RuntimeService_GetContainerEventsServer) error {
+	sub := s.events.Subscribe(stream.Context(), eventBuffer)
+	defer sub.Close()
+	for ev := range sub.C() {
+		if err := stream.Send(ev); err != nil {
+			return err
+		}
+	}
+	if err := sub.Err(); err != nil {
+		return toStatus(fmt.Errorf("container events: %w", err))
+	}
+	return status.Error(codes.Unavailable, "container events subscription closed by the server")
+}
+
+// EndEventStreams ends every GetContainerEvents stream: a graceful stop of
+// the gRPC server waits for streams, and these never end by themselves.
+func (s *Server) EndEventStreams() { s.events.Close() }
+
+// containerEvent sends an event about a container (or, with the sandbox's
+// ID as containerID, about a sandbox) with the status of its sandbox and of
+// the sandbox's containers as they are now. Nothing is built when nobody
+// listens.
+func (s *Server) containerEvent(containerID, sandboxID string, typ runtime.ContainerEventType) {
+	if !s.events.Active() {
+		return
+	}
+	sb, err := s.sandboxes.Get(sandboxID)
+	if err != nil {
+		s.log.WithField("pod", sandboxID).WithError(err).Debug("container event without the sandbox's status")
+		s.sendEvent(containerID, typ, nil, sandboxID)
+		return
+	}
+	s.sendEvent(containerID, typ, s.eventSandboxStatus(sb), sandboxID)
+}
+
+// sandboxRemovedEvents sends the events of a removed sandbox, from its last
+// record, so that they still say which pod it was (the kubelet ignores an
+// event without the sandbox's status): STOPPED first when it was removed
+// without a stop, then DELETED.
+func (s *Server) sandboxRemovedEvents(last sandboxRecord, wasReady bool) {
+	if !s.events.Active() {
+		return
+	}
+	last.State = stateNotReady
+	st := s.eventSandboxStatus(last)
+	if wasReady {
+		s.sendEvent(last.ID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT, st, last.ID)
+	}
+	s.sendEvent(last.ID, runtime.ContainerEventType_CONTAINER_DELETED_EVENT, st, last.ID)
+}
+
+func (s *Server) sendEvent(containerID string, typ runtime.ContainerEventType, sb *runtime.PodSandboxStatus, sandboxID string) {
+	s.events.Send(&runtime.ContainerEventResponse{
+		ContainerId:        containerID,
+		ContainerEventType: typ,
+		CreatedAt:          time.Now().UnixNano(),
+		PodSandboxStatus:   sb,
+		ContainersStatuses: s.eventContainerStatuses(sandboxID),
+	})
+}
+
+// eventSandboxStatus is a sandbox's status for an event; nil when its
+// config cannot be read.
+func (s *Server) eventSandboxStatus(sb sandboxRecord) *runtime.PodSandboxStatus {
+	cfg, err := sb.config()
+	if err != nil {
+		return nil
+	}
+	return sandboxStatus(sb, cfg)
+}
+
+func (s *Server) eventContainerStatuses(sandboxID string) []*runtime.ContainerStatus {
+	var out []*runtime.ContainerStatus
+	for _, c := range s.containersOf(sandboxID) {
+		if c.State == stateCreating {
+			continue
+		}
+		cfg, err := c.config()
+		if err != nil {
+			continue
+		}
+		out = append(out, containerStatus(c, cfg))
+	}
+	return out
+}
+
+// startGate keeps a container's STARTED event before its STOPPED event: a
+// short-lived process can exit, and its exit be recorded by the watch, before
+// StartContainer has recorded the start. The exit's event then waits for
+// the start's.
+type startGate struct {
+	mu       sync.Mutex
+	starting map[string]bool // container ID → exited during the start
+}
+
+// begin marks a start in progress.
+func (g *startGate) begin(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.starting == nil {
+		g.starting = map[string]bool{}
+	}
+	g.starting[id] = false
+}
+
+// deferExit reports whether a start of id is in progress; if so, its end
+// sends the exit's event.
+func (g *startGate) deferExit(id string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.starting[id]; !ok {
+		return false
+	}
+	g.starting[id] = true
+	return true
+}
+
+// end marks the start done and reports whether the container exited meanwhile.
+func (g *startGate) end(id string) (exited bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	exited = g.starting[id]
+	delete(g.starting, id)
+	return exited
+}

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ListMetricDescriptors lists the metrics ListPodSandboxMetrics reports. The
+// kubelet (PodAndContainerStatsFromCRI) asks once, then serves the metrics
+// on its /metrics/cadvisor endpoint in place of cAdvisor's: hence cAdvisor's
+// names, help texts and label keys, so that dashboards and alerts written
+// for cAdvisor keep working.
+func (s *Server) ListMetricDescriptors(ctx context.Context, req *runtime.ListMetricDescriptorsRequest) (*runtime.ListMetricDescriptorsResponse, error) {
+	out := make([]*runtime.MetricDescriptor, 0, len(metricDefs))
+	for _, d := range metricDefs {
+		out = append(out, &runtime.MetricDescriptor{Name: d.name, Help: d.help, LabelKeys: d.labelKeys()})
+	}
+	return &runtime.ListMetricDescriptorsResponse{Descriptors: out}, nil
+}
+
+// baseLabelKeys label every metric, as the kubelet's cAdvisor labels them:
+// the container's name, the CRI ID (of the pod for pod-wide figures), the
+// image, the name again (cAdvisor's runtime name), the pod's namespace and
+// name. Pod-wide figures (the pod's cgroup, its network) have an empty
+// container, name and image, as cAdvisor's pod cgroup has.
+var baseLabelKeys = []string{"container", "id", "image", "name", "namespace", "pod"}
+
+// metricDef is one metric: its name, help, type and the label keys it has
+// beyond the base ones.
+type metricDef struct {
+	name, help string
+	typ        runtime.MetricType
+	extra      []string
+}
+
+func (d *metricDef) labelKeys() []string {
+	return append(append([]string(nil), baseLabelKeys...), d.extra...)
+}
+
+func counter(name, help string, extra ...string) *metricDef {
+	return &metricDef{name: name, help: help, typ: runtime.MetricType_COUNTER, extra: extra}
+}
+
+func gauge(name, help string, extra ...string) *metricDef {
+	return &metricDef{name: name, help: help, typ: runtime.MetricType_GAUGE, extra: extra}
+}
+
+// The CRI carries metric values as integers: seconds are whole seconds, as
+// with cri-o.
+var (
+	mCPUUsage         = counter("container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", "cpu")
+	mCPUUser          = counter("container_cpu_user_seconds_total", "Cumulative user cpu time consumed in seconds.")
+	mCPUSystem        = counter("container_cpu_system_seconds_total", "Cumulative system cpu time consumed in seconds.")
+	mCFSPeriods       = counter("container_cpu_cfs_periods_total", "Number of elapsed enforcement period intervals.")
+	mCFSThrottled     = counter("container_cpu_cfs_throttled_periods_total", "Number of throttled period intervals.")
+	mCFSThrottledSecs = counter("container_cpu_cfs_throttled_seconds_total", "Total time duration the container has been throttled.")
+	mMemUsage         = gauge("container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it was accessed")
+	mMemWorkingSet    = gauge("container_memory_working_set_bytes", "Current working set in bytes.")
+	mMemRSS           = gauge("container_memory_rss", "Size of RSS in bytes.")
+	mMemCache         = gauge("container_memory_cache", "Number of bytes of page cache memory.")
+	mMemSwap          = gauge("container_memory_swap", "Container swap usage in bytes.")
+	mMemFailures      = counter("container_memory_failures_total", "Cumulative count of memory allocation failures.", "failure_type", "scope")
+	mMemLimit         = gauge("container_spec_memory_limit_bytes", "Memory limit for the container.")
+	mProcesses        = gauge("container_processes", "Number of processes running inside the container.")
+	mFsUsage          = gauge("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.")
+	mFsReadBytes      = counter("container_fs_reads_bytes_total", "Cumulative count of bytes read", "device")
+	mFsWriteBytes     = counter("container_fs_writes_bytes_total", "Cumulative count of bytes written", "device")
+	mFsReads          = counter("container_fs_reads_total", "Cumulative count of reads completed", "device")
+	mFsWrites         = counter("container_fs_writes_total", "Cumulative count of writes completed", "device")
+	mCPUWaiting       = counter("container_pressure_cpu_waiting_seconds_total", "Total time duration tasks in the container have waited due to CPU congestion.")
+	mCPUStalled       = counter("container_pressure_cpu_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to CPU congestion.")
+	mMemWaiting       = counter("container_pressure_memory_waiting_seconds_total", "Total time duration tasks in the container have waited due to memory congestion.")
+	mMemStalled       = counter("container_pressure_memory_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to memory congestion.")
+	mIOWaiting        = counter("container_pressure_io_waiting_seconds_total", "Total time duration tasks in the container have waited due to IO congestion.")
+	mIOStalled        = counter("container_pressure_io_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to IO congestion.")
+	mNetRxBytes       = counter("container_network_receive_bytes_total", "Cumulative count of bytes received", "interface")
+	mNetRxPackets     = counter("container_network_receive_packets_total", "Cumulative count of packets received", "interface")
+	mNetRxDropped     = counter("container_network_receive_packets_dropped_total", "Cumulative count of packets dropped while receiving", "interface")
+	mNetRxErrors      = counter("container_network_receive_errors_total", "Cumulative count of errors encountered while receiving", "interface")
+	mNetTxBytes       = counter("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", "interface")
+	mNetTxPackets     = counter("container_network_transmit_packets_total", "Cumulative count of packets transmitted", "interface")
+	mNetTxDropped     = counter("container_network_transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting", "interface")
+	mNetTxErrors      = counter("container_network_transmit_errors_total", "Cumulative count of errors encountered while transmitting", "interface")
+)
+
+var metricDefs = []*metricDef{
+	mCPUUsage, mCPUUser, mCPUSystem, mCFSPeriods, mCFSThrottled, mCFSThrottledSecs,
+	mMemUsage, mMemWorkingSet, mMemRSS, mMemCache, mMemSwap, mMemFailures, mMemLimit,
+	mProcesses, mFsUsage, mFsReadBytes, mFsWriteBytes, mFsReads, mFsWrites,
+	mCPUWaiting, mCPUStalled, mMemWaiting, mMemStalled, mIOWaiting, mIOStalled,
+	mNetRxBytes, mNetRxPackets, mNetRxDropped, mNetRxErrors,
+	mNetTxBytes, mNetTxPackets, mNetTxDropped, mNetTxErrors,
+}

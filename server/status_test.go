@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/network"
+)
+
+func conditions(t *testing.T, s *Server) map[string]*runtime.RuntimeCondition {
+	t.Helper()
+	resp, err := s.Status(context.Background(), &runtime.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*runtime.RuntimeCondition{}
+	for _, c := range resp.GetStatus().GetConditions() {
+		out[c.GetType()] = c
+	}
+	return out
+}
+
+func TestStatusRuntimeReadyFollowsTheBinaries(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "no-such-runc")
+	cases := []struct {
+		name, runtimePath, monitor string
+		wantReason, wantInMessage  string
+	}{
+		{"all there", self, self, "", ""},
+		{"runtime missing", missing, self, "RuntimeBinaryNotFound", "runtime.handlers.runc.path"},
+		{"runtime not in PATH", "no-such-runtime-in-path", self, "RuntimeBinaryNotFound", "no-such-runtime-in-path"},
+		{"monitor missing", self, missing, "MonitorBinaryNotFound", "runtime.monitor_path"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := newRecordsServer(t)
+			s.cfg = config.Default()
+			s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: c.runtimePath}}
+			s.runtimes = runtimeHandlers(s.cfg, c.monitor)
+			s.monitorPath = c.monitor
+			s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
+			got := conditions(t, s)[runtime.RuntimeReady]
+			if c.wantReason == "" {
+				if !got.GetStatus() {
+					t.Fatalf("RuntimeReady = %v, want true", got)
+				}
+				return
+			}
+			if got.GetStatus() || got.GetReason() != c.wantReason || !strings.Contains(got.GetMessage(), c.wantInMessage) {
+				t.Fatalf("RuntimeReady = %v, want false, reason %s, message naming %q", got, c.wantReason, c.wantInMessage)
+			}
+		})
+	}
+}
+
+// A runtime installed after the daemon started makes it ready without a
+// restart, and is then found by the calls that run it.
+func TestStatusRuntimeReadyOnceTheBinaryAppears(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "runc")
+	s := newRecordsServer(t)
+	s.cfg = config.Default()
+	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: bin}}
+	s.runtimes = runtimeHandlers(s.cfg, bin)
+	s.monitorPath, _ = os.Executable()
+	s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
+	rt, _ := s.runtimes.Get("")
+	if _, err := rt.Binary(); err == nil {
+		t.Fatal("Binary found a runtime that is not there")
+	}
+	if conditions(t, s)[runtime.RuntimeReady].GetStatus() {
+		t.Fatal("RuntimeReady true with no runtime binary")
+	}
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if c := conditions(t, s)[runtime.RuntimeReady]; !c.GetStatus() {
+		t.Fatalf("RuntimeReady = %v after the binary appeared, want true", c)
+	}
+	if got, err := rt.Binary(); err != nil || got != bin {
+		t.Fatalf("Binary = %q, %v after the binary appeared; want %s", got, err, bin)
+	}
+}
+
+func TestStatusNetworkReadyNeedsALoadableCNIConfig(t *testing.T) {
+	confDir := t.TempDir()
+	s := newRecordsServer(t)
+	s.cfg = config.Default()
+	s.runtimes = runtimeHandlers(s.cfg, "")
+	s.cni = network.NewCNI(confDir, nil, t.TempDir(), nil)
+	c := conditions(t, s)[runtime.NetworkReady]
+	if c.GetStatus() || c.GetReason() != "NetworkPluginNotReady" || !strings.Contains(c.GetMessage(), confDir) {
+		t.Fatalf("NetworkReady with an empty conf dir = %v, want false, NetworkPluginNotReady, naming %s", c, confDir)
+	}
+	if err := os.WriteFile(filepath.Join(confDir, "10-bad.conflist"), []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c := conditions(t, s)[runtime.NetworkReady]; c.GetStatus() || !strings.Contains(c.GetMessage(), "10-bad.conflist") {
+		t.Fatalf("NetworkReady with a broken config = %v, want false naming the file", c)
+	}
+	conf := `{"cniVersion":"1.0.0","name":"t","plugins":[{"type":"loopback"}]}`
+	if err := os.WriteFile(filepath.Join(confDir, "10-bad.conflist"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if c := conditions(t, s)[runtime.NetworkReady]; !c.GetStatus() {
+		t.Fatalf("NetworkReady with a valid config = %v, want true", c)
+	}
+}

@@ -59,7 +59,7 @@ func hostHasV1Hugetlb() bool {
 // Every container the kubelet makes carries hugepage limits; a node whose
 // cgroup hierarchy lacks hugetlb must still run them, with the other limits
 // applied and the skip logged once, not once per container.
-func TestKubeletResourcesRunWithoutHugetlbController(t *testing.T) {
+func TestHugepageLimitsSkippedWithoutHugetlbController(t *testing.T) {
 	d := StartDaemon(t)
 	ref := busyboxRef(t)
 	d.pull(t, ref)

@@ -231,6 +231,9 @@ containerRuntimeEndpoint: %[1]s
 imageServiceEndpoint: %[1]s
 cgroupDriver: cgroupfs
 failCgroupV1: false
+featureGates:
+  PodAndContainerStatsFromCRI: true
+  EventedPLEG: true
 cgroupsPerQOS: true
 cgroupRoot: %[2]s
 enforceNodeAllocatable: []

@@ -562,6 +562,17 @@ type statsSummary struct {
 		PodRef struct {
 			Name, Namespace string
 		}
+		CPU *struct {
+			UsageCoreNanoSeconds *uint64
+		}
+		Memory *struct {
+			WorkingSetBytes *uint64
+		}
+		Network *struct {
+			Name       string
+			RxBytes    *uint64
+			Interfaces []struct{ Name string }
+		}
 		Containers []struct {
 			Name string
 			CPU  *struct {
@@ -575,10 +586,13 @@ type statsSummary struct {
 }
 
 // The kubelet's /stats/summary, which metrics-server and the eviction
-// manager read, has CPU and memory figures for every running container,
-// from the runtime's stats calls.
+// manager read, has CPU and memory figures for every running container and
+// CPU, memory and network figures for every pod. The kubelet runs with
+// PodAndContainerStatsFromCRI, so all of them come from the runtime's stats
+// calls (ListPodSandboxStats, ListContainerStats), not from cAdvisor.
 func testStatsSummary(t *testing.T, n *kubeletNode) {
 	k := n.k
+	pods := []string{"init", "resources", "hostport", "stream"}
 	var missing []string
 	complete := func() bool {
 		code, body := k.get(t, "/stats/summary")
@@ -590,27 +604,53 @@ func testStatsSummary(t *testing.T, n *kubeletNode) {
 		seen := map[string]bool{}
 		for _, p := range sum.Pods {
 			for _, c := range p.Containers {
-				if c.CPU != nil && c.CPU.UsageCoreNanoSeconds != nil && *c.CPU.UsageCoreNanoSeconds > 0 &&
-					c.Memory != nil && c.Memory.WorkingSetBytes != nil && *c.Memory.WorkingSetBytes > 0 {
+				if positive(c.CPU != nil, func() *uint64 { return c.CPU.UsageCoreNanoSeconds }) &&
+					positive(c.Memory != nil, func() *uint64 { return c.Memory.WorkingSetBytes }) {
 					seen[p.PodRef.Name+"/"+c.Name] = true
 				}
 			}
+			if positive(p.CPU != nil, func() *uint64 { return p.CPU.UsageCoreNanoSeconds }) &&
+				positive(p.Memory != nil, func() *uint64 { return p.Memory.WorkingSetBytes }) {
+				seen[p.PodRef.Name+" cpu and memory"] = true
+			}
+			if p.Network != nil && p.Network.RxBytes != nil && len(p.Network.Interfaces) > 0 {
+				seen[p.PodRef.Name+" network"] = true
+			}
+			// The hostPort subtest sent traffic to this pod's interface.
+			if p.PodRef.Name == k.podName("hostport") && positive(p.Network != nil, func() *uint64 { return p.Network.RxBytes }) {
+				seen[p.PodRef.Name+" received bytes"] = true
+			}
 		}
 		missing = nil
-		for _, pod := range []string{"init", "resources", "hostport", "stream"} {
+		want := []string{k.podName("hostport") + " received bytes"}
+		for _, pod := range pods {
+			want = append(want, k.podName(pod)+" cpu and memory", k.podName(pod)+" network")
 			for _, c := range k.pod(t, pod).Spec.Containers {
-				if !seen[k.podName(pod)+"/"+c.Name] {
-					missing = append(missing, pod+"/"+c.Name)
-				}
+				want = append(want, k.podName(pod)+"/"+c.Name)
+			}
+		}
+		for _, w := range want {
+			if !seen[w] {
+				missing = append(missing, w)
 			}
 		}
 		return len(missing) == 0
 	}
 	for deadline := time.Now().Add(30 * time.Second); !complete(); time.Sleep(500 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("after 30 s, /stats/summary has no CPU and memory figures for %v", missing)
+			t.Fatalf("after 30 s, /stats/summary lacks figures for %v", missing)
 		}
 	}
+}
+
+// positive is true when present holds and the value get returns is set and
+// above zero.
+func positive(present bool, get func() *uint64) bool {
+	if !present {
+		return false
+	}
+	v := get()
+	return v != nil && *v > 0
 }
 
 // The kubelet rotates a log past containerLogMaxSize by renaming it and

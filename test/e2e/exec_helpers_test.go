@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -268,4 +269,18 @@ func benchExec(t *testing.T) {
 	})
 	mbps := func(d time.Duration) float64 { return benchExecBytes / 1e6 / d.Seconds() }
 	addBenchRow(benchRow{measure: "exec stream throughput (SPDY, remotecommand)", value: mbps(streamed), floor: mbps(piped), unit: "MB/s", goal: ">= 0.9 x runc piped"})
+}
+
+// typeUntil types newlines into a terminal until its output holds want:
+// each line makes the shell inside print something (its terminal's size).
+func typeUntil(t *testing.T, out fmt.Stringer, typing io.Writer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the terminal inside never reported %q; output %q", want, out.String())
+		}
+		io.WriteString(typing, "\n")
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -85,21 +85,9 @@ func TestExecTTYResizeSeenInside(t *testing.T) {
 				errc <- e.d.stream(t, proto, &runtime.ExecRequest{ContainerId: id, Cmd: []string{"sh", "-c", "while read line; do stty size; done"}, Stdin: true, Stdout: true, Tty: true},
 					remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Tty: true, TerminalSizeQueue: sizes})
 			}()
-			// Each line typed makes the shell print its terminal's size.
-			expectSize := func(want string) {
-				t.Helper()
-				deadline := time.Now().Add(10 * time.Second)
-				for !strings.Contains(out.String(), want) {
-					if time.Now().After(deadline) {
-						t.Fatalf("the terminal inside never reported %q; output %q", want, out.String())
-					}
-					io.WriteString(typing, "\n")
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
-			expectSize("24 80")
+			typeUntil(t, &out, typing, "24 80")
 			sizes <- remotecommand.TerminalSize{Width: 132, Height: 43}
-			expectSize("43 132")
+			typeUntil(t, &out, typing, "43 132")
 			close(sizes)
 			typing.Close()
 			if err := <-errc; err != nil {

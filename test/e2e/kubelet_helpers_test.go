@@ -233,7 +233,6 @@ cgroupDriver: cgroupfs
 failCgroupV1: false
 featureGates:
   PodAndContainerStatsFromCRI: true
-  EventedPLEG: true
 cgroupsPerQOS: true
 cgroupRoot: %[2]s
 enforceNodeAllocatable: []

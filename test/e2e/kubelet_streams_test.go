@@ -114,21 +114,10 @@ func testExecThroughKubelet(t *testing.T, n *kubeletNode) {
 					stdin.Close() // a line typed after the end fails rather than waits forever
 					errc <- err
 				}()
-				expectSize := func(want string) {
-					t.Helper()
-					deadline := time.Now().Add(10 * time.Second)
-					for !strings.Contains(out.String(), want) {
-						if time.Now().After(deadline) {
-							t.Fatalf("the terminal inside never reported %q; output %q", want, out.String())
-						}
-						io.WriteString(typing, "\n")
-						time.Sleep(50 * time.Millisecond)
-					}
-				}
-				expectSize("/dev/pts/")
-				expectSize("24 80")
+				typeUntil(t, &out, typing, "/dev/pts/")
+				typeUntil(t, &out, typing, "24 80")
 				sizes <- remotecommand.TerminalSize{Width: 132, Height: 43}
-				expectSize("43 132")
+				typeUntil(t, &out, typing, "43 132")
 				close(sizes)
 				typing.Close()
 				if err := <-errc; err != nil {

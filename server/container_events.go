@@ -40,8 +40,8 @@ func (s *Server) EndEventStreams() { s.events.Close() }
 
 // containerEvent sends an event about a container (or, with the sandbox's
 // ID as containerID, about a sandbox) with the status of its sandbox and of
-// the sandbox's containers as they are now. Nothing is built when nobody
-// listens.
+// the pod's containers as they are now, as PodSandboxStatus reports them.
+// Nothing is built when nobody listens.
 func (s *Server) containerEvent(containerID, sandboxID string, typ runtime.ContainerEventType) {
 	if !s.events.Active() {
 		return
@@ -49,10 +49,10 @@ func (s *Server) containerEvent(containerID, sandboxID string, typ runtime.Conta
 	sb, err := s.sandboxes.Get(sandboxID)
 	if err != nil {
 		s.log.WithField("pod", sandboxID).WithError(err).Debug("container event without the sandbox's status")
-		s.sendEvent(containerID, typ, nil, sandboxID)
+		s.sendEvent(containerID, typ, nil, s.podContainerStatuses(sandboxRecord{ID: sandboxID}))
 		return
 	}
-	s.sendEvent(containerID, typ, s.eventSandboxStatus(sb), sandboxID)
+	s.sendEvent(containerID, typ, s.eventSandboxStatus(sb), s.podContainerStatuses(sb))
 }
 
 // sandboxRemovedEvents sends the events of a removed sandbox, from its last
@@ -66,18 +66,18 @@ func (s *Server) sandboxRemovedEvents(last sandboxRecord, wasReady bool) {
 	last.State = stateNotReady
 	st := s.eventSandboxStatus(last)
 	if wasReady {
-		s.sendEvent(last.ID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT, st, last.ID)
+		s.sendEvent(last.ID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT, st, s.podContainerStatuses(last))
 	}
-	s.sendEvent(last.ID, runtime.ContainerEventType_CONTAINER_DELETED_EVENT, st, last.ID)
+	s.sendEvent(last.ID, runtime.ContainerEventType_CONTAINER_DELETED_EVENT, st, s.podContainerStatuses(last))
 }
 
-func (s *Server) sendEvent(containerID string, typ runtime.ContainerEventType, sb *runtime.PodSandboxStatus, sandboxID string) {
+func (s *Server) sendEvent(containerID string, typ runtime.ContainerEventType, sb *runtime.PodSandboxStatus, containers []*runtime.ContainerStatus) {
 	s.events.Send(&runtime.ContainerEventResponse{
 		ContainerId:        containerID,
 		ContainerEventType: typ,
 		CreatedAt:          time.Now().UnixNano(),
 		PodSandboxStatus:   sb,
-		ContainersStatuses: s.eventContainerStatuses(sandboxID),
+		ContainersStatuses: containers,
 	})
 }
 
@@ -89,21 +89,6 @@ func (s *Server) eventSandboxStatus(sb sandboxRecord) *runtime.PodSandboxStatus 
 		return nil
 	}
 	return sandboxStatus(sb, cfg)
-}
-
-func (s *Server) eventContainerStatuses(sandboxID string) []*runtime.ContainerStatus {
-	var out []*runtime.ContainerStatus
-	for _, c := range s.containersOf(sandboxID) {
-		if c.State == stateCreating {
-			continue
-		}
-		cfg, err := c.config()
-		if err != nil {
-			continue
-		}
-		out = append(out, containerStatus(c, cfg))
-	}
-	return out
 }
 
 // startGate keeps a container's STARTED event before its STOPPED event: a

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -227,5 +228,87 @@ func TestEventStreamEndsWithItsContext(t *testing.T) {
 	}
 	if s.events.Active() {
 		t.Error("subscriber left after its stream ended")
+	}
+}
+
+// PodSandboxStatus and events carry the statuses of every container of the
+// pod, of its older sandboxes too and exited ones, newest first, each as
+// ContainerStatus reports it. PodSandboxStatus sets no timestamp: with one, a
+// kubelet with EventedPLEG on takes containers_statuses for the whole truth
+// (it saw pods with no containers and created them again and again when
+// they were missing) and leaves its active containers empty (it ran an init
+// container again and again when they were there).
+func TestPodSandboxStatusAndEventsCarryThePodsContainers(t *testing.T) {
+	s := newRecordsServer(t)
+	putSandbox := func(uid string, createdAt int64, state string) string {
+		t.Helper()
+		cfg, _ := proto.Marshal(&runtime.PodSandboxConfig{Metadata: &runtime.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: uid}})
+		id := newID()
+		rec := sandboxRecord{ID: id, Metadata: podMetadata{Name: "web", Namespace: "ns", UID: uid}, State: state, CreatedAt: createdAt, Config: cfg}
+		if err := s.sandboxes.Put(id, rec); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	putContainer := func(sandboxID, name string, attempt uint32, createdAt int64, state string) string {
+		t.Helper()
+		md := &runtime.ContainerMetadata{Name: name, Attempt: attempt}
+		labels := map[string]string{"io.kubernetes.container.name": name, "io.kubernetes.pod.uid": "uid-1"}
+		annotations := map[string]string{"io.kubernetes.container.hash": "abc", "io.kubernetes.container.restartCount": "1"}
+		cfg, _ := proto.Marshal(&runtime.ContainerConfig{Metadata: md, Labels: labels, Annotations: annotations})
+		id := newID()
+		rec := containerRecord{ID: id, SandboxID: sandboxID, Metadata: containerMetadata{Name: name, Attempt: attempt},
+			Labels: labels, Annotations: annotations, CreatedAt: createdAt, State: state, Config: cfg, Bundle: t.TempDir()}
+		if err := s.containers.Put(id, rec); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	oldSandbox := putSandbox("uid-1", 1, stateNotReady)
+	sandbox := putSandbox("uid-1", 10, stateReady)
+	other := putSandbox("uid-2", 5, stateReady)
+	oldest := putContainer(oldSandbox, "app", 0, 2, stateExited)
+	exited := putContainer(sandbox, "app", 1, 11, stateExited)
+	running := putContainer(sandbox, "app", 2, 12, stateRunning)
+	putContainer(sandbox, "side", 0, 13, stateCreating)
+	putContainer(other, "app", 0, 6, stateRunning)
+	want := []string{running, exited, oldest}
+
+	check := func(what string, got []*runtime.ContainerStatus) {
+		t.Helper()
+		var ids []string
+		for _, st := range got {
+			ids = append(ids, st.GetId())
+		}
+		if !slices.Equal(ids, want) {
+			t.Fatalf("%s: containers_statuses = %v, want %v (running, exited, older sandbox's; newest first)", what, ids, want)
+		}
+		for _, st := range got {
+			resp, err := s.ContainerStatus(context.Background(), &runtime.ContainerStatusRequest{ContainerId: st.GetId()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(st, resp.GetStatus()) {
+				t.Errorf("%s: status of %s = %v, want what ContainerStatus says: %v", what, st.GetId(), st, resp.GetStatus())
+			}
+		}
+	}
+
+	resp, err := s.PodSandboxStatus(context.Background(), &runtime.PodSandboxStatusRequest{PodSandboxId: sandbox})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetTimestamp(); got != 0 {
+		t.Errorf("PodSandboxStatus timestamp = %d, want none: the kubelet would then skip ContainerStatus", got)
+	}
+	check("PodSandboxStatus", resp.GetContainersStatuses())
+
+	stream := &eventStream{}
+	subscribe(t, s, stream)
+	s.containerEvent(running, sandbox, runtime.ContainerEventType_CONTAINER_STARTED_EVENT)
+	ev := nextEvent(t, stream)
+	check("event", ev.GetContainersStatuses())
+	if !proto.Equal(ev.GetPodSandboxStatus(), resp.GetStatus()) {
+		t.Errorf("event's pod_sandbox_status = %v, want what PodSandboxStatus says: %v", ev.GetPodSandboxStatus(), resp.GetStatus())
 	}
 }

@@ -1,14 +1,24 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
-	"time"
+	"slices"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// PodSandboxStatus reports a sandbox's state, IPs and namespace modes.
+// PodSandboxStatus reports a sandbox's state, IPs and namespace modes, and
+// the statuses of the pod's containers.
+//
+// It sets no timestamp, on purpose. A kubelet with EventedPLEG on (v1.37
+// included) takes a response with a timestamp to be complete: it then uses
+// containers_statuses instead of asking ContainerStatus for each container,
+// but leaves the pod's active containers (those of its current sandbox)
+// empty, so it never sees an init container done and runs the first one
+// again and again. Without a timestamp it asks ContainerStatus, as with the
+// gate off.
 func (s *Server) PodSandboxStatus(ctx context.Context, req *runtime.PodSandboxStatusRequest) (*runtime.PodSandboxStatusResponse, error) {
 	rec, err := s.lookupSandbox(req.GetPodSandboxId())
 	if err != nil {
@@ -19,8 +29,8 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtime.PodSandboxSt
 		return nil, toStatus(err)
 	}
 	resp := &runtime.PodSandboxStatusResponse{
-		Status:    sandboxStatus(rec, cfg),
-		Timestamp: time.Now().UnixNano(),
+		Status:             sandboxStatus(rec, cfg),
+		ContainersStatuses: s.podContainerStatuses(rec),
 	}
 	if req.GetVerbose() {
 		info, _ := json.Marshal(struct {
@@ -30,6 +40,40 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtime.PodSandboxSt
 		resp.Info = map[string]string{"info": string(info)}
 	}
 	return resp, nil
+}
+
+// podContainerStatuses are the statuses of the containers of a sandbox's
+// pod, in every sandbox the pod has had, newest first: what the kubelet
+// otherwise gathers from ListContainers by pod UID and ContainerStatus, and
+// sorts so. The exited ones count: the kubelet takes a restart count from
+// the last one of a name. Containers still being created have no status yet.
+func (s *Server) podContainerStatuses(sb sandboxRecord) []*runtime.ContainerStatus {
+	ofPod := map[string]bool{sb.ID: true}
+	if uid := sb.Metadata.UID; uid != "" {
+		for _, other := range s.sandboxes.List() {
+			if other.Metadata.UID == uid {
+				ofPod[other.ID] = true
+			}
+		}
+	}
+	var recs []containerRecord
+	for _, c := range s.containers.List() {
+		if ofPod[c.SandboxID] && c.State != stateCreating {
+			recs = append(recs, c)
+		}
+	}
+	slices.SortFunc(recs, func(a, b containerRecord) int {
+		return cmp.Or(cmp.Compare(b.CreatedAt, a.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	out := make([]*runtime.ContainerStatus, 0, len(recs))
+	for _, c := range recs {
+		cfg, err := c.config()
+		if err != nil {
+			continue
+		}
+		out = append(out, containerStatus(c, cfg))
+	}
+	return out
 }
 
 func sandboxStatus(rec sandboxRecord, cfg *runtime.PodSandboxConfig) *runtime.PodSandboxStatus {

@@ -233,6 +233,7 @@ cgroupDriver: cgroupfs
 failCgroupV1: false
 featureGates:
   PodAndContainerStatsFromCRI: true
+  EventedPLEG: true
 cgroupsPerQOS: true
 cgroupRoot: %[2]s
 enforceNodeAllocatable: []

@@ -51,8 +51,16 @@ func (e *execEnv) sleeper(t *testing.T, name string) string {
 	return e.d.startContainer(t, e.pod, e.podCfg, containerConfig(name, e.ref, "sleep", "3600"))
 }
 
-// executor returns kubectl's executor of proto for a streaming URL.
+// executor returns kubectl's executor of proto for a streaming URL of the
+// daemon's, which needs no credentials.
 func executor(t *testing.T, proto, u string) remotecommand.Executor {
+	t.Helper()
+	return executorWith(t, &rest.Config{}, proto, u)
+}
+
+// executorWith returns kubectl's executor of proto for u, with the client
+// config cfg.
+func executorWith(t *testing.T, cfg *rest.Config, proto, u string) remotecommand.Executor {
 	t.Helper()
 	var (
 		ex  remotecommand.Executor
@@ -62,10 +70,10 @@ func executor(t *testing.T, proto, u string) remotecommand.Executor {
 	case "spdy":
 		var parsed *url.URL
 		if parsed, err = url.Parse(u); err == nil {
-			ex, err = remotecommand.NewSPDYExecutor(&rest.Config{}, "POST", parsed)
+			ex, err = remotecommand.NewSPDYExecutor(cfg, "POST", parsed)
 		}
 	case "websocket":
-		ex, err = remotecommand.NewWebSocketExecutor(&rest.Config{}, "GET", u)
+		ex, err = remotecommand.NewWebSocketExecutor(cfg, "GET", u)
 	default:
 		err = fmt.Errorf("unknown protocol %q", proto)
 	}

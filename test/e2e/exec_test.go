@@ -326,7 +326,7 @@ func TestPortForwardTwoConnectionsToNc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := forwardPorts(t, resp.GetUrl(), 8080)
+	local := forwardPorts(t, &rest.Config{}, resp.GetUrl(), 8080)
 	var wg sync.WaitGroup
 	for i := 0; i < 2; i++ {
 		wg.Add(1)
@@ -373,11 +373,11 @@ func echoThrough(t *testing.T, port int, msg string) []byte {
 	return got
 }
 
-// forwardPorts runs kubectl's port-forward client against u and returns the
-// local port that forwards to remote.
-func forwardPorts(t *testing.T, u string, remote int) int {
+// forwardPorts runs kubectl's port-forward client, with the client config
+// cfg, against u and returns the local port that forwards to remote.
+func forwardPorts(t *testing.T, cfg *rest.Config, u string, remote int) int {
 	t.Helper()
-	transport, upgrader, err := spdy.RoundTripperFor(&rest.Config{})
+	transport, upgrader, err := spdy.RoundTripperFor(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,17 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/client-go/transport/spdy"
 	utilexec "k8s.io/utils/exec"
 )
 
@@ -42,36 +38,12 @@ func (k *Kubelet) streamURL(kind, pod, container string, cmd []string, stdin, tt
 	return k.url(fmt.Sprintf("/%s/e2e/%s/%s?%s", kind, k.podName(pod), container, q.Encode()))
 }
 
-// kubeletExecutor is kubectl's executor of proto for a URL of the kubelet.
-func kubeletExecutor(t *testing.T, proto, u string) remotecommand.Executor {
-	t.Helper()
-	var (
-		ex  remotecommand.Executor
-		err error
-	)
-	switch proto {
-	case "spdy":
-		var parsed *url.URL
-		if parsed, err = url.Parse(u); err == nil {
-			ex, err = remotecommand.NewSPDYExecutor(kubeletClientConfig, "POST", parsed)
-		}
-	case "websocket":
-		ex, err = remotecommand.NewWebSocketExecutor(kubeletClientConfig, "GET", u)
-	default:
-		err = fmt.Errorf("unknown protocol %q", proto)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ex
-}
-
 // kubeletStream runs a stream of the kubelet's over proto, bounded by 60 s.
 func (k *Kubelet) stream(t *testing.T, proto, u string, opts remotecommand.StreamOptions) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	err := kubeletExecutor(t, proto, u).StreamWithContext(ctx, opts)
+	err := executorWith(t, kubeletClientConfig, proto, u).StreamWithContext(ctx, opts)
 	if ctx.Err() != nil {
 		t.Fatalf("stream %s over %s did not end within 60 s", u, proto)
 	}
@@ -150,7 +122,7 @@ func attachEcho(t *testing.T, k *Kubelet, proto, msg string) {
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() {
-		err := kubeletExecutor(t, proto, k.streamURL("attach", "stream", "echo", nil, true, false)).
+		err := executorWith(t, kubeletClientConfig, proto, k.streamURL("attach", "stream", "echo", nil, true, false)).
 			StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &out})
 		stdin.Close() // a line typed after the end fails rather than waits forever
 		errc <- err
@@ -191,48 +163,12 @@ func testAttachThroughKubelet(t *testing.T, n *kubeletNode) {
 
 func testPortForwardThroughKubelet(t *testing.T, n *kubeletNode) {
 	k := n.k
-	transport, upgrader, err := spdy.RoundTripperFor(kubeletClientConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parsed, err := url.Parse(k.url("/portForward/e2e/" + k.podName("hostport")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, "POST", parsed)
-	stop, ready := make(chan struct{}), make(chan struct{})
-	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{"0:8080"}, stop, ready, io.Discard, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- fw.ForwardPorts() }()
-	defer func() {
-		close(stop)
-		<-done
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("port-forward ended: %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("port-forward not ready after 15 s")
-	}
-	ports, err := fw.GetPorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", ports[0].Local)
+	local := forwardPorts(t, kubeletClientConfig, k.url("/portForward/e2e/"+k.podName("hostport")), 8080)
+	addr := fmt.Sprintf("127.0.0.1:%d", local)
 	// Three times: each connection is a stream of its own in the one forward.
 	for i := 0; i < 3; i++ {
 		if got := readLine(addr); got != "port-ok" {
-			select {
-			case err := <-done:
-				done <- err // for the deferred stop
-				t.Fatalf("connection %d through the forwarded port: %q, and the port-forward ended: %v", i+1, got, err)
-			default:
-				t.Fatalf("connection %d through the forwarded port: %q, want the pod's answer", i+1, got)
-			}
+			t.Fatalf("connection %d through the forwarded port: %q, want the pod's answer", i+1, got)
 		}
 	}
 }

@@ -46,6 +46,10 @@ type Runtime struct {
 
 	resolveMu sync.Mutex
 	resolved  string
+
+	featuresOnce sync.Once
+	features     Features
+	featuresErr  error
 }
 
 // Status is a container's state as the runtime reports it.

@@ -63,17 +63,38 @@ func (s *Server) networkReady() error {
 	return s.cni.Ready()
 }
 
+// userNamespacesSupported: minicri itself can run a pod in its own user
+// namespace (given a runtime with idmapped mounts).
+const userNamespacesSupported = false
+
+// runtimeHandlers lists each handler ("" is the default one) with the
+// features its OCI runtime has, as the kubelet reads them to decide whether
+// a pod may ask for recursive read-only mounts or a user namespace.
 func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {
 	names := make([]string, 0, len(s.cfg.Runtime.Handlers))
 	for name := range s.cfg.Runtime.Handlers {
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	handlers := []*runtime.RuntimeHandler{{Name: "", Features: &runtime.RuntimeHandlerFeatures{}}}
+	handlers := []*runtime.RuntimeHandler{{Name: "", Features: s.handlerFeatures("")}}
 	for _, name := range names {
-		handlers = append(handlers, &runtime.RuntimeHandler{Name: name, Features: &runtime.RuntimeHandlerFeatures{}})
+		handlers = append(handlers, &runtime.RuntimeHandler{Name: name, Features: s.handlerFeatures(name)})
 	}
 	return handlers
+}
+
+// handlerFeatures reports a feature only when the handler's runtime has it;
+// a runtime that cannot say has none.
+func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures {
+	rt, err := s.runtimes.Get(handler)
+	if err != nil {
+		return &runtime.RuntimeHandlerFeatures{}
+	}
+	f, _ := rt.Features()
+	return &runtime.RuntimeHandlerFeatures{
+		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
+		UserNamespaces:          f.IDMappedMounts && userNamespacesSupported,
+	}
 }
 
 // statusInfo is the verbose part of Status: JSON values, as crictl info shows

@@ -12,6 +12,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // ErrDigestMismatch: content does not hash to the digest that names it.
@@ -135,7 +137,7 @@ func (s *Store) commitTemp(tmp *os.File, dst string) error {
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return err
 	}
-	return syncDir(s.path(blobsDir))
+	return atomicfile.SyncDir(s.path(blobsDir))
 }
 
 // once runs fn for key unless a call for key is already running, in which

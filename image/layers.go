@@ -10,6 +10,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // chainIDs names each layer together with everything below it, as the OCI
@@ -93,7 +95,7 @@ func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, bu
 	if err != nil {
 		return err
 	}
-	return syncDir(s.path(layersDir))
+	return atomicfile.SyncDir(s.path(layersDir))
 }
 
 func syncFS(dir string) error {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // ErrExists: a rootfs with this ID exists already, for another image.
@@ -104,10 +106,10 @@ func (s *Store) makeRootfs(id string, img *Image) (retErr error) {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, rootfsRecordName), b, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, rootfsRecordName), b, 0o600); err != nil {
 		return fmt.Errorf("prepare rootfs %s: %w", id, err)
 	}
-	return syncDir(s.path(snapshotsDir))
+	return atomicfile.SyncDir(s.path(snapshotsDir))
 }
 
 func (s *Store) readRootfsRecord(id string) (rootfsRecord, error) {
@@ -277,5 +279,5 @@ func (s *Store) detachRootfs(id string) (string, error) {
 		os.Remove(trash)
 		return "", fmt.Errorf("remove rootfs %s: %w", id, err)
 	}
-	return trash, syncDir(s.path(snapshotsDir))
+	return trash, atomicfile.SyncDir(s.path(snapshotsDir))
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // The layout of the store's root directory.
@@ -137,7 +139,7 @@ func (s *Store) repairGeneration() error {
 }
 
 func writeGeneration(path string, gen uint64) error {
-	return writeFileAtomic(path, []byte(strconv.FormatUint(gen, 10)+"\n"), 0o600)
+	return atomicfile.Write(path, []byte(strconv.FormatUint(gen, 10)+"\n"), 0o600)
 }
 
 func newTransport(insecure bool) http.RoundTripper {
@@ -291,7 +293,7 @@ func (s *Store) updateLocked(edit func(images []Image) ([]Image, error)) (*catal
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(s.path(imagesName), b, 0o600); err != nil {
+	if err := atomicfile.Write(s.path(imagesName), b, 0o600); err != nil {
 		return nil, fmt.Errorf("image store: write %s: %w", imagesName, err)
 	}
 	// The generation goes last: a reader that sees it finds images.json ready.

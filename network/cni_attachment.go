@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // attachment is what Teardown needs to undo one Setup. It is written before
@@ -47,10 +49,10 @@ func (s attachmentStore) path(podID string) string {
 	return filepath.Join(s.dir, podID+".json")
 }
 
-// write stores a atomically (temp file, fsync, rename): after a crash the
+// write stores a atomically (temp file, fsync, rename, fsync of the dir): after a crash the
 // record is either whole or absent. fsync matters for reboots, where
 // host-local's IP reservations on disk outlive the namespaces.
-func (s attachmentStore) write(podID string, a *attachment) (retErr error) {
+func (s attachmentStore) write(podID string, a *attachment) error {
 	data, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("encode attachment of pod %s: %w", podID, err)
@@ -58,26 +60,7 @@ func (s attachmentStore) write(podID string, a *attachment) (retErr error) {
 	if err := os.MkdirAll(s.dir, 0o700); err != nil {
 		return fmt.Errorf("record attachment of pod %s: %w", podID, err)
 	}
-	tmp, err := os.CreateTemp(s.dir, "."+podID+".tmp*")
-	if err != nil {
-		return fmt.Errorf("record attachment of pod %s: %w", podID, err)
-	}
-	defer func() {
-		if retErr != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if closeErr := tmp.Close(); err == nil {
-		err = closeErr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), s.path(podID))
-	}
-	if err != nil {
+	if err := atomicfile.Write(s.path(podID), data, 0o600); err != nil {
 		return fmt.Errorf("record attachment of pod %s: %w", podID, err)
 	}
 	return nil

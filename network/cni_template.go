@@ -10,7 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/minicri/minicri/store"
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // TemplateConfFile is the network config WriteConfFromTemplate writes in
@@ -80,7 +80,7 @@ func (c *CNI) WriteConfFromTemplate(tmplPath string, values TemplateValues) (wri
 	if err := os.MkdirAll(c.confDir, 0o755); err != nil {
 		return false, fmt.Errorf("%w: create network config directory: %w", ErrNotReady, err)
 	}
-	if err := store.WriteFileAtomic(ours, data, 0o644); err != nil {
+	if err := atomicfile.Write(ours, data, 0o644); err != nil {
 		return false, fmt.Errorf("%w: %w", ErrNotReady, err)
 	}
 	// Loaded now rather than at the next stat: the directory's stamp may

@@ -6,8 +6,9 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // HostAlias is an extra line of a pod's /etc/hosts (the pod's hostAliases).
@@ -15,6 +16,11 @@ type HostAlias struct {
 	IP        net.IP
 	Hostnames []string
 }
+
+// podFileMode is the mode of a pod's resolv.conf, hosts and hostname:
+// containers of any user read them. They are replaced by rename without
+// fsync: they live in the run dir, which does not outlive a reboot anyway.
+const podFileMode = 0o644
 
 // hostResolvConf is the file a pod without DNS settings gets a copy of;
 // a variable so that tests can point it elsewhere.
@@ -53,7 +59,7 @@ func WriteResolvConf(path string, servers, searches, options []string) error {
 	if len(options) > 0 {
 		fmt.Fprintf(&b, "options %s\n", strings.Join(options, " "))
 	}
-	return writeFileAtomic(path, []byte(b.String()))
+	return atomicfile.Replace(path, []byte(b.String()), podFileMode)
 }
 
 // copyHostResolvConf copies the host's file; a host without one gives an
@@ -64,7 +70,7 @@ func copyHostResolvConf(path string) error {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("write %s: read host resolv.conf: %w", path, err)
 	}
-	return writeFileAtomic(path, data)
+	return atomicfile.Replace(path, data, podFileMode)
 }
 
 // hostsHeader are the lines every pod's /etc/hosts starts with, the same
@@ -101,7 +107,7 @@ func WriteHosts(path, hostname string, ips []net.IP, extra []HostAlias) error {
 		}
 		b.WriteString(line)
 	}
-	return writeFileAtomic(path, []byte(b.String()))
+	return atomicfile.Replace(path, []byte(b.String()), podFileMode)
 }
 
 func aliasLine(alias HostAlias) (string, error) {
@@ -127,7 +133,7 @@ func WriteHostname(path, hostname string) error {
 	if len(hostname) > hostNameMax {
 		return fmt.Errorf("write %s: hostname %q longer than %d bytes", path, hostname, hostNameMax)
 	}
-	return writeFileAtomic(path, []byte(hostname+"\n"))
+	return atomicfile.Replace(path, []byte(hostname+"\n"), podFileMode)
 }
 
 // checkWord refuses a value that would not stay one word on its line:
@@ -140,35 +146,6 @@ func checkWord(what, v string) error {
 		if r <= ' ' || r == 0x7f {
 			return fmt.Errorf("%s %q: must not contain whitespace or control characters", what, v)
 		}
-	}
-	return nil
-}
-
-// writeFileAtomic replaces path with data by rename (mode 0644: containers
-// of any user read these files). No fsync: pod files live in the run dir,
-// which does not outlive a reboot anyway.
-func writeFileAtomic(path string, data []byte) (retErr error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if retErr != nil {
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if closeErr := tmp.Close(); err == nil {
-		err = closeErr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }

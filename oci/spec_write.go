@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // SpecFile is the name of the spec in a bundle directory.
@@ -19,7 +21,7 @@ func WriteSpec(bundleDir string, s *specs.Spec) error {
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)
 	}
-	return writeFileAtomic(filepath.Join(bundleDir, SpecFile), data, 0o600)
+	return atomicfile.Write(filepath.Join(bundleDir, SpecFile), data, 0o600)
 }
 
 // ReadSpec reads a bundle's config.json, e.g. to build an exec's process from it.
@@ -33,48 +35,4 @@ func ReadSpec(bundleDir string) (*specs.Spec, error) {
 		return nil, fmt.Errorf("decode spec %s: %w", filepath.Join(bundleDir, SpecFile), err)
 	}
 	return &s, nil
-}
-
-// writeFileAtomic writes a temp file beside path, syncs it, renames it over
-// path and syncs the directory so that the rename itself survives a crash.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (retErr error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if retErr != nil {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(perm); err != nil {
-		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename %s: %w", tmp.Name(), err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -13,8 +13,8 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/internal/atomicfile"
 	"github.com/minicri/minicri/network"
-	"github.com/minicri/minicri/store"
 )
 
 // RuntimeConfig tells the kubelet which cgroup driver to use, so that the two
@@ -144,7 +144,7 @@ func (n *netConfig) setPodCIDR(cidr string) error {
 	if err != nil {
 		return err
 	}
-	if err := store.WriteFileAtomic(n.path, data, 0o600); err != nil {
+	if err := atomicfile.Write(n.path, data, 0o600); err != nil {
 		return err
 	}
 	n.podCIDR = cidr

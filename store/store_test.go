@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 type record struct {
@@ -30,7 +32,7 @@ func TestTablePersistsAcrossOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What a crash mid-write leaves: a temp file, and a torn record elsewhere.
-	if err := os.WriteFile(filepath.Join(dir, tempPrefix+"x.json-1"), []byte("{"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, atomicfile.TempPrefix+"x.json-1"), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "torn.json"), []byte("{\"Na"), 0o600); err != nil {
@@ -50,7 +52,7 @@ func TestTablePersistsAcrossOpen(t *testing.T) {
 	if len(corrupt) != 1 || filepath.Base(corrupt[0].Path) != "torn.json" {
 		t.Fatalf("corrupt = %+v, want torn.json", corrupt)
 	}
-	if _, err := os.Stat(filepath.Join(dir, tempPrefix+"x.json-1")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, atomicfile.TempPrefix+"x.json-1")); !os.IsNotExist(err) {
 		t.Fatalf("temp file of an interrupted write survived Open: %v", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // ErrNotFound is returned for an ID no record has.
@@ -54,7 +56,7 @@ func Open[T any](dir string) (*Table[T], []Corrupt, error) {
 	for _, e := range entries {
 		name := e.Name()
 		path := filepath.Join(dir, name)
-		if strings.HasPrefix(name, tempPrefix) {
+		if atomicfile.IsTemp(name) {
 			_ = os.Remove(path)
 			continue
 		}
@@ -84,7 +86,7 @@ func (t *Table[T]) Put(id string, v T) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err := WriteFileAtomic(t.path(id), data, 0o600); err != nil {
+	if err := atomicfile.Write(t.path(id), data, 0o600); err != nil {
 		return fmt.Errorf("store record %s: %w", id, err)
 	}
 	t.items[id] = v
@@ -126,7 +128,7 @@ func (t *Table[T]) modify(id string, fn func(*T) error, keepOnWriteError bool) (
 	}
 	data, err := json.Marshal(v)
 	if err == nil {
-		err = WriteFileAtomic(t.path(id), data, 0o600)
+		err = atomicfile.Write(t.path(id), data, 0o600)
 	}
 	if err != nil {
 		return t.items[id], fmt.Errorf("store record %s: %w", id, err)
@@ -181,7 +183,7 @@ func (t *Table[T]) Delete(id string) error {
 		return fmt.Errorf("delete record %s: %w", id, err)
 	}
 	delete(t.items, id)
-	return syncDir(t.dir)
+	return atomicfile.SyncDir(t.dir)
 }
 
 // List returns every record, ordered by ID so that answers are stable.

@@ -10,7 +10,7 @@ E2E_BIN  := $(BIN)/e2e
 PREFIX   ?= /usr/local
 E2E_TIMEOUT ?= 15m
 
-.PHONY: all deps build build-e2e kubelet run test vet fmt-check unit e2e bench install clean
+.PHONY: all deps build build-e2e kubelet run test vet fmt-check tidy-check unit e2e bench install clean
 
 all: build
 
@@ -36,7 +36,7 @@ run: deps build
 	@hack/install-cni-config.sh
 	PATH=$(BIN):$$PATH $(BIN)/minicri $(ARGS)
 
-test: deps build vet fmt-check unit e2e
+test: deps build vet fmt-check tidy-check unit e2e
 
 vet:
 	$(GO) vet ./...
@@ -45,6 +45,14 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+# go.mod and go.sum must be what `go mod tidy` makes of them: a module
+# imported directly must not be marked // indirect, nor one no longer used
+# stay. -diff changes nothing and fails on any difference. hack/kubelet is a
+# module of its own.
+tidy-check:
+	$(GO) mod tidy -diff
+	cd hack/kubelet && $(GO) mod tidy -diff
 
 # Unit tests, with the race detector: most packages hold shared state.
 # Every go test also runs the fuzz targets' seed corpora (testdata/fuzz);

@@ -1,13 +1,13 @@
 package conmon
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // WatchMonitor returns a channel that is closed when the monitor exits,
@@ -49,8 +49,8 @@ func closedChannel() <-chan struct{} {
 // Alive reports whether the monitor that started at started (clock ticks
 // since boot, Created.MonitorStartTime) still runs as pid.
 func Alive(pid int, started uint64) bool {
-	st, state, err := procStat(pid)
-	return err == nil && st == started && state != 'Z' && state != 'X'
+	st, err := procstat.Read(pid)
+	return err == nil && st.StartTime == started && st.Live()
 }
 
 // reapChild waits for the monitor, a child of the daemon, to exit, and reaps
@@ -90,29 +90,6 @@ func waitExited(f *os.File) {
 
 // startTime reads when the process started, in clock ticks since boot.
 func startTime(pid int) (uint64, error) {
-	st, _, err := procStat(pid)
-	return st, err
-}
-
-// procStat reads the state (field 3) and start time (field 22) of
-// /proc/PID/stat. The command name (field 2) may hold spaces and
-// parentheses, so fields are counted from its closing parenthesis.
-func procStat(pid int) (start uint64, state byte, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	fields := bytes.Fields(b[i+1:])
-	if len(fields) < 20 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fields))
-	}
-	start, err = strconv.ParseUint(string(fields[19]), 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
-	}
-	return start, fields[0][0], nil
+	st, err := procstat.Read(pid)
+	return st.StartTime, err
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // StopCreate kills a create still under way for the container whose socket
@@ -29,7 +31,7 @@ func StopCreate(socketDir string) error {
 	}
 	deadline := time.Now().Add(cleanupTimeout)
 	for _, pgid := range groups {
-		for processLive(pgid) {
+		for procstat.Live(pgid) {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("the create of %s (process group %d) still runs after SIGKILL", socketDir, pgid)
 			}
@@ -66,14 +68,4 @@ func creatingGroups(socketDir string) []int {
 		}
 	}
 	return groups
-}
-
-// processLive is false for a process that is gone or a zombie.
-func processLive(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	return i < 0 || i+2 >= len(stat) || (stat[i+2] != 'Z' && stat[i+2] != 'X')
 }

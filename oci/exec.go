@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,6 +20,8 @@ import (
 	"github.com/creack/pty"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // TerminalSize is a terminal's size in characters.
@@ -564,7 +565,7 @@ func (e *execRun) result(ctx context.Context) (int, error) {
 	// runtime was the log's only writer, so its end is near.
 	if code == 255 {
 		<-e.logDone
-		if msg := logMessage(e.log.Bytes()); msg != "" {
+		if msg := lastLogError(e.log.Bytes()); msg != "" {
 			return -1, e.rt.failure(ctx, "exec", e.id, msg, errors.New("exit status 255"))
 		}
 	}
@@ -577,7 +578,7 @@ func (e *execRun) result(ctx context.Context) (int, error) {
 func (e *execRun) terminate() {
 	pid := e.execPID()
 	if pid > 0 {
-		e.mainAlive = processRunning(pid)
+		e.mainAlive = procstat.Live(pid)
 		killSession(pid)
 	} else {
 		select {
@@ -634,49 +635,15 @@ func killSession(pid int) {
 	_ = unix.Kill(pid, unix.SIGKILL)
 	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, p := range procs {
-		other, session, ok := procSession(p)
-		if ok && session == pid && other != pid {
-			_ = unix.Kill(other, unix.SIGKILL)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		other, err := procstat.Parse(data)
+		if err == nil && other.Session == pid && other.PID != pid {
+			_ = unix.Kill(other.PID, unix.SIGKILL)
 		}
 	}
-}
-
-// procSession reads the pid and session id from a /proc/PID/stat file.
-func procSession(statPath string) (pid, session int, ok bool) {
-	data, err := os.ReadFile(statPath)
-	if err != nil {
-		return 0, 0, false
-	}
-	end := bytes.LastIndexByte(data, ')')
-	if end < 0 {
-		return 0, 0, false
-	}
-	// After the command: state ppid pgrp session ...
-	fields := strings.Fields(string(data[end+1:]))
-	if len(fields) < 4 {
-		return 0, 0, false
-	}
-	if _, err := fmt.Sscan(string(data[:bytes.IndexByte(data, ' ')]), &pid); err != nil {
-		return 0, 0, false
-	}
-	if _, err := fmt.Sscan(fields[3], &session); err != nil {
-		return 0, 0, false
-	}
-	return pid, session, true
-}
-
-// processRunning is false for a pid that is gone or a zombie.
-func processRunning(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	end := bytes.LastIndexByte(data, ')')
-	if end < 0 || end+2 >= len(data) {
-		return false
-	}
-	state := data[end+2]
-	return state != 'Z' && state != 'X'
 }
 
 // openPty opens a pty pair. The master is made non-blocking again (pty.Open
@@ -730,18 +697,6 @@ func makeRaw(f *os.File) error {
 		return fmt.Errorf("set terminal raw: %w", err)
 	}
 	return nil
-}
-
-// logMessage is the last error a runtime wrote to its JSON log.
-func logMessage(data []byte) string {
-	last := ""
-	for _, line := range bytes.Split(data, []byte("\n")) {
-		msg, level, ok := parseLogLine(string(bytes.TrimSpace(line)))
-		if ok && (level == "error" || level == "fatal" || level == "panic") {
-			last = msg
-		}
-	}
-	return last
 }
 
 // cappedReader reads at most n bytes of r, then discards the rest, so that

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 func TestExecProcessSpec(t *testing.T) {
@@ -227,7 +229,7 @@ func sleepersIn(pidNS string, initPID int) []int {
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
 		pid, err := strconv.Atoi(filepath.Base(p))
-		if err != nil || pid == initPID || !processRunning(pid) {
+		if err != nil || pid == initPID || !procstat.Live(pid) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(p + "/cmdline")

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
 )
@@ -292,27 +292,15 @@ const clockTicks = 100
 // processStartTime is when a process started, from its /proc/PID/stat start
 // time (field 22, clock ticks since boot) and the boot time in /proc/stat.
 func processStartTime(pid int) (time.Time, error) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	stat, err := procstat.Read(pid)
 	if err != nil {
 		return time.Time{}, err
-	}
-	i := bytes.LastIndexByte(stat, ')') // the command name may hold spaces
-	if i < 0 {
-		return time.Time{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	fields := strings.Fields(string(stat[i+1:]))
-	if len(fields) < 20 {
-		return time.Time{}, fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fields))
-	}
-	ticks, err := strconv.ParseUint(fields[19], 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
 	}
 	boot, err := bootTime()
 	if err != nil {
 		return time.Time{}, err
 	}
-	return boot.Add(time.Duration(ticks) * time.Second / clockTicks), nil
+	return boot.Add(time.Duration(stat.StartTime) * time.Second / clockTicks), nil
 }
 
 func bootTime() (time.Time, error) {

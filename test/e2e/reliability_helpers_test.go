@@ -26,6 +26,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // crashEnv is server.CrashEnv: the daemon SIGKILLs itself at the crash
@@ -286,14 +288,7 @@ func (d *Daemon) leaks(lc leakCheck) []string {
 }
 
 // processRunning is true for a live, non-zombie process.
-func processRunning(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(data), ')')
-	return i < 0 || i+2 >= len(data) || (data[i+2] != 'Z' && data[i+2] != 'X')
-}
+func processRunning(pid int) bool { return procstat.Live(pid) }
 
 func dirNames(dir string) []string {
 	entries, _ := os.ReadDir(dir)

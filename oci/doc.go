@@ -10,10 +10,11 @@
 //	spec, err := oci.GenerateSpec(oci.ContainerSpec{ID: id, Rootfs: rootfs, Args: args,
 //		Env: oci.MergeEnv(img.Env, env), User: user, ...})
 //	err = oci.WriteSpec(bundle, spec)
-//	argv, err := runtime.CreateArgs(id, bundle, opts) // for the monitor, or runtime.Create
 //
-// and later Runtime.Start, State, Kill, Delete, Update and ExecProcess; OOMKilled
-// after the container exits and before Delete.
+// The monitor (minicri-conmon) runs the runtime's create, reaps the container
+// and reads its OOM kills; the daemon then calls Runtime.Start, State, Kill,
+// Delete and Update, Exec (with ExecProcessSpec) for exec and ExecSync, and
+// ReadCgroupStats and ReadPodCgroupStats for the cgroups' numbers.
 //
 // Host facts that a spec depends on (the daemon's own oom_score_adj, RLIMIT_NOFILE
 // and capability bounding set, the kernel's last capability, the cgroup mode,

@@ -16,10 +16,6 @@ var (
 	// command to run.
 	ErrNoCommand = errors.New("no command specified")
 
-	// ErrRunAsRoot reports that runAsNonRoot is asked and the container would
-	// run as root, or as an image user whose uid cannot be verified.
-	ErrRunAsRoot = errors.New("container would run as root")
-
 	// ErrUnknownHandler reports a RuntimeClass handler with no configured runtime.
 	ErrUnknownHandler = errors.New("unknown runtime handler")
 )

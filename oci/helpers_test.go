@@ -236,7 +236,7 @@ func createContainer(t *testing.T, rt *Runtime, c ContainerSpec) *testContainer 
 	t.Cleanup(tc.destroy)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := rt.Create(ctx, c.ID, bundle, CreateOptions{Stdout: out, Stderr: out}); err != nil {
+	if err := runtimeCreate(ctx, rt, c.ID, bundle, out); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	st, err := rt.State(ctx, c.ID)
@@ -245,6 +245,26 @@ func createContainer(t *testing.T, rt *Runtime, c ContainerSpec) *testContainer 
 	}
 	tc.pid = st.Pid
 	return tc
+}
+
+// runtimeCreate runs the runtime's create as the monitor does (the daemon
+// itself never creates a container): errors come from the runtime's --log,
+// because its stderr is the container's. out, when set, gets the container's
+// stdout and stderr.
+func runtimeCreate(ctx context.Context, rt *Runtime, id, bundle string, out *os.File) error {
+	logPath := filepath.Join(bundle, "runtime.log")
+	cmd, err := rt.command(ctx, logPath, "create", "--bundle", bundle, id)
+	if err != nil {
+		return err
+	}
+	if out != nil {
+		cmd.Stdout, cmd.Stderr = out, out
+	}
+	if err := cmd.Run(); err != nil {
+		log, _ := os.ReadFile(logPath)
+		return rt.failure(ctx, "create", id, lastLogError(log), err)
+	}
+	return nil
 }
 
 // destroy kills and reaps the container's init, then deletes the container.

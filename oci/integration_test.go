@@ -232,24 +232,6 @@ func TestRuntimeLifecycle(t *testing.T) {
 		t.Errorf("memory limit after update = %s, want %d", got, newLimit)
 	}
 
-	if err := rt.Pause(ctx, c.ID); err != nil {
-		t.Fatalf("Pause: %v", err)
-	}
-	if st, _ = rt.State(ctx, c.ID); st.Status != StatusPaused {
-		t.Errorf("state after pause = %s", st.Status)
-	}
-	if err := rt.Resume(ctx, c.ID); err != nil {
-		t.Fatalf("Resume: %v", err)
-	}
-	if st, _ = rt.State(ctx, c.ID); st.Status != StatusRunning {
-		t.Errorf("state after resume = %s", st.Status)
-	}
-
-	list, err := rt.List(ctx)
-	if err != nil || len(list) != 1 || list[0].ID != c.ID {
-		t.Errorf("List = %+v, %v; want just %s", list, err, c.ID)
-	}
-
 	if err := rt.Kill(ctx, c.ID, syscall.SIGKILL, false); err != nil {
 		t.Fatalf("Kill: %v", err)
 	}
@@ -270,40 +252,6 @@ func TestRuntimeLifecycle(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cgroupRoot, "memory", c.CgroupParent, c.ID)); !os.IsNotExist(err) {
 		t.Errorf("container cgroup left after delete: %v", err)
-	}
-}
-
-func TestOOMKilledByMemoryLimit(t *testing.T) {
-	rt := testRuntime(t, "runc")
-	tests := []struct {
-		name string
-		args []string
-		want bool
-	}{
-		// dd allocates its block: 64 MiB against a 16 MiB limit.
-		{name: "over the limit", args: []string{"/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"}, want: true},
-		{name: "within the limit", args: []string{"/bin/true"}, want: false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			c := baseSpec(t, tt.args...)
-			c.Resources = &Resources{MemoryLimitBytes: 16 << 20}
-			s, err := GenerateSpec(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			code, out := runContainer(t, rt, c)
-			got, err := OOMKilled(s.Linux.CgroupsPath, CgroupfsDriver)
-			if err != nil {
-				t.Fatalf("OOMKilled: %v", err)
-			}
-			if got != tt.want {
-				t.Errorf("OOMKilled = %v, want %v (exit %d, output %q)", got, tt.want, code, out)
-			}
-			if tt.want && code != 128+int(syscall.SIGKILL) {
-				t.Errorf("exit code %d, want SIGKILL's", code)
-			}
-		})
 	}
 }
 
@@ -333,7 +281,7 @@ func TestRuntimeReportsItsOwnErrors(t *testing.T) {
 				}
 			}
 			bundle := t.TempDir() // no config.json
-			err := rt.Create(ctx, "broken", bundle, CreateOptions{})
+			err := runtimeCreate(ctx, rt, "broken", bundle, nil)
 			var rerr *RuntimeError
 			if !errors.As(err, &rerr) || rerr.Message == "" {
 				t.Fatalf("create of an empty bundle: %v, want the runtime's message", err)
@@ -343,63 +291,6 @@ func TestRuntimeReportsItsOwnErrors(t *testing.T) {
 			}
 			_ = rt.Delete(ctx, "broken", true)
 		})
-	}
-}
-
-func TestExecProcess(t *testing.T) {
-	rt := testRuntime(t, "runc")
-	c := baseSpec(t, "/bin/sleep", "60")
-	tc := createContainer(t, rt, c)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := rt.Start(ctx, c.ID); err != nil {
-		t.Fatal(err)
-	}
-	base, err := ReadSpec(tc.bundle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeProcess := func(args ...string) string {
-		p := *base.Process
-		p.Args = args
-		path := filepath.Join(t.TempDir(), "process.json")
-		data, err := jsonMarshal(&p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, path, string(data))
-		return path
-	}
-
-	var out strings.Builder
-	cmd, err := rt.ExecProcess(ctx, c.ID, ExecOptions{ProcessPath: writeProcess("/bin/sh", "-c", "echo hello from exec; exit 3"), Stdout: &out, Stderr: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != 3 || !strings.Contains(out.String(), "hello from exec") {
-		t.Errorf("exec exit %d (%v), output %q; want 3 and the greeting", code, err, out.String())
-	}
-
-	// A deadline kills the process inside the container, not only runc.
-	pidFile := filepath.Join(t.TempDir(), "exec.pid")
-	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancelShort()
-	start := time.Now()
-	cmd, err = rt.ExecProcess(short, c.ID, ExecOptions{ProcessPath: writeProcess("/bin/sleep", "30"), PidFile: pidFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	if elapsed := time.Since(start); elapsed > 5*time.Second {
-		t.Errorf("exec with a 500ms deadline returned after %v", elapsed)
-	}
-	pid, err := readPidFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reapChild(pid, 5*time.Second); err != nil {
-		t.Fatalf("exec'd process after the deadline: %v", err)
 	}
 }
 

@@ -1,46 +1,9 @@
 package oci
 
 import (
-	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 )
-
-func TestOOMKilledReadsTheMemoryCgroup(t *testing.T) {
-	tests := []struct {
-		name    string
-		cgroup2 bool
-		file    string // relative to the fake root
-		content string
-		want    bool
-		wantErr error
-	}{
-		{name: "v1 killed", file: "memory/pod/c1/memory.oom_control", content: "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n", want: true},
-		{name: "v1 not killed", file: "memory/pod/c1/memory.oom_control", content: "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n"},
-		{name: "v1 old kernel without the counter", file: "memory/pod/c1/memory.oom_control", content: "oom_kill_disable 0\nunder_oom 0\n"},
-		{name: "v2 killed", cgroup2: true, file: "pod/c1/memory.events", content: "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n", want: true},
-		{name: "v2 not killed", cgroup2: true, file: "pod/c1/memory.events", content: "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"},
-		{name: "cgroup gone", file: "memory/other/memory.oom_control", content: "oom_kill 1\n", wantErr: ErrNotFound},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := t.TempDir()
-			p := filepath.Join(root, tt.file)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			writeFile(t, p, tt.content)
-			got, err := oomKilledIn(root, tt.cgroup2, "/pod/c1")
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("err = %v, want %v", err, tt.wantErr)
-			}
-			if got != tt.want {
-				t.Errorf("OOM killed = %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
 
 func TestCgroupRelPath(t *testing.T) {
 	tests := []struct {

@@ -192,22 +192,6 @@ func (r *Runtime) State(ctx context.Context, id string) (State, error) {
 	return st, nil
 }
 
-// List reports every container the runtime knows under its root.
-func (r *Runtime) List(ctx context.Context) ([]State, error) {
-	out, err := r.run(ctx, nil, "list", "", "list", "--format", "json")
-	if err != nil {
-		return nil, err
-	}
-	var states []State
-	if len(bytes.TrimSpace(out)) == 0 {
-		return nil, nil
-	}
-	if err := json.Unmarshal(out, &states); err != nil {
-		return nil, fmt.Errorf("%s list: decode %q: %w", r.name(), truncate(out, 200), err)
-	}
-	return states, nil
-}
-
 // Kill sends sig to the container's init, or with all to every process in it.
 func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error {
 	args := []string{"kill"}
@@ -298,18 +282,6 @@ func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResourc
 	// Both runc and crun read --resources from a file; /dev/stdin names our
 	// pipe and saves a temp file.
 	_, err = r.run(ctx, data, "update", id, "update", "--resources", "/dev/stdin", id)
-	return err
-}
-
-// Pause freezes every process of the container.
-func (r *Runtime) Pause(ctx context.Context, id string) error {
-	_, err := r.run(ctx, nil, "pause", id, "pause", id)
-	return err
-}
-
-// Resume thaws a paused container.
-func (r *Runtime) Resume(ctx context.Context, id string) error {
-	_, err := r.run(ctx, nil, "resume", id, "resume", id)
 	return err
 }
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"strconv"
 	"strings"
 )
@@ -89,7 +88,7 @@ func runtimeMessage(stderr []byte) string {
 			continue
 		}
 		if msg, level, ok := parseLogLine(line); ok {
-			if level == "error" || level == "fatal" || level == "panic" {
+			if isErrorLevel(level) {
 				logged = append(logged, msg)
 			}
 			continue
@@ -102,24 +101,21 @@ func runtimeMessage(stderr []byte) string {
 	return strings.Join(logged, "; ")
 }
 
-// logFileMessage reads a runtime's --log file (JSON lines) and returns its last
-// error-level message: the runtime's final word on why the call failed.
-func logFileMessage(path string) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	if len(data) > maxRuntimeOutput {
-		data = data[len(data)-maxRuntimeOutput:]
-	}
+// lastLogError is the last error-level message of a runtime's JSON log
+// (--log): the runtime's final word on why a call failed.
+func lastLogError(data []byte) string {
 	last := ""
 	for _, line := range bytes.Split(data, []byte("\n")) {
-		msg, level, ok := parseLogLine(string(bytes.TrimSpace(line)))
-		if ok && (level == "error" || level == "fatal" || level == "panic") {
+		if msg, level, ok := parseLogLine(string(bytes.TrimSpace(line))); ok && isErrorLevel(level) {
 			last = msg
 		}
 	}
 	return last
+}
+
+// isErrorLevel is true for the logrus levels that report a failure.
+func isErrorLevel(level string) bool {
+	return level == "error" || level == "fatal" || level == "panic"
 }
 
 // parseLogLine reads a logrus-style line, JSON ({"level":..,"msg":..}) or

@@ -80,9 +80,6 @@ type User struct {
 	Username string
 	// Home is the passwd home directory of UID, "" when unknown.
 	Home string
-	// Resolved is true when ResolveUser produced this user, so that a name in
-	// the image user was looked up in the image's /etc/passwd.
-	Resolved bool
 }
 
 // Propagation is a bind mount's propagation mode.

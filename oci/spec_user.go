@@ -59,7 +59,6 @@ func ResolveUser(rootfs, imageUser string, runAsUser *int64, runAsUsername strin
 		gids = append(gids, id)
 	}
 	u.AdditionalGids = uniqueIDs(gids)
-	u.Resolved = true
 	return u, nil
 }
 
@@ -93,29 +92,6 @@ func toID(what string, v int64) (uint32, error) {
 		return 0, fmt.Errorf("%w: %s %d is out of range", ErrInvalid, what, v)
 	}
 	return uint32(v), nil
-}
-
-// CheckRunAsNonRoot enforces runAsNonRoot: it refuses uid 0, and an image user
-// given by name that was not resolved to a uid (user.Resolved false), since
-// nothing then shows that the name is not root. The kubelet checks this too;
-// the runtime checks again because it is the one that knows the uid.
-func CheckRunAsNonRoot(user User, runAsNonRoot bool, imageUser string) error {
-	if !runAsNonRoot {
-		return nil
-	}
-	if user.UID == 0 {
-		return fmt.Errorf("%w: runAsNonRoot is set and the container would run as uid 0 (image user %q)", ErrRunAsRoot, imageUser)
-	}
-	name, _, _ := strings.Cut(imageUser, ":")
-	if name != "" && !isNumeric(name) && !user.Resolved {
-		return fmt.Errorf("%w: runAsNonRoot is set and image user %q is not numeric and was not resolved, so it cannot be verified as non-root", ErrRunAsRoot, name)
-	}
-	return nil
-}
-
-func isNumeric(s string) bool {
-	_, err := strconv.ParseUint(s, 10, 32)
-	return err == nil
 }
 
 type passwdEntry struct {

@@ -78,7 +78,6 @@ func TestResolveUser(t *testing.T) {
 			if err != nil {
 				return
 			}
-			tt.want.Resolved = true
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("user = %+v, want %+v", got, tt.want)
 			}
@@ -94,8 +93,8 @@ func TestResolveUserWithoutAccountFiles(t *testing.T) {
 		want      User
 		wantErr   error
 	}{
-		{name: "numeric uid", imageUser: "1000", want: User{UID: 1000, GID: 0, AdditionalGids: []uint32{0}, Resolved: true}},
-		{name: "numeric uid:gid", imageUser: "1000:1000", want: User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000}, Resolved: true}},
+		{name: "numeric uid", imageUser: "1000", want: User{UID: 1000, GID: 0, AdditionalGids: []uint32{0}}},
+		{name: "numeric uid:gid", imageUser: "1000:1000", want: User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000}}},
 		{name: "name needs passwd", imageUser: "app", wantErr: ErrInvalid},
 		{name: "group name needs group", imageUser: "1000:staff", wantErr: ErrInvalid},
 	}
@@ -189,34 +188,5 @@ func TestResolveUserRefusesNonRegularPasswd(t *testing.T) {
 	}
 	if _, err := ResolveUser(rootfs, "1000", nil, "", nil, nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("err = %v, want ErrInvalid for a FIFO /etc/passwd", err)
-	}
-}
-
-func TestCheckRunAsNonRoot(t *testing.T) {
-	tests := []struct {
-		name         string
-		user         User
-		runAsNonRoot bool
-		imageUser    string
-		wantErr      bool
-	}{
-		{name: "not asked", user: User{UID: 0}, runAsNonRoot: false},
-		{name: "root refused", user: User{UID: 0, Resolved: true}, runAsNonRoot: true, wantErr: true},
-		{name: "root by name refused", user: User{UID: 0, Username: "root", Resolved: true}, runAsNonRoot: true, imageUser: "root", wantErr: true},
-		{name: "numeric non-root", user: User{UID: 1000}, runAsNonRoot: true, imageUser: "1000"},
-		{name: "resolved name", user: User{UID: 1000, Username: "app", Resolved: true}, runAsNonRoot: true, imageUser: "app"},
-		{name: "unresolved name", user: User{UID: 1000}, runAsNonRoot: true, imageUser: "app", wantErr: true},
-		{name: "unresolved name with numeric group", user: User{UID: 1000}, runAsNonRoot: true, imageUser: "app:10", wantErr: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := CheckRunAsNonRoot(tt.user, tt.runAsNonRoot, tt.imageUser)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
-			}
-			if err != nil && !errors.Is(err, ErrRunAsRoot) {
-				t.Errorf("err = %v, want ErrRunAsRoot", err)
-			}
-		})
 	}
 }

@@ -45,7 +45,6 @@ var codeMappings = []struct {
 	{image.ErrTooLarge, codes.ResourceExhausted},
 	{oci.ErrInvalid, codes.InvalidArgument},
 	{oci.ErrNoCommand, codes.InvalidArgument},
-	{oci.ErrRunAsRoot, codes.FailedPrecondition},
 	{oci.ErrUnknownHandler, codes.InvalidArgument},
 	{oci.ErrNotFound, codes.NotFound},
 	{network.ErrNotReady, codes.FailedPrecondition},

@@ -21,16 +21,28 @@ var ErrAmbiguousID = errors.New("ambiguous ID prefix")
 
 // Table is the set of records of one kind: a JSON file per record under one
 // directory, and an in-memory copy of all of them so that reads never touch
-// the disk. Every method is safe for concurrent use; the table's lock is held
-// only for the map and the file write of one record, never across calls.
+// the disk. Every method is safe for concurrent use; no lock is held across
+// calls.
 //
 // Records are values: Get and List return copies of the struct, but slices and
 // maps inside a record are shared, so callers replace them and never mutate
 // them in place.
+//
+// Writes are serialised by writeMu, held across the file write and its two
+// fsyncs; the map's lock mu is taken only to publish the written record, so
+// Get, List and Resolve never wait for a disk. A reader sees a change only
+// once it is on disk (Observe: or once the write failed), as before.
 type Table[T any] struct {
-	dir   string
-	mu    sync.RWMutex
-	items map[string]T
+	dir string
+	// writeMu orders the writers (Put, Update, Observe, Delete): it is held
+	// from reading a record to publishing it, so that two updates of one
+	// record cannot lose each other's change. The map is changed only under
+	// both locks, so a holder of writeMu reads it without mu.
+	writeMu sync.Mutex
+	mu      sync.RWMutex
+	items   map[string]T
+	// write replaces a record file durably; a test slows it down.
+	write func(path string, data []byte, perm os.FileMode) error
 }
 
 // Corrupt describes a record file that could not be read at Open.
@@ -51,7 +63,7 @@ func Open[T any](dir string) (*Table[T], []Corrupt, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	t := &Table[T]{dir: dir, items: map[string]T{}}
+	t := &Table[T]{dir: dir, items: map[string]T{}, write: atomicfile.Write}
 	var corrupt []Corrupt
 	for _, e := range entries {
 		name := e.Name()
@@ -84,13 +96,21 @@ func (t *Table[T]) Put(id string, v T) error {
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", id, err)
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if err := atomicfile.Write(t.path(id), data, 0o600); err != nil {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	if err := t.write(t.path(id), data, 0o600); err != nil {
 		return fmt.Errorf("store record %s: %w", id, err)
 	}
-	t.items[id] = v
+	t.publish(id, v)
 	return nil
+}
+
+// publish makes a written record visible to readers. The caller holds
+// writeMu.
+func (t *Table[T]) publish(id string, v T) {
+	t.mu.Lock()
+	t.items[id] = v
+	t.mu.Unlock()
 }
 
 // Update reads a record, lets fn change it, and writes it back, all under the
@@ -113,27 +133,29 @@ func (t *Table[T]) Observe(id string, fn func(*T) error) (T, error) {
 // modify is Update and Observe: keepOnWriteError says whether memory takes
 // the change when the disk does not.
 func (t *Table[T]) modify(id string, fn func(*T) error, keepOnWriteError bool) (T, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	v, ok := t.items[id]
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	old, ok := t.items[id] // no mu: only holders of writeMu change the map
 	if !ok {
 		var zero T
 		return zero, fmt.Errorf("record %s: %w", id, ErrNotFound)
 	}
+	v := old
 	if err := fn(&v); err != nil {
-		return t.items[id], err
-	}
-	if keepOnWriteError {
-		t.items[id] = v
+		return old, err
 	}
 	data, err := json.Marshal(v)
 	if err == nil {
-		err = atomicfile.Write(t.path(id), data, 0o600)
+		err = t.write(t.path(id), data, 0o600)
 	}
 	if err != nil {
-		return t.items[id], fmt.Errorf("store record %s: %w", id, err)
+		if !keepOnWriteError {
+			return old, fmt.Errorf("store record %s: %w", id, err)
+		}
+		t.publish(id, v)
+		return v, fmt.Errorf("store record %s: %w", id, err)
 	}
-	t.items[id] = v
+	t.publish(id, v)
 	return v, nil
 }
 
@@ -177,13 +199,17 @@ func (t *Table[T]) Resolve(idOrPrefix string) (string, error) {
 // Delete removes a record. Deleting one that is not there succeeds: removal
 // is retried by the kubelet and by start-up repair.
 func (t *Table[T]) Delete(id string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	if err := os.Remove(t.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("delete record %s: %w", id, err)
 	}
+	// The file is gone: memory follows even when the directory's sync fails.
+	err := atomicfile.SyncDir(t.dir)
+	t.mu.Lock()
 	delete(t.items, id)
-	return atomicfile.SyncDir(t.dir)
+	t.mu.Unlock()
+	return err
 }
 
 // List returns every record, ordered by ID so that answers are stable.

@@ -2,6 +2,7 @@ package image
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -20,11 +21,65 @@ type reference struct {
 	digest string // "sha256:…"; "" for a tag reference
 }
 
+// The image reference grammar of the distribution spec, which the kubelet
+// and every registry follow: a host of letters, digits, dots and dashes
+// (and a port), path components of lower-case letters and digits joined by
+// single separators, a tag, a digest. Nothing in it can walk up a path.
+var (
+	idPattern        = regexp.MustCompile(`^(sha256:)?[a-f0-9]{1,64}$`)
+	hostPattern      = regexp.MustCompile(`^(\[[0-9a-fA-F:]+\]|[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*)(:[0-9]+)?$`)
+	componentPattern = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$`)
+	tagPattern       = regexp.MustCompile(`^[\w][\w.-]{0,127}$`)
+	digestPattern    = regexp.MustCompile(`^[a-z0-9]+([+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$`)
+)
+
+// ValidateReference accepts what the image calls accept: an image ID or a
+// prefix of one, or a reference that PullImage can pull. The server checks
+// requests with it, so that validation and pull cannot disagree.
+func ValidateReference(ref string) error {
+	if idPattern.MatchString(ref) {
+		return nil
+	}
+	_, err := parseReference(ref)
+	return err
+}
+
+// checkGrammar holds ref to the distribution grammar, which is stricter than
+// the registry library's parser (that one lets "a//b" and "../x" through).
+func checkGrammar(ref string) error {
+	name, digest, hasDigest := strings.Cut(ref, "@")
+	if hasDigest && !digestPattern.MatchString(digest) {
+		return fmt.Errorf("%w: %q has a malformed digest", ErrInvalidReference, ref)
+	}
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		if !tagPattern.MatchString(name[i+1:]) {
+			return fmt.Errorf("%w: %q has a malformed tag", ErrInvalidReference, ref)
+		}
+		name = name[:i]
+	}
+	parts := strings.Split(name, "/")
+	if len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost" || strings.ToLower(parts[0]) != parts[0]) {
+		if !hostPattern.MatchString(parts[0]) {
+			return fmt.Errorf("%w: %q has a malformed registry host", ErrInvalidReference, ref)
+		}
+		parts = parts[1:]
+	}
+	for _, part := range parts {
+		if !componentPattern.MatchString(part) {
+			return fmt.Errorf("%w: %q: path component %q", ErrInvalidReference, ref, part)
+		}
+	}
+	return nil
+}
+
 // parseReference normalises ref. A reference with both a tag and a digest
 // ("busybox:1.36@sha256:…") is a digest reference: the digest decides.
 func parseReference(ref string) (reference, error) {
 	if ref == "" || strings.TrimSpace(ref) != ref {
 		return reference{}, fmt.Errorf("%w: %q", ErrInvalidReference, ref)
+	}
+	if err := checkGrammar(ref); err != nil {
+		return reference{}, err
 	}
 	r, err := name.ParseReference(ref, name.WeakValidation)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"unicode"
@@ -14,6 +13,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 	cdiparser "tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/store"
 )
 
@@ -781,21 +781,9 @@ func isID(s string) bool {
 	return s != "" && len(s) <= 64 && strings.Trim(s, "0123456789abcdefABCDEF") == ""
 }
 
-// The image reference grammar of the distribution spec, which the kubelet
-// and every registry follow: a host of letters, digits, dots and dashes
-// (and a port), path components of lower-case letters and digits joined by
-// single separators, a tag, a digest. Nothing in it can walk up a path.
-var (
-	imageIDPattern        = regexp.MustCompile(`^(sha256:)?[a-f0-9]{1,64}$`)
-	imageHostPattern      = regexp.MustCompile(`^(\[[0-9a-fA-F:]+\]|[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*)(:[0-9]+)?$`)
-	imageComponentPattern = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$`)
-	imageTagPattern       = regexp.MustCompile(`^[\w][\w.-]{0,127}$`)
-	imageDigestPattern    = regexp.MustCompile(`^[a-z0-9]+([+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]{32,}$`)
-)
-
 // validateImageRef checks an image reference (or an image ID, which the
-// kubelet also sends) against the reference grammar before it reaches a
-// registry client or a file name.
+// kubelet also sends) before it reaches a registry client or a file name,
+// with the grammar PullImage parses it by.
 func validateImageRef(field, ref string) error {
 	if ref == "" {
 		return invalidf(field, "must name an image")
@@ -803,30 +791,8 @@ func validateImageRef(field, ref string) error {
 	if len(ref) > maxValueLen {
 		return invalidf(field, "is %d bytes, longer than %d", len(ref), maxValueLen)
 	}
-	if imageIDPattern.MatchString(ref) {
-		return nil
-	}
-	name, digest, hasDigest := strings.Cut(ref, "@")
-	if hasDigest && !imageDigestPattern.MatchString(digest) {
-		return invalidf(field, "%q has a malformed digest", ref)
-	}
-	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
-		if !imageTagPattern.MatchString(name[i+1:]) {
-			return invalidf(field, "%q has a malformed tag", ref)
-		}
-		name = name[:i]
-	}
-	parts := strings.Split(name, "/")
-	if len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost" || strings.ToLower(parts[0]) != parts[0]) {
-		if !imageHostPattern.MatchString(parts[0]) {
-			return invalidf(field, "%q has a malformed registry host", ref)
-		}
-		parts = parts[1:]
-	}
-	for _, part := range parts {
-		if !imageComponentPattern.MatchString(part) {
-			return invalidf(field, "%q is not an image reference: path component %q", ref, part)
-		}
+	if err := image.ValidateReference(ref); err != nil {
+		return invalidf(field, "%v", err)
 	}
 	return nil
 }

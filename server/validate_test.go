@@ -327,34 +327,22 @@ func checkValidation(t *testing.T, err error, field string) {
 	}
 }
 
+// The grammar itself is image.ValidateReference's (image/reference_test.go);
+// here, that the server uses it and names the field.
 func TestValidateImageRef(t *testing.T) {
 	for ref, ok := range map[string]bool{
 		"busybox":                            true,
-		"busybox:1.36":                       true,
-		"library/busybox:latest":             true,
-		"docker.io/library/busybox":          true,
-		"127.0.0.1:5000/e2e/busybox:latest":  true,
-		"localhost/app_x/a__b/c-d--e:v1.2-3": true,
-		"registry.k8s.io/pause@sha256:" + strings.Repeat("ab", 32):     true,
-		"registry.k8s.io/pause:3.9@sha256:" + strings.Repeat("ab", 32): true,
-		"sha256:" + strings.Repeat("0f", 32):                           true, // an image ID
-		"0f0f0f":                                                       true, // an ID prefix
-		"[::1]:5000/x":                                                 true,
-		"":                                                             false,
-		"../../etc/passwd":                                             false,
-		"/etc/passwd":                                                  false,
-		"registry.local/../../x:latest":                                false,
-		"127.0.0.1:5000/a//b":                                          false,
-		"a/b@sha256:../../x":                                           false,
-		"busybox:../x":                                                 false,
-		"Busybox":                                                      false,
-		"busybox\nx":                                                   false,
-		"bad_host.example:x/y":                                         false,
-		"x/" + strings.Repeat("a", 5000):                               false,
+		"sha256:" + strings.Repeat("0f", 32): true, // an image ID
+		"":                                   false,
+		"registry.local/../../x:latest":      false,
+		"x/" + strings.Repeat("a", 5000):     false,
 	} {
 		err := validateImageRef("config.image.image", ref)
 		if (err == nil) != ok {
 			t.Errorf("validateImageRef(%.40q) = %v, want ok=%v", ref, err, ok)
+		}
+		if err != nil && (!errors.Is(err, errInvalid) || !strings.Contains(err.Error(), "config.image.image")) {
+			t.Errorf("validateImageRef(%.40q) = %v, want errInvalid naming the field", ref, err)
 		}
 	}
 }

@@ -5,7 +5,7 @@
 //
 //	minicri-conmon --id ID --bundle DIR --runtime runc --exit-file FILE --socket-dir DIR [flags]
 //	minicri-conmon --id ID ... --join-dir DIR   (shared: further containers join on DIR/join)
-//	minicri-conmon pause
+//	minicri-conmon pause --pod DIR
 //	minicri-conmon exec RUNTIME ... exec --detach --pid-file FILE ... ID   (the daemon's exec shim)
 //
 // It is started by the daemon with a sync pipe as fd 3, on which it reports

@@ -203,6 +203,13 @@ func (c *Config) Validate() error {
 		}
 		return absolute(key, p)
 	}
+	// refuse is the check of one condition: reason when bad holds.
+	refuse := func(bad bool, key, reason string) error {
+		if bad {
+			return &InvalidError{key, reason}
+		}
+		return nil
+	}
 	checks := []error{
 		absolute("listen", c.Listen),
 		absolute("root", c.Root),
@@ -212,62 +219,28 @@ func (c *Config) Validate() error {
 		oneOf("log_level", c.LogLevel, "trace", "debug", "info", "warn", "error"),
 		oneOf("log_format", c.LogFormat, "text", "json"),
 		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),
+		refuse(len(c.Listen) > 107, "listen", "a unix socket path must be shorter than 108 bytes"),
+		refuse(c.ShutdownTimeout < 0, "shutdown_timeout", "must not be negative"),
+		refuse(c.Streaming.Port < 0 || c.Streaming.Port > 65535, "streaming.port", fmt.Sprintf("%d is not a port (0-65535)", c.Streaming.Port)),
+		refuse(c.Streaming.TokenTTL <= 0, "streaming.token_ttl", "must be positive"),
+		refuse(c.Streaming.RequestTimeout <= 0, "streaming.request_timeout", "must be positive"),
+		refuse(c.Streaming.IdleConnTimeout <= 0, "streaming.idle_conn_timeout", "must be positive"),
+		refuse(c.Streaming.MaxConnections < 1, "streaming.max_connections", "must be at least 1"),
+		refuse(c.Runtime.MonitorShare < 1, "runtime.monitor_share", "must be at least 1 container"),
+		refuse(c.Runtime.ExecSyncMaxOutput < 1, "runtime.exec_sync_max_output", "must be at least 1 byte"),
+		refuse((c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == ""), "streaming.tls_cert", "tls_cert and tls_key must be set together"),
+		listenAddress("metrics.address", c.Metrics.Address, c.Metrics.AllowNonLoopback),
+		listenAddress("profile_address", c.ProfileAddress, false),
+		refuse(c.Image.MaxConcurrentDownloads < 1, "image.max_concurrent_downloads", "must be at least 1"),
+		refuse(c.Image.PullTimeout < 0, "image.pull_timeout", "must not be negative"),
+		refuse(c.Image.MaxUnpackedBytes < 1, "image.max_unpacked_bytes", "must be at least 1 byte"),
+		refuse(c.Image.MaxUnpackedEntries < 1, "image.max_unpacked_entries", "must be at least 1"),
+		refuse(c.Image.MaxPathDepth < 1, "image.max_path_depth", "must be at least 1"),
 	}
 	for _, err := range checks {
 		if err != nil {
 			return err
 		}
-	}
-	if len(c.Listen) > 107 {
-		return &InvalidError{"listen", "a unix socket path must be shorter than 108 bytes"}
-	}
-	if c.ShutdownTimeout < 0 {
-		return &InvalidError{"shutdown_timeout", "must not be negative"}
-	}
-	if c.Streaming.Port < 0 || c.Streaming.Port > 65535 {
-		return &InvalidError{"streaming.port", fmt.Sprintf("%d is not a port (0-65535)", c.Streaming.Port)}
-	}
-	if c.Streaming.TokenTTL <= 0 {
-		return &InvalidError{"streaming.token_ttl", "must be positive"}
-	}
-	if c.Streaming.RequestTimeout <= 0 {
-		return &InvalidError{"streaming.request_timeout", "must be positive"}
-	}
-	if c.Streaming.IdleConnTimeout <= 0 {
-		return &InvalidError{"streaming.idle_conn_timeout", "must be positive"}
-	}
-	if c.Streaming.MaxConnections < 1 {
-		return &InvalidError{"streaming.max_connections", "must be at least 1"}
-	}
-	if c.Runtime.MonitorShare < 1 {
-		return &InvalidError{"runtime.monitor_share", "must be at least 1 container"}
-	}
-	if c.Runtime.ExecSyncMaxOutput < 1 {
-		return &InvalidError{"runtime.exec_sync_max_output", "must be at least 1 byte"}
-	}
-	if (c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == "") {
-		return &InvalidError{"streaming.tls_cert", "tls_cert and tls_key must be set together"}
-	}
-	if err := listenAddress("metrics.address", c.Metrics.Address, c.Metrics.AllowNonLoopback); err != nil {
-		return err
-	}
-	if err := listenAddress("profile_address", c.ProfileAddress, false); err != nil {
-		return err
-	}
-	if c.Image.MaxConcurrentDownloads < 1 {
-		return &InvalidError{"image.max_concurrent_downloads", "must be at least 1"}
-	}
-	if c.Image.PullTimeout < 0 {
-		return &InvalidError{"image.pull_timeout", "must not be negative"}
-	}
-	if c.Image.MaxUnpackedBytes < 1 {
-		return &InvalidError{"image.max_unpacked_bytes", "must be at least 1 byte"}
-	}
-	if c.Image.MaxUnpackedEntries < 1 {
-		return &InvalidError{"image.max_unpacked_entries", "must be at least 1"}
-	}
-	if c.Image.MaxPathDepth < 1 {
-		return &InvalidError{"image.max_path_depth", "must be at least 1"}
 	}
 	for _, dir := range c.CDI.SpecDirs {
 		if err := absolute("cdi.spec_dirs", dir); err != nil {

@@ -43,48 +43,48 @@ type Metrics struct {
 func New() *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
-		rpcDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "cri_request_duration_seconds",
-			Help:    "Duration of CRI calls by method and gRPC code; a streaming call (GetContainerEvents) lasts as long as its stream.",
-			Buckets: callBuckets,
-		}, []string{"method", "code"}),
-		rpcErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "cri_request_errors_total",
-			Help: "CRI calls that failed, by method and gRPC code.",
-		}, []string{"method", "code"}),
-		execSync: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "exec_sync_duration_seconds",
-			Help:    "Duration of ExecSync commands (exec probes) by result: exit_zero, exit_nonzero, timeout or error.",
-			Buckets: execBuckets,
-		}, []string{"result"}),
-		execStream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "exec_stream_duration_seconds",
-			Help:    "Duration of streamed execs (kubectl exec) from connect to end, by result: exit_zero, exit_nonzero or error.",
-			Buckets: execBuckets,
-		}, []string{"result"}),
-		pullBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "image_pull_bytes_total",
-			Help: "Size of the images pulled successfully (compressed layers and config, as crictl shows it), layers already present included.",
-		}),
-		pullDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: namespace, Name: "image_pull_duration_seconds",
-			Help:    "Duration of image pulls by result: success or error.",
-			Buckets: pullBuckets,
-		}, []string{"result"}),
-		monitorDeaths: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: namespace, Name: "monitor_deaths_total",
-			Help: "Containers whose minicri-conmon monitor ended without writing their exit (killed, crashed); each such container is killed.",
-		}),
-		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: namespace, Name: "startup_repairs_total",
-			Help: "Repairs made by the start-up recovery, by kind.",
-		}, []string{"kind"}),
+		rpcDuration: newHistogram("cri_request_duration_seconds",
+			"Duration of CRI calls by method and gRPC code; a streaming call (GetContainerEvents) lasts as long as its stream.",
+			callBuckets, "method", "code"),
+		rpcErrors: newCounterVec("cri_request_errors_total",
+			"CRI calls that failed, by method and gRPC code.",
+			"method", "code"),
+		execSync: newHistogram("exec_sync_duration_seconds",
+			"Duration of ExecSync commands (exec probes) by result: exit_zero, exit_nonzero, timeout or error.",
+			execBuckets, "result"),
+		execStream: newHistogram("exec_stream_duration_seconds",
+			"Duration of streamed execs (kubectl exec) from connect to end, by result: exit_zero, exit_nonzero or error.",
+			execBuckets, "result"),
+		pullBytes: newCounter("image_pull_bytes_total",
+			"Size of the images pulled successfully (compressed layers and config, as crictl shows it), layers already present included."),
+		pullDuration: newHistogram("image_pull_duration_seconds",
+			"Duration of image pulls by result: success or error.",
+			pullBuckets, "result"),
+		monitorDeaths: newCounter("monitor_deaths_total",
+			"Containers whose minicri-conmon monitor ended without writing their exit (killed, crashed); each such container is killed."),
+		repairs: newCounterVec("startup_repairs_total",
+			"Repairs made by the start-up recovery, by kind.",
+			"kind"),
 	}
 	m.reg.MustRegister(m.rpcDuration, m.rpcErrors, m.execSync, m.execStream, m.pullBytes, m.pullDuration,
 		m.monitorDeaths, m.repairs,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// newHistogram, newCounterVec and newCounter make the daemon's metrics, all
+// under the minicri namespace.
+func newHistogram(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: buckets}, labels)
+}
+
+func newCounterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+}
+
+func newCounter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help})
 }
 
 // Handler serves the metrics in the Prometheus text (or OpenMetrics) format.

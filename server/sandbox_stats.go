@@ -92,14 +92,14 @@ func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
 	switch {
 	case err == nil:
 		sample.cgroup = &pod
-		u := s.cgroupUsage(rec.ID, now, pod)
-		linux.Cpu, linux.Memory, linux.Io = u.cpu, u.memory, u.io
-		linux.Process = &runtime.ProcessUsage{Timestamp: now, ProcessCount: &runtime.UInt64Value{Value: pod.Processes}}
 	case errors.Is(err, oci.ErrNotFound):
-		linux.Cpu, linux.Memory, linux.Process = s.summedPodUsage(rec, now, sample.containers)
+		pod = s.summedPodCgroup(rec, sample.containers)
 	default:
 		return sample, err
 	}
+	u := s.cgroupUsage(rec.ID, now, pod)
+	linux.Cpu, linux.Memory, linux.Io = u.cpu, u.memory, u.io
+	linux.Process = &runtime.ProcessUsage{Timestamp: now, ProcessCount: &runtime.UInt64Value{Value: pod.Processes}}
 	if ns := rec.Namespaces.Net; ns != "" && rec.NetworkUp {
 		// A pod on the host network has no counters of its own (as with
 		// containerd): the node's are the kubelet's to report.
@@ -123,44 +123,32 @@ func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
 	return sample, nil
 }
 
-// summedPodUsage stands in for the cgroup of a pod that has none (no cgroup
-// parent, as crictl and CI tools often send; the kubelet always gives one)
-// or none yet (no container created). CPU adds the last figure seen of each
-// container that is no longer running, so that the pod's does not drop
-// when one exits; it drops only when one is removed.
-func (s *Server) summedPodUsage(rec sandboxRecord, now int64, running []containerSample) (*runtime.CpuUsage, *runtime.MemoryUsage, *runtime.ProcessUsage) {
-	var cpu, ws, usage, rss, faults, major, procs uint64
+// summedPodCgroup stands in for the cgroup of a pod that has none (no
+// cgroup parent, as crictl and CI tools often send; the kubelet always gives
+// one) or none yet (no container created): the CPU, memory and process
+// figures of its running containers, summed. CPU adds the last figure seen
+// of each container that is no longer running, so that the pod's does not
+// drop when one exits; it drops only when one is removed.
+func (s *Server) summedPodCgroup(rec sandboxRecord, running []containerSample) oci.CgroupStats {
+	var sum oci.CgroupStats
 	seen := map[string]bool{}
 	for _, c := range running {
 		seen[c.rec.ID] = true
-		cpu += c.cgroup.CPU.UsageNanos
-		ws += c.cgroup.Memory.WorkingSet
-		usage += c.cgroup.Memory.Usage
-		rss += c.cgroup.Memory.RSS
-		faults += c.cgroup.Memory.PageFaults
-		major += c.cgroup.Memory.MajorPageFaults
-		procs += c.cgroup.Processes
+		sum.CPU.UsageNanos += c.cgroup.CPU.UsageNanos
+		sum.Memory.WorkingSet += c.cgroup.Memory.WorkingSet
+		sum.Memory.Usage += c.cgroup.Memory.Usage
+		sum.Memory.RSS += c.cgroup.Memory.RSS
+		sum.Memory.PageFaults += c.cgroup.Memory.PageFaults
+		sum.Memory.MajorPageFaults += c.cgroup.Memory.MajorPageFaults
+		sum.Processes += c.cgroup.Processes
 	}
 	for _, c := range s.containersOf(rec.ID) {
 		if !seen[c.ID] {
 			last, _ := s.cpuRates.lastUsage(c.ID)
-			cpu += last
+			sum.CPU.UsageNanos += last
 		}
 	}
-	cpuUsage := &runtime.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtime.UInt64Value{Value: cpu}}
-	if rate, ok := s.cpuRates.nanoCores(rec.ID, now, cpu); ok {
-		cpuUsage.UsageNanoCores = &runtime.UInt64Value{Value: rate}
-	}
-	return cpuUsage,
-		&runtime.MemoryUsage{
-			Timestamp:       now,
-			WorkingSetBytes: &runtime.UInt64Value{Value: ws},
-			UsageBytes:      &runtime.UInt64Value{Value: usage},
-			RssBytes:        &runtime.UInt64Value{Value: rss},
-			PageFaults:      &runtime.UInt64Value{Value: faults},
-			MajorPageFaults: &runtime.UInt64Value{Value: major},
-		},
-		&runtime.ProcessUsage{Timestamp: now, ProcessCount: &runtime.UInt64Value{Value: procs}}
+	return sum
 }
 
 // networkUsage reports every interface of the pod; the default one is the

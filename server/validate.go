@@ -87,11 +87,16 @@ func validateCleanPath(field, p string) error {
 }
 
 func validateStrings(field string, values []string) error {
+	return validateList(field, values, validatePrintable)
+}
+
+// validateList checks a list's length, then each entry with check.
+func validateList(field string, values []string, check func(field, v string) error) error {
 	if len(values) > maxListLen {
 		return invalidf(field, "has %d entries, more than %d", len(values), maxListLen)
 	}
 	for _, v := range values {
-		if err := validatePrintable(field, v); err != nil {
+		if err := check(field, v); err != nil {
 			return err
 		}
 	}
@@ -140,31 +145,20 @@ func validateAnnotations(field string, m map[string]string) error {
 // takes any bytes but NUL (a multi-line "sh -c" script is common) and none
 // longer than maxArgLen.
 func validateArgs(field string, args []string) error {
-	if len(args) > maxListLen {
-		return invalidf(field, "has %d entries, more than %d", len(args), maxListLen)
-	}
-	for _, a := range args {
+	return validateList(field, args, func(field, a string) error {
 		if len(a) > maxArgLen {
 			return invalidf(field, "has an entry of %d bytes, longer than %d", len(a), maxArgLen)
 		}
 		if strings.IndexByte(a, 0) >= 0 {
 			return invalidf(field, "must not contain NUL")
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // validateContainerPaths checks paths inside the container: absolute, no "..".
 func validateContainerPaths(field string, paths []string) error {
-	if len(paths) > maxListLen {
-		return invalidf(field, "has %d entries, more than %d", len(paths), maxListLen)
-	}
-	for _, p := range paths {
-		if err := validateHostPath(field, p); err != nil {
-			return err
-		}
-	}
-	return nil
+	return validateList(field, paths, validateHostPath)
 }
 
 func validateNamespaceMode(field string, m runtime.NamespaceMode) error {

@@ -2,10 +2,8 @@ package conmon
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,24 +55,15 @@ const pauseLabel = "--pod"
 // recording it can only find it this way.
 func FindPauses() map[string]Infra {
 	found := map[string]Infra{}
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	eachCmdline(func(pid int, cmdline string) {
+		args := strings.Split(strings.TrimSuffix(cmdline, "\x00"), "\x00")
 		if len(args) != 4 || filepath.Base(args[0]) != BinaryName || args[1] != "pause" || args[2] != pauseLabel {
-			continue
+			return
 		}
 		if started, err := startTime(pid); err == nil && Alive(pid, started) {
 			found[args[3]] = Infra{PID: pid, StartTime: started}
 		}
-	}
+	})
 	return found
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -29,14 +30,7 @@ func WatchMonitor(pid int, started uint64) (<-chan struct{}, error) {
 		unix.Close(pidfd)
 		return closedChannel(), nil
 	}
-	done := make(chan struct{})
-	f := os.NewFile(uintptr(pidfd), "pidfd")
-	go func() {
-		defer close(done)
-		defer f.Close()
-		waitExited(f)
-	}()
-	return done, nil
+	return watchPidfd(pidfd, false), nil
 }
 
 // closedChannel is the answer of a watch whose process is gone already.
@@ -61,14 +55,22 @@ func reapChild(pid int) <-chan struct{} {
 	if err != nil {
 		return closedChannel() // cannot happen for an unreaped child; nothing to wait on
 	}
+	return watchPidfd(pidfd, true)
+}
+
+// watchPidfd returns a channel closed when the process of pidfd exits,
+// reaped first when reap is set (it must then be our child). It takes the fd.
+func watchPidfd(pidfd int, reap bool) <-chan struct{} {
 	done := make(chan struct{})
 	f := os.NewFile(uintptr(pidfd), "pidfd")
 	go func() {
 		defer close(done)
 		defer f.Close()
 		waitExited(f)
-		var info unix.Siginfo
-		unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOHANG, nil)
+		if reap {
+			var info unix.Siginfo
+			unix.Waitid(unix.P_PIDFD, pidfd, &info, unix.WEXITED|unix.WNOHANG, nil)
+		}
 	}()
 	return done
 }
@@ -86,6 +88,24 @@ func waitExited(f *os.File) {
 		n, err := unix.Poll(fds, 0)
 		return n > 0 || (err != nil && err != unix.EINTR)
 	})
+}
+
+// eachCmdline calls fn with the pid and the command line (arguments ending
+// in NUL) of every process; one that ends meanwhile is skipped. The daemon
+// finds this way what it started but never recorded.
+func eachCmdline(fn func(pid int, cmdline string)) {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		fn(pid, string(cmdline))
+	}
 }
 
 // startTime reads when the process started, in clock ticks since boot.

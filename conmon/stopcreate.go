@@ -2,9 +2,7 @@ package conmon
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -47,25 +45,19 @@ func StopCreate(socketDir string) error {
 func creatingGroups(socketDir string) []int {
 	want := "\x00--socket-dir\x00" + socketDir + "\x00"
 	var groups []int
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
+	eachCmdline(func(pid int, cmdline string) {
+		if !strings.Contains(cmdline, want) {
+			return
 		}
-		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		if err != nil || !strings.Contains(string(cmdline), want) {
-			continue
-		}
-		args := strings.SplitN(string(cmdline), "\x00", 3)
+		args := strings.SplitN(cmdline, "\x00", 3)
 		if len(args) < 3 || filepath.Base(args[0]) != BinaryName || (args[1] != "--id" && args[1] != "join") {
-			continue
+			return
 		}
 		// Each is the leader of its group (a session of its own, or
 		// Setpgid); anything else is not one of ours to kill.
 		if pgid, err := unix.Getpgid(pid); err == nil && pgid == pid {
 			groups = append(groups, pid)
 		}
-	}
+	})
 	return groups
 }

@@ -43,18 +43,9 @@ func newLogWriter(path string, maxLine int) *logWriter {
 	return w
 }
 
-// open opens the log file; without a path there is none to open.
-func (w *logWriter) open() error {
-	if w.path == "" {
-		return nil
-	}
-	fd, err := openLogFile(w.path)
-	if err != nil {
-		return err
-	}
-	w.fd = fd
-	return nil
-}
+// open opens the log file; without a path there is none to open. It is
+// reopen with no file open yet.
+func (w *logWriter) open() error { return w.reopen() }
 
 func openLogFile(path string) (int, error) {
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_CLOEXEC, 0o640)

@@ -244,23 +244,7 @@ func readArchiveManifest(a *archive, desc v1.Descriptor) (manifest, error) {
 }
 
 func resolveArchivePlatform(a *archive, m manifest) (manifest, error) {
-	for depth := 0; m.mediaType.IsIndex(); depth++ {
-		if depth == maxIndexDepth {
-			return manifest{}, fmt.Errorf("manifest lists nested deeper than %d", maxIndexDepth)
-		}
-		idx, err := v1.ParseIndexManifest(bytes.NewReader(m.raw))
-		if err != nil {
-			return manifest{}, fmt.Errorf("manifest list %s: %w", m.digest, err)
-		}
-		child, err := choosePlatform(idx, wantPlatform())
-		if err != nil {
-			return manifest{}, err
-		}
-		if m, err = readArchiveManifest(a, child); err != nil {
-			return manifest{}, err
-		}
-	}
-	return m, nil
+	return followIndex(m, func(child v1.Descriptor) (manifest, error) { return readArchiveManifest(a, child) })
 }
 
 // layoutNames reads the image names of an index.json entry: the containerd

@@ -97,15 +97,11 @@ func (s *Store) sweep() error {
 // clears the debris of interrupted record writes and rootfs preparations
 // (which happen under that lock).
 func (s *Store) liveContent() (liveSet, error) {
-	lock, err := lockFile(s.path(metaLockName), unix.LOCK_EX)
-	if err != nil {
-		return liveSet{}, fmt.Errorf("meta lock: %w", err)
-	}
-	defer lock.Close()
-	c, err := s.readCatalog()
+	c, unlock, err := s.lockedCatalog(unix.LOCK_EX)
 	if err != nil {
 		return liveSet{}, err
 	}
+	defer unlock()
 	live := liveSet{blobs: map[string]bool{}, layers: map[string]bool{}}
 	for _, img := range c.images {
 		live.blobs[strings.TrimPrefix(img.ID, "sha256:")] = true

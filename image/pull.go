@@ -90,6 +90,17 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth) (Image, e
 
 // resolvePlatform follows manifest lists down to this platform's image manifest.
 func (s *Store) resolvePlatform(ctx context.Context, src *remoteSource, m manifest) (manifest, error) {
+	return followIndex(m, func(child v1.Descriptor) (manifest, error) {
+		if err := checkDigest(child.Digest); err != nil {
+			return manifest{}, err
+		}
+		return src.manifest(ctx, child.Digest.String())
+	})
+}
+
+// followIndex follows manifest lists from m down to this platform's image
+// manifest, reading each chosen child with fetch; nesting is bounded.
+func followIndex(m manifest, fetch func(child v1.Descriptor) (manifest, error)) (manifest, error) {
 	for depth := 0; m.mediaType.IsIndex(); depth++ {
 		if depth == maxIndexDepth {
 			return manifest{}, fmt.Errorf("manifest lists nested deeper than %d", maxIndexDepth)
@@ -102,10 +113,7 @@ func (s *Store) resolvePlatform(ctx context.Context, src *remoteSource, m manife
 		if err != nil {
 			return manifest{}, err
 		}
-		if err := checkDigest(child.Digest); err != nil {
-			return manifest{}, err
-		}
-		if m, err = src.manifest(ctx, child.Digest.String()); err != nil {
+		if m, err = fetch(child); err != nil {
 			return manifest{}, err
 		}
 	}

@@ -24,15 +24,11 @@ func (s *Store) Remove(ref string) error {
 }
 
 func (s *Store) removeRecord(ref string) (bool, error) {
-	lock, err := lockFile(s.path(metaLockName), unix.LOCK_EX)
-	if err != nil {
-		return false, fmt.Errorf("image store lock: %w", err)
-	}
-	defer lock.Close()
-	c, err := s.readCatalog()
+	c, unlock, err := s.lockedCatalog(unix.LOCK_EX)
 	if err != nil {
 		return false, err
 	}
+	defer unlock()
 	img, err := resolve(c.images, ref)
 	if errors.Is(err, ErrNotFound) {
 		return false, nil

@@ -55,15 +55,11 @@ func (s *Store) PrepareRootfs(id, imageID string) error {
 	if err := validRootfsID(id); err != nil {
 		return err
 	}
-	lock, err := lockFile(s.path(metaLockName), unix.LOCK_EX)
-	if err != nil {
-		return fmt.Errorf("image store lock: %w", err)
-	}
-	defer lock.Close()
-	c, err := s.readCatalog()
+	c, unlock, err := s.lockedCatalog(unix.LOCK_EX)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	img, err := resolve(c.images, imageID)
 	if err != nil {
 		return fmt.Errorf("prepare rootfs %s: %w", id, err)

@@ -116,15 +116,11 @@ func New(opts Options) (*Store, error) {
 // writing images.json and the generation: other Stores would not notice the
 // change otherwise.
 func (s *Store) repairGeneration() error {
-	lock, err := lockFile(s.path(metaLockName), unix.LOCK_EX)
-	if err != nil {
-		return fmt.Errorf("image store lock: %w", err)
-	}
-	defer lock.Close()
-	c, err := s.readCatalog()
+	c, unlock, err := s.lockedCatalog(unix.LOCK_EX)
 	if err != nil {
 		return err
 	}
+	defer unlock()
 	gen, err := readCounter(s.path(generationName))
 	if err != nil {
 		return fmt.Errorf("image store: %w", err)
@@ -222,15 +218,11 @@ func (s *Store) current() (*catalog, error) {
 	if c != nil && c.gen >= gen {
 		return c, nil
 	}
-	lock, err := lockFile(s.path(metaLockName), unix.LOCK_SH)
-	if err != nil {
-		return nil, fmt.Errorf("image store lock: %w", err)
-	}
-	defer lock.Close()
-	c, err = s.readCatalog()
+	c, unlock, err := s.lockedCatalog(unix.LOCK_SH)
 	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	s.setCatalog(c)
 	return c, nil
 }
@@ -241,6 +233,21 @@ func (s *Store) setCatalog(c *catalog) {
 	if s.cat == nil || c.gen >= s.cat.gen {
 		s.cat = c
 	}
+}
+
+// lockedCatalog takes the meta lock (unix.LOCK_SH to read, LOCK_EX to
+// change the records) and reads the catalog under it; unlock releases it.
+func (s *Store) lockedCatalog(how int) (c *catalog, unlock func(), err error) {
+	lock, err := lockFile(s.path(metaLockName), how)
+	if err != nil {
+		return nil, nil, fmt.Errorf("image store lock: %w", err)
+	}
+	c, err = s.readCatalog()
+	if err != nil {
+		lock.Close()
+		return nil, nil, err
+	}
+	return c, func() { lock.Close() }, nil
 }
 
 // readCatalog reads images.json; the caller holds the meta lock.

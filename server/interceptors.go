@@ -20,13 +20,7 @@ import (
 // codes.Internal so that one bad request cannot take the node's runtime down.
 func UnaryInterceptor(log *logrus.Entry) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
-		start := time.Now()
-		defer func() {
-			if p := recover(); p != nil {
-				err = panicError(log, info.FullMethod, p)
-			}
-			logCall(log, info.FullMethod, req, time.Since(start), err)
-		}()
+		defer finishCall(log, info.FullMethod, req, time.Now(), &err)
 		return handler(ctx, req)
 	}
 }
@@ -34,15 +28,19 @@ func UnaryInterceptor(log *logrus.Entry) grpc.UnaryServerInterceptor {
 // StreamInterceptor does for streaming RPCs what UnaryInterceptor does.
 func StreamInterceptor(log *logrus.Entry) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
-		start := time.Now()
-		defer func() {
-			if p := recover(); p != nil {
-				err = panicError(log, info.FullMethod, p)
-			}
-			logCall(log, info.FullMethod, nil, time.Since(start), err)
-		}()
+		defer finishCall(log, info.FullMethod, nil, time.Now(), &err)
 		return handler(srv, ss)
 	}
+}
+
+// finishCall is deferred by both interceptors: it turns a panic into the
+// call's error (recover works here because finishCall itself is the deferred
+// call) and logs the call.
+func finishCall(log *logrus.Entry, method string, req any, start time.Time, err *error) {
+	if p := recover(); p != nil {
+		*err = panicError(log, method, p)
+	}
+	logCall(log, method, req, time.Since(start), *err)
 }
 
 func panicError(log *logrus.Entry, method string, p any) error {

@@ -27,7 +27,7 @@ func Push(t testing.TB, img v1.Image, ref string, opts ...remote.Option) string 
 	if err := remote.Write(r, img, opts...); err != nil {
 		t.Fatalf("testimage: push %s: %v", ref, err)
 	}
-	return digestOf(t, img)
+	return Digest(t, img)
 }
 
 // Index is a manifest list (OCI image index) of images by platform
@@ -204,24 +204,24 @@ func parseRef(t testing.TB, ref string) name.Reference {
 	return r
 }
 
-func digestOf(t testing.TB, img v1.Image) string {
+// Digest returns the manifest digest of img ("sha256:…").
+func Digest(t testing.TB, img v1.Image) string {
 	t.Helper()
 	d, err := img.Digest()
-	if err != nil {
-		t.Fatalf("testimage: digest: %v", err)
-	}
-	return d.String()
+	return mustHash(t, "digest", d, err)
 }
-
-// Digest returns the manifest digest of img ("sha256:…").
-func Digest(t testing.TB, img v1.Image) string { return digestOf(t, img) }
 
 // ConfigDigest returns the config digest of img, the image ID a runtime reports.
 func ConfigDigest(t testing.TB, img v1.Image) string {
 	t.Helper()
 	d, err := img.ConfigName()
+	return mustHash(t, "config digest", d, err)
+}
+
+func mustHash(t testing.TB, what string, h v1.Hash, err error) string {
+	t.Helper()
 	if err != nil {
-		t.Fatalf("testimage: config digest: %v", err)
+		t.Fatalf("testimage: %s: %v", what, err)
 	}
-	return d.String()
+	return h.String()
 }

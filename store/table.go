@@ -31,7 +31,7 @@ var ErrAmbiguousID = errors.New("ambiguous ID prefix")
 // Writes are serialised by writeMu, held across the file write and its two
 // fsyncs; the map's lock mu is taken only to publish the written record, so
 // Get, List and Resolve never wait for a disk. A reader sees a change only
-// once it is on disk (Observe: or once the write failed), as before.
+// once it is on disk (Observe: or once its write failed).
 type Table[T any] struct {
 	dir string
 	// writeMu orders the writers (Put, Update, Observe, Delete): it is held

@@ -296,16 +296,12 @@ func (s *Server) serveExec(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	w, r, done := s.track(w, r)
-	defer done()
-	opts := &remotecommand.Options{Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, TTY: req.TTY}
+	opts := remotecommand.Options{Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, TTY: req.TTY}
 	run := func(ctx context.Context, st Streams) error { return s.rt.Exec(ctx, req.ContainerID, req.Cmd, st) }
-	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
-		s.serveWebSocketV5(w, r, opts, run, "executing command in container")
-		return
-	}
-	remotecommand.ServeExec(w, r, adapter{s: s, ctx: r.Context()}, "", "", req.ContainerID, req.Cmd, opts,
-		s.cfg.IdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	s.serveStreams(w, r, opts, run, "executing command in container", func(w http.ResponseWriter, r *http.Request, opts *remotecommand.Options) {
+		remotecommand.ServeExec(w, r, adapter{s: s, ctx: r.Context()}, "", "", req.ContainerID, req.Cmd, opts,
+			s.cfg.IdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	})
 }
 
 func (s *Server) serveAttach(w http.ResponseWriter, r *http.Request) {
@@ -313,16 +309,26 @@ func (s *Server) serveAttach(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	opts := remotecommand.Options{Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, TTY: req.TTY}
+	run := func(ctx context.Context, st Streams) error { return s.rt.Attach(ctx, req.ContainerID, st) }
+	s.serveStreams(w, r, opts, run, "attaching to container", func(w http.ResponseWriter, r *http.Request, opts *remotecommand.Options) {
+		remotecommand.ServeAttach(w, r, adapter{s: s, ctx: r.Context()}, "", "", req.ContainerID, opts,
+			s.cfg.IdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	})
+}
+
+// serveStreams serves an exec or an attach on a tracked connection: the
+// WebSocket v5 protocol through run, the others (SPDY, older WebSocket
+// versions) through the protocol library's server, serve.
+func (s *Server) serveStreams(w http.ResponseWriter, r *http.Request, opts remotecommand.Options, run func(context.Context, Streams) error,
+	doing string, serve func(http.ResponseWriter, *http.Request, *remotecommand.Options)) {
 	w, r, done := s.track(w, r)
 	defer done()
-	opts := &remotecommand.Options{Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, TTY: req.TTY}
-	run := func(ctx context.Context, st Streams) error { return s.rt.Attach(ctx, req.ContainerID, st) }
 	if wsstream.IsWebSocketRequestWithStreamCloseProtocol(r) {
-		s.serveWebSocketV5(w, r, opts, run, "attaching to container")
+		s.serveWebSocketV5(w, r, &opts, run, doing)
 		return
 	}
-	remotecommand.ServeAttach(w, r, adapter{s: s, ctx: r.Context()}, "", "", req.ContainerID, opts,
-		s.cfg.IdleTimeout, streamCreationTimeout, remotecommand.SupportedStreamingProtocols)
+	serve(w, r, &opts)
 }
 
 func (s *Server) servePortForward(w http.ResponseWriter, r *http.Request) {

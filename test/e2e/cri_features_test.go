@@ -33,6 +33,13 @@ func volumeImage(t *testing.T) v1.Image {
 	})
 }
 
+// groupsImage is busybox with app (uid 1000) a member of group extra
+// (2000) in its /etc/group: what Strict leaves out.
+func groupsImage(t *testing.T) v1.Image {
+	return testimage.Image(t, []v1.Layer{testimage.BusyboxLayer(t),
+		testimage.Layer(t, testimage.File("etc/group", "root:x:0:\napp:x:1000:\nextra:x:2000:app\n", 0o644))})
+}
+
 // imageVolumeDirs are the image store's dirs of image volumes (rootfs IDs
 // CONTAINER.ivN) that exist now.
 func (d *Daemon) imageVolumeDirs() []string {
@@ -237,10 +244,7 @@ func TestRecursiveReadOnlyRefusedWithoutRuntimeSupport(t *testing.T) {
 func TestSupplementalGroupsPolicy(t *testing.T) {
 	d := StartDaemon(t)
 	reg := registry.Start(t, registry.Options{})
-	// app (uid 1000) is a member of group extra (2000) in the image.
-	img := testimage.Image(t, []v1.Layer{testimage.BusyboxLayer(t),
-		testimage.Layer(t, testimage.File("etc/group", "root:x:0:\napp:x:1000:\nextra:x:2000:app\n", 0o644))})
-	ref := pushImage(t, reg, "groups:v1", img).ref
+	ref := pushImage(t, reg, "groups:v1", groupsImage(t)).ref
 	d.pull(t, ref)
 	resp, err := d.Runtime.Status(context.Background(), false)
 	if err != nil || !resp.GetFeatures().GetSupplementalGroupsPolicy() {

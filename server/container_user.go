@@ -38,10 +38,12 @@ func specUser(spec *specs.Spec) *containerUser {
 }
 
 // runningUser reads what the container's init process got, from
-// /proc/PID/status, as containerd reports it: the config's user may differ
-// from it (a runtime that drops or adds a group). The pid is the one the
-// runtime wrote at create, in the bundle. ok is false when the process is
-// gone already; the caller then keeps the config's user.
+// /proc/PID/status: the identity KEP-3619 asks the runtime to report.
+// containerd 2.x reports its OCI spec's user instead, which a runtime or
+// the kernel may not have applied as written (a runtime that drops or adds
+// a group, a groups list past NGROUPS_MAX). The pid is the one the runtime
+// wrote at create, in the bundle. ok is false when the process is gone
+// already; the caller then keeps the config's user.
 func runningUser(bundle string) (u *containerUser, ok bool) {
 	data, err := os.ReadFile(filepath.Join(bundle, wire.PIDFile))
 	if err != nil {

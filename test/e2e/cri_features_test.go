@@ -358,3 +358,36 @@ func TestImageVolumeOverCrashAndRestart(t *testing.T) {
 		t.Fatalf("RemoveImage after the container went: %v", err)
 	}
 }
+
+// Verbose Status, what `crictl info` prints, reports each handler's
+// recursive read-only mounts exactly when that handler's runtime lists rro
+// in its features (crun may be missing here: then it has none), and the
+// supplemental groups policy for the whole runtime.
+func TestStatusReportsFeaturesPerHandler(t *testing.T) {
+	d := StartDaemon(t)
+	resp, err := d.Runtime.Status(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.GetFeatures().GetSupplementalGroupsPolicy() {
+		t.Errorf("features = %v, want supplemental_groups_policy", resp.GetFeatures())
+	}
+	runtimeHasRRO := func(binary string) bool {
+		out, err := exec.Command(binary, "features").Output()
+		return err == nil && strings.Contains(string(out), `"rro"`)
+	}
+	want := map[string]bool{"": runtimeHasRRO("runc"), "runc": runtimeHasRRO("runc"), "crun": runtimeHasRRO("crun")}
+	if !want["runc"] {
+		t.Fatal("runc here lists no rro in `runc features`: this test needs runc 1.1 or later")
+	}
+	var names []string
+	for _, h := range resp.GetRuntimeHandlers() {
+		names = append(names, h.GetName())
+		if got := h.GetFeatures().GetRecursiveReadOnlyMounts(); got != want[h.GetName()] {
+			t.Errorf("handler %q: recursive_read_only_mounts = %v, want %v (what its runtime's features say)", h.GetName(), got, want[h.GetName()])
+		}
+	}
+	if !slices.Equal(names, []string{"", "crun", "runc"}) {
+		t.Errorf("handlers %q, want the default and each configured one", names)
+	}
+}

@@ -205,6 +205,9 @@ func (s *Store) MountRootfs(id string) (string, error) {
 	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
 	lowers := s.lowerDirs(rec)
 	if rec.ReadOnly {
+		if len(rec.ChainIDs) == 0 {
+			return merged, bindReadOnly(s.path(emptyDirName), merged, id)
+		}
 		upper, work = "", ""
 		// Overlay without an upper dir wants two lower dirs at least.
 		if len(lowers) == 1 {
@@ -215,6 +218,19 @@ func (s *Store) MountRootfs(id string) (string, error) {
 		return "", fmt.Errorf("mount rootfs %s: %w", id, err)
 	}
 	return merged, nil
+}
+
+// bindReadOnly binds source read-only at target: the image volume of an
+// image without layers, which overlay cannot mount (one lower dir, twice).
+func bindReadOnly(source, target, id string) error {
+	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount image volume %s: %w", id, err)
+	}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		_ = unix.Unmount(target, unix.MNT_DETACH)
+		return fmt.Errorf("mount image volume %s read-only: %w", id, err)
+	}
+	return nil
 }
 
 // lowerDirs lists the layer dirs top first, as overlay wants them; an image

@@ -195,10 +195,21 @@ func TestRootfsOfEmptyImage(t *testing.T) {
 // layer as of many, and keeps the image from removal until it goes.
 func TestImageVolumeIsReadOnlyAndPinsTheImage(t *testing.T) {
 	requireRoot(t)
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy mount %v", legacy), func(t *testing.T) {
+			forceLegacyMount = legacy
+			t.Cleanup(func() { forceLegacyMount = false })
+			testImageVolumes(t)
+		})
+	}
+}
+
+func testImageVolumes(t *testing.T) {
 	s := newTestStore(t, Options{})
 	imgs := importImages(t, s, map[string]v1.Image{
-		"example.com/multi:1": tim.MultiLayer(t),
-		"example.com/one:1":   tim.Image(t, []v1.Layer{tim.Layer(t, tim.Dir("data", 0o755), tim.File("data/hello", "hi\n", 0o644))}),
+		"example.com/multi:1":   tim.MultiLayer(t),
+		"example.com/one:1":     tim.Image(t, []v1.Layer{tim.Layer(t, tim.Dir("data", 0o755), tim.File("data/hello", "hi\n", 0o644))}),
+		"example.com/scratch:1": tim.Image(t, nil),
 	})
 	for _, img := range imgs {
 		id := "vol-" + img.ID[len("sha256:"):len("sha256:")+8]
@@ -212,10 +223,13 @@ func TestImageVolumeIsReadOnlyAndPinsTheImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if entries, err := os.ReadDir(filepath.Join(root, "data")); err != nil || len(entries) == 0 {
+		dataDir := filepath.Join(root, "data")
+		if len(img.Layers) == 0 {
+			dataDir = root
+		} else if entries, err := os.ReadDir(dataDir); err != nil || len(entries) == 0 {
 			t.Fatalf("data/ of image %s: %d entries, %v", img.RepoTags, len(entries), err)
 		}
-		if err := os.WriteFile(filepath.Join(root, "data", "new"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+		if err := os.WriteFile(filepath.Join(dataDir, "new"), nil, 0o644); !errors.Is(err, unix.EROFS) {
 			t.Fatalf("write into image volume: %v, want EROFS", err)
 		}
 		if _, err := os.Stat(filepath.Join(s.rootfsDir(id), "upper")); !errors.Is(err, os.ErrNotExist) {

@@ -44,7 +44,9 @@ func writeFeaturePods(t *testing.T, n *kubeletNode) featurePods {
 	reader := n.container("reader", sleepForever)
 	reader.VolumeMounts = []corev1.VolumeMount{
 		{Name: "models", MountPath: "/vol", ReadOnly: true},
-		{Name: "models", MountPath: "/sub", ReadOnly: true, SubPath: "data/sub"},
+		// No readOnly: the kubelet's image volume plugin makes every
+		// mount of it read-only, as minicri requires.
+		{Name: "models", MountPath: "/sub", SubPath: "data/sub"},
 	}
 	imagePod := staticPod("imagevolume", reader)
 	imagePod.Spec.Volumes = []corev1.Volume{{Name: "models", VolumeSource: corev1.VolumeSource{

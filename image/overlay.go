@@ -30,7 +30,8 @@ func (s *Store) layerDir(chainID string) string {
 	return s.path(layersDir, strings.TrimPrefix(chainID, "sha256:"))
 }
 
-// mountOverlay mounts lowers (top first) under upper at target.
+// mountOverlay mounts lowers (top first) under upper at target. With no
+// upper dir (upper == "") the overlay is read-only: an image volume.
 func (s *Store) mountOverlay(lowers []string, upper, work, target string) error {
 	if !forceLegacyMount {
 		err := mountOverlayFsconfig(lowers, upper, work, target)
@@ -60,6 +61,9 @@ func mountOverlayFsconfig(lowers []string, upper, work, target string) error {
 		}
 	}
 	for _, opt := range [][2]string{{"upperdir", upper}, {"workdir", work}} {
+		if opt[1] == "" {
+			continue
+		}
 		if err := unix.FsconfigSetString(fd, opt[0], opt[1]); err != nil {
 			return fmt.Errorf("overlay %s=%s: %w%s", opt[0], opt[1], err, fsLog(fd))
 		}
@@ -70,7 +74,11 @@ func mountOverlayFsconfig(lowers []string, upper, work, target string) error {
 	if err := unix.FsconfigCreate(fd); err != nil {
 		return fmt.Errorf("overlay create: %w%s", err, fsLog(fd))
 	}
-	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, 0)
+	var attrs int
+	if upper == "" {
+		attrs = unix.MOUNT_ATTR_RDONLY
+	}
+	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, attrs)
 	if err != nil {
 		return fmt.Errorf("fsmount overlay: %w%s", err, fsLog(fd))
 	}
@@ -99,12 +107,18 @@ func fsLog(fd int) string {
 }
 
 func mountOverlayLegacy(lowers []string, upper, work, target string) error {
-	data := "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upper + ",workdir=" + work + ",index=off"
+	data := "lowerdir=" + strings.Join(lowers, ":") + ",index=off"
+	var flags uintptr
+	if upper != "" {
+		data += ",upperdir=" + upper + ",workdir=" + work
+	} else {
+		flags = unix.MS_RDONLY
+	}
 	if len(data) >= os.Getpagesize() {
 		return fmt.Errorf("overlay: %d layers need %d bytes of mount options, the kernel takes %d (a kernel of 6.8 or later has no such limit)",
 			len(lowers), len(data), os.Getpagesize()-1)
 	}
-	if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
+	if err := unix.Mount("overlay", target, "overlay", flags, data); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", target, err)
 	}
 	return nil

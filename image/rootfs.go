@@ -27,6 +27,9 @@ type rootfsRecord struct {
 	ImageID  string    `json:"imageID"`
 	ChainIDs []string  `json:"chainIDs"` // the image's layers, bottom first
 	Created  time.Time `json:"created"`
+	// ReadOnly: an image volume, the image's layers alone with no upper
+	// dir (snapshots/<id>/ then has merged/ and the record only).
+	ReadOnly bool `json:"readOnly,omitempty"`
 }
 
 // unmountAttempts bounds the loop that peels stacked mounts off merged/.
@@ -52,6 +55,17 @@ func (s *Store) rootfsDir(id string) string { return s.path(snapshotsDir, id) }
 // imageID (an ID or any reference Get accepts). From then on the image is in
 // use and cannot be removed. Preparing again for the same image is a no-op.
 func (s *Store) PrepareRootfs(id, imageID string) error {
+	return s.prepare(id, imageID, false)
+}
+
+// PrepareImageVolume makes a read-only view of image imageID, an image
+// volume, under ID id. Like a rootfs, it keeps the image from being removed
+// until RemoveRootfs(id); MountRootfs(id) mounts it read-only.
+func (s *Store) PrepareImageVolume(id, imageID string) error {
+	return s.prepare(id, imageID, true)
+}
+
+func (s *Store) prepare(id, imageID string, readOnly bool) error {
 	if err := validRootfsID(id); err != nil {
 		return err
 	}
@@ -65,17 +79,17 @@ func (s *Store) PrepareRootfs(id, imageID string) error {
 		return fmt.Errorf("prepare rootfs %s: %w", id, err)
 	}
 	if rec, err := s.readRootfsRecord(id); err == nil {
-		if rec.ImageID == img.ID {
+		if rec.ImageID == img.ID && rec.ReadOnly == readOnly {
 			return nil
 		}
 		return fmt.Errorf("rootfs %s is for image %s: %w", id, rec.ImageID, ErrExists)
 	}
-	return s.makeRootfs(id, img)
+	return s.makeRootfs(id, img, readOnly)
 }
 
 // makeRootfs builds the directories, then the record; the caller holds the
 // meta lock. Debris of an earlier, interrupted attempt is cleared first.
-func (s *Store) makeRootfs(id string, img *Image) (retErr error) {
+func (s *Store) makeRootfs(id string, img *Image, readOnly bool) (retErr error) {
 	dir := s.rootfsDir(id)
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("prepare rootfs %s: %w", id, err)
@@ -85,10 +99,15 @@ func (s *Store) makeRootfs(id string, img *Image) (retErr error) {
 			os.RemoveAll(dir)
 		}
 	}()
-	for _, d := range []struct {
+	type dirMode struct {
 		path string
 		mode os.FileMode
-	}{{dir, 0o700}, {filepath.Join(dir, "upper"), 0o755}, {filepath.Join(dir, "work"), 0o700}, {filepath.Join(dir, "merged"), 0o755}} {
+	}
+	dirs := []dirMode{{dir, 0o700}, {filepath.Join(dir, "upper"), 0o755}, {filepath.Join(dir, "work"), 0o700}, {filepath.Join(dir, "merged"), 0o755}}
+	if readOnly {
+		dirs = []dirMode{{dir, 0o700}, {filepath.Join(dir, "merged"), 0o755}}
+	}
+	for _, d := range dirs {
 		if err := os.Mkdir(d.path, d.mode); err != nil {
 			return fmt.Errorf("prepare rootfs %s: %w", id, err)
 		}
@@ -97,7 +116,7 @@ func (s *Store) makeRootfs(id string, img *Image) (retErr error) {
 			return fmt.Errorf("prepare rootfs %s: %w", id, err)
 		}
 	}
-	rec := rootfsRecord{ID: id, ImageID: img.ID, ChainIDs: img.ChainIDs(), Created: time.Now().UTC()}
+	rec := rootfsRecord{ID: id, ImageID: img.ID, ChainIDs: img.ChainIDs(), Created: time.Now().UTC(), ReadOnly: readOnly}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -160,8 +179,8 @@ func (s *Store) Rootfses() []string {
 }
 
 // MountRootfs mounts the overlay of rootfs id (the image's layers under its
-// upper dir) and returns the mountpoint. Mounting a mounted rootfs returns
-// the same mountpoint.
+// upper dir; the layers alone, read-only, for an image volume) and returns
+// the mountpoint. Mounting a mounted rootfs returns the same mountpoint.
 func (s *Store) MountRootfs(id string) (string, error) {
 	if err := validRootfsID(id); err != nil {
 		return "", err
@@ -181,10 +200,35 @@ func (s *Store) MountRootfs(id string) (string, error) {
 	if mounted {
 		return merged, nil
 	}
-	if err := s.mountOverlay(s.lowerDirs(rec), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), merged); err != nil {
+	upper, work := filepath.Join(dir, "upper"), filepath.Join(dir, "work")
+	lowers := s.lowerDirs(rec)
+	if rec.ReadOnly {
+		if len(rec.ChainIDs) == 0 {
+			return merged, bindReadOnly(s.path(emptyDirName), merged, id)
+		}
+		upper, work = "", ""
+		// Overlay without an upper dir wants two lower dirs at least.
+		if len(lowers) == 1 {
+			lowers = append(lowers, s.path(emptyDirName))
+		}
+	}
+	if err := s.mountOverlay(lowers, upper, work, merged); err != nil {
 		return "", fmt.Errorf("mount rootfs %s: %w", id, err)
 	}
 	return merged, nil
+}
+
+// bindReadOnly binds source read-only at target: the image volume of an
+// image without layers, which overlay cannot mount (one lower dir, twice).
+func bindReadOnly(source, target, id string) error {
+	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount image volume %s: %w", id, err)
+	}
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		_ = unix.Unmount(target, unix.MNT_DETACH)
+		return fmt.Errorf("mount image volume %s read-only: %w", id, err)
+	}
+	return nil
 }
 
 // lowerDirs lists the layer dirs top first, as overlay wants them; an image

@@ -189,3 +189,63 @@ func TestRootfsOfEmptyImage(t *testing.T) {
 		t.Fatalf("empty image rootfs: %v entries, %v", len(entries), err)
 	}
 }
+
+// TestImageVolumeIsReadOnlyAndPinsTheImage: an image volume shows the
+// image's files through a read-only overlay without an upper dir, of one
+// layer as of many, and keeps the image from removal until it goes.
+func TestImageVolumeIsReadOnlyAndPinsTheImage(t *testing.T) {
+	requireRoot(t)
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy mount %v", legacy), func(t *testing.T) {
+			forceLegacyMount = legacy
+			t.Cleanup(func() { forceLegacyMount = false })
+			testImageVolumes(t)
+		})
+	}
+}
+
+func testImageVolumes(t *testing.T) {
+	s := newTestStore(t, Options{})
+	imgs := importImages(t, s, map[string]v1.Image{
+		"example.com/multi:1":   tim.MultiLayer(t),
+		"example.com/one:1":     tim.Image(t, []v1.Layer{tim.Layer(t, tim.Dir("data", 0o755), tim.File("data/hello", "hi\n", 0o644))}),
+		"example.com/scratch:1": tim.Image(t, nil),
+	})
+	for _, img := range imgs {
+		id := "vol-" + img.ID[len("sha256:"):len("sha256:")+8]
+		if err := s.PrepareImageVolume(id, img.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PrepareRootfs(id, img.ID); !errors.Is(err, ErrExists) {
+			t.Fatalf("a rootfs under an image volume's ID: %v, want ErrExists", err)
+		}
+		root, err := s.MountRootfs(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dataDir := filepath.Join(root, "data")
+		if len(img.Layers) == 0 {
+			dataDir = root
+		} else if entries, err := os.ReadDir(dataDir); err != nil || len(entries) == 0 {
+			t.Fatalf("data/ of image %s: %d entries, %v", img.RepoTags, len(entries), err)
+		}
+		if err := os.WriteFile(filepath.Join(dataDir, "new"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+			t.Fatalf("write into image volume: %v, want EROFS", err)
+		}
+		if _, err := os.Stat(filepath.Join(s.rootfsDir(id), "upper")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("an image volume has an upper dir (%v)", err)
+		}
+		if err := s.Remove(img.ID); !errors.Is(err, ErrInUse) {
+			t.Fatalf("remove image under a volume: %v, want ErrInUse", err)
+		}
+		if err := s.RemoveRootfs(id); err != nil {
+			t.Fatal(err)
+		}
+		if mounts := mountsBelow(t, s.path(snapshotsDir)); len(mounts) != 0 {
+			t.Fatalf("mounts left: %v", mounts)
+		}
+		if err := s.Remove(img.ID); err != nil {
+			t.Fatalf("remove image after its volume went: %v", err)
+		}
+	}
+}

@@ -135,9 +135,9 @@ func bindMount(m Mount) (specs.Mount, error) {
 	if err := checkSourcePropagation(source, m.Propagation); err != nil {
 		return specs.Mount{}, err
 	}
-	mode := "rw"
-	if m.Readonly {
-		mode = "ro"
+	mode, err := mountMode(m)
+	if err != nil {
+		return specs.Mount{}, err
 	}
 	return specs.Mount{
 		Destination: path.Clean(m.ContainerPath),
@@ -145,6 +145,25 @@ func bindMount(m Mount) (specs.Mount, error) {
 		Source:      source,
 		Options:     []string{"rbind", propagation, mode},
 	}, nil
+}
+
+// mountMode is the mount's access option. "rro" stands instead of "ro",
+// as containerd writes it: runc applies it with mount_setattr(AT_RECURSIVE),
+// which also reaches the mounts below the source that rbind copied. Only a
+// private mount can be made recursively read-only: a slave or shared one
+// would get writable mounts from the host later.
+func mountMode(m Mount) (string, error) {
+	switch {
+	case m.RecursiveReadOnly && !m.Readonly:
+		return "", fmt.Errorf("%w: recursive read-only mount %s must be read-only", ErrInvalid, m.ContainerPath)
+	case m.RecursiveReadOnly && m.Propagation != PropagationPrivate:
+		return "", fmt.Errorf("%w: recursive read-only mount %s must have private propagation", ErrInvalid, m.ContainerPath)
+	case m.RecursiveReadOnly:
+		return "rro", nil
+	case m.Readonly:
+		return "ro", nil
+	}
+	return "rw", nil
 }
 
 // prepareMountSource creates a missing host directory, as containerd and the

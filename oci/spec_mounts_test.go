@@ -128,6 +128,17 @@ func TestUserMounts(t *testing.T) {
 	}
 }
 
+// TestRecursiveReadOnlyMount: "rro" in place of "ro", which runc applies
+// to the submounts too.
+func TestRecursiveReadOnlyMount(t *testing.T) {
+	c := minimalSpec(t)
+	c.Mounts = []Mount{{ContainerPath: "/data", HostPath: t.TempDir(), Readonly: true, RecursiveReadOnly: true}}
+	s := mustGenerate(t, c, testHost())
+	if m, _ := mountByDest(s.Mounts, "/data"); !slices.Equal(m.Options, []string{"rbind", "rprivate", "rro"}) {
+		t.Errorf("/data options %v, want rbind rprivate rro", m.Options)
+	}
+}
+
 func TestUserDevMountReplacesDevMounts(t *testing.T) {
 	c := minimalSpec(t)
 	c.Mounts = []Mount{{ContainerPath: "/dev", HostPath: "/dev"}}
@@ -147,6 +158,8 @@ func TestUserMountErrors(t *testing.T) {
 		{"relative container path", Mount{ContainerPath: "data", HostPath: "/tmp"}},
 		{"relative host path", Mount{ContainerPath: "/data", HostPath: "tmp"}},
 		{"unknown propagation", Mount{ContainerPath: "/data", HostPath: "/tmp", Propagation: 7}},
+		{"recursive read-only but writable", Mount{ContainerPath: "/data", HostPath: "/tmp", RecursiveReadOnly: true}},
+		{"recursive read-only but slave", Mount{ContainerPath: "/data", HostPath: "/tmp", RecursiveReadOnly: true, Readonly: true, Propagation: PropagationHostToContainer}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

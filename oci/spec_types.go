@@ -99,7 +99,11 @@ type Mount struct {
 	ContainerPath string
 	HostPath      string
 	Readonly      bool
-	Propagation   Propagation
+	// RecursiveReadOnly makes the mounts below HostPath read-only too
+	// (the runtime's "rro" option); it needs Readonly and private
+	// propagation, and a runtime whose features list "rro".
+	RecursiveReadOnly bool
+	Propagation       Propagation
 	// SelinuxRelabel is accepted and ignored: minicri does not run with SELinux.
 	SelinuxRelabel bool
 }

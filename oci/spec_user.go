@@ -32,6 +32,18 @@ const maxAccountsFile = 4 << 20
 // inside it, so that an image cannot make the daemon read a host file. A missing
 // file is fine for numeric ids; a name then is an ErrInvalid error.
 func ResolveUser(rootfs, imageUser string, runAsUser *int64, runAsUsername string, runAsGroup *int64, supplementalGroups []int64) (User, error) {
+	return resolveUser(rootfs, imageUser, runAsUser, runAsUsername, runAsGroup, supplementalGroups, true)
+}
+
+// ResolveUserStrict is ResolveUser for the supplemental groups policy
+// Strict: the image's /etc/group memberships of the user are left out, so
+// the additional groups are the gid and supplementalGroups only. An image
+// cannot then hand its user a group the pod did not name.
+func ResolveUserStrict(rootfs, imageUser string, runAsUser *int64, runAsUsername string, runAsGroup *int64, supplementalGroups []int64) (User, error) {
+	return resolveUser(rootfs, imageUser, runAsUser, runAsUsername, runAsGroup, supplementalGroups, false)
+}
+
+func resolveUser(rootfs, imageUser string, runAsUser *int64, runAsUsername string, runAsGroup *int64, supplementalGroups []int64, mergeImageGroups bool) (User, error) {
 	userPart, groupPart, err := chooseUserAndGroup(imageUser, runAsUser, runAsUsername, runAsGroup)
 	if err != nil {
 		return User{}, err
@@ -50,7 +62,9 @@ func ResolveUser(rootfs, imageUser string, runAsUser *int64, runAsUsername strin
 		}
 	}
 	gids := []uint32{u.GID}
-	gids = append(gids, accounts.memberships(u.Username)...)
+	if mergeImageGroups {
+		gids = append(gids, accounts.memberships(u.Username)...)
+	}
 	for _, g := range supplementalGroups {
 		id, err := toID("supplemental group", g)
 		if err != nil {

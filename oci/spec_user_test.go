@@ -85,6 +85,19 @@ func TestResolveUser(t *testing.T) {
 	}
 }
 
+// TestResolveUserStrict: the Strict policy keeps the image's /etc/group
+// memberships (app is in 2000 there) out; the gid and the pod's groups stay.
+func TestResolveUserStrict(t *testing.T) {
+	rootfs := writeRootfs(t, map[string]string{"etc/passwd": testPasswd, "etc/group": testGroup})
+	got, err := ResolveUserStrict(rootfs, "app", nil, "", nil, []int64{7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint32{1000, 7}; !reflect.DeepEqual(got.AdditionalGids, want) || got.UID != 1000 || got.GID != 1000 {
+		t.Errorf("strict user = %+v, want uid 1000 gid 1000 groups %v", got, want)
+	}
+}
+
 func TestResolveUserWithoutAccountFiles(t *testing.T) {
 	rootfs := t.TempDir()
 	tests := []struct {

@@ -100,6 +100,17 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	if err := validateContainerInPod(sbCfg, cfg); err != nil {
 		return err
 	}
+	rt, err := s.runtimes.Get(sb.Handler)
+	if err != nil {
+		return err
+	}
+	if err := checkHandlerMounts(rt, sb.Handler, cfg); err != nil {
+		return err
+	}
+	vols, err := s.resolveImageVolumes(id, cfg)
+	if err != nil {
+		return err
+	}
 	raw, err := proto.Marshal(cfg)
 	if err != nil {
 		return fmt.Errorf("encode config: %w", err)
@@ -121,6 +132,8 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 		Handler:     sb.Handler,
 		StopSignal:  stopSignal(cfg, img),
 		Config:      raw,
+
+		ImageVolumes: vols,
 	}
 	// Recorded before anything is made: a crash from here on is rolled back
 	// at start from this record.
@@ -135,15 +148,12 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 			}
 		}
 	}()
-	rt, err := s.runtimes.Get(sb.Handler)
-	if err != nil {
-		return err
-	}
 	spec, err := s.writeBundle(rec, sb, sbCfg, cfg, img, refs)
 	if err != nil {
 		return err
 	}
 	rec.CgroupsPath = spec.Linux.CgroupsPath
+	rec.User = specUser(spec)
 	crashPoint("container-after-bundle")
 	if rec.Monitor, err = s.startMonitor(ctx, rec, rt, cfg); err != nil {
 		return err
@@ -170,7 +180,11 @@ func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runti
 	if err != nil {
 		return nil, fmt.Errorf("mount rootfs: %w", err)
 	}
-	cs, err := s.containerSpec(rec.ID, rootfs, sb, sbCfg, cfg, img, refs)
+	volumeSources, err := s.mountImageVolumes(rec.ImageVolumes, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := s.containerSpec(rec.ID, rootfs, sb, sbCfg, cfg, img, refs, volumeSources)
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +245,9 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	s.monitors.release(rec.ID)
 	if err := s.images.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
+	}
+	if err := s.removeImageVolumes(rec.ImageVolumes); err != nil {
+		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(rec.Bundle); err != nil {
 		errs = append(errs, fmt.Errorf("remove bundle: %w", err))

@@ -13,7 +13,8 @@ import (
 
 // containerSpec translates a CRI container config, its sandbox and its image
 // into the plain description the oci package turns into config.json.
-func (s *Server) containerSpec(id, rootfs string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (oci.ContainerSpec, error) {
+// volumeSources are the host paths of the image volumes, by mount index.
+func (s *Server) containerSpec(id, rootfs string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs, volumeSources map[int]string) (oci.ContainerSpec, error) {
 	args, err := oci.ResolveArgs(img.Config.Entrypoint, img.Config.Cmd, cfg.GetCommand(), cfg.GetArgs())
 	if err != nil {
 		return oci.ContainerSpec{}, err
@@ -41,7 +42,7 @@ func (s *Server) containerSpec(id, rootfs string, sb sandboxRecord, sbCfg *runti
 		Terminal:       cfg.GetTty(),
 		Stdin:          cfg.GetStdin(),
 		Hostname:       podHostname(sbCfg),
-		Mounts:         ociMounts(cfg.GetMounts()),
+		Mounts:         ociMounts(cfg.GetMounts(), volumeSources),
 		Devices:        ociDevices(cfg.GetDevices()),
 		Resources:      ociResources(cfg.GetLinux().GetResources()),
 		Security:       ociSecurity(sc),
@@ -73,7 +74,11 @@ func resolveUser(rootfs string, img image.Image, sc *runtime.LinuxContainerSecur
 		g := v.GetValue()
 		runAsGroup = &g
 	}
-	user, err := oci.ResolveUser(rootfs, img.Config.User, runAsUser, sc.GetRunAsUsername(), runAsGroup, sc.GetSupplementalGroups())
+	resolve := oci.ResolveUser
+	if sc.GetSupplementalGroupsPolicy() == runtime.SupplementalGroupsPolicy_Strict {
+		resolve = oci.ResolveUserStrict
+	}
+	user, err := resolve(rootfs, img.Config.User, runAsUser, sc.GetRunAsUsername(), runAsGroup, sc.GetSupplementalGroups())
 	if err != nil {
 		return oci.User{}, err
 	}
@@ -82,9 +87,15 @@ func resolveUser(rootfs string, img image.Image, sc *runtime.LinuxContainerSecur
 	return user, nil
 }
 
-func ociMounts(mounts []*runtime.Mount) []oci.Mount {
+// ociMounts turns the CRI mounts into bind mounts; an image volume binds
+// its mounted image, from volumeSources (by mount index).
+func ociMounts(mounts []*runtime.Mount, volumeSources map[int]string) []oci.Mount {
 	out := make([]oci.Mount, 0, len(mounts))
-	for _, m := range mounts {
+	for i, m := range mounts {
+		hostPath := m.GetHostPath()
+		if source, ok := volumeSources[i]; ok {
+			hostPath = source
+		}
 		p := oci.PropagationPrivate
 		switch m.GetPropagation() {
 		case runtime.MountPropagation_PROPAGATION_HOST_TO_CONTAINER:
@@ -93,11 +104,12 @@ func ociMounts(mounts []*runtime.Mount) []oci.Mount {
 			p = oci.PropagationBidirectional
 		}
 		out = append(out, oci.Mount{
-			ContainerPath:  m.GetContainerPath(),
-			HostPath:       m.GetHostPath(),
-			Readonly:       m.GetReadonly(),
-			Propagation:    p,
-			SelinuxRelabel: m.GetSelinuxRelabel(),
+			ContainerPath:     m.GetContainerPath(),
+			HostPath:          hostPath,
+			Readonly:          m.GetReadonly(),
+			RecursiveReadOnly: m.GetRecursiveReadOnly(),
+			Propagation:       p,
+			SelinuxRelabel:    m.GetSelinuxRelabel(),
 		})
 	}
 	return out

@@ -38,7 +38,11 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
 	}
 	crashPoint("container-after-start") // running, but recorded as created
+	user, userOK := runningUser(rec.Bundle)
 	_, err = s.containers.Update(id, func(r *containerRecord) error {
+		if userOK {
+			r.User = user
+		}
 		// The process may already have exited and been recorded: keep that.
 		if r.State == stateCreated {
 			r.State = stateRunning

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -45,11 +46,42 @@ func containerStatus(rec containerRecord, cfg *runtime.ContainerConfig) *runtime
 		Message:     rec.Message,
 		Labels:      rec.Labels,
 		Annotations: rec.Annotations,
-		Mounts:      cfg.GetMounts(),
+		Mounts:      statusMounts(rec, cfg),
 		LogPath:     rec.LogPath,
 		Resources:   &runtime.ContainerResources{Linux: cfg.GetLinux().GetResources()},
-		StopSignal:  cfg.GetStopSignal(),
+		StopSignal:  statusStopSignal(rec, cfg),
+		User:        criUser(rec.User),
 	}
+}
+
+// statusMounts are the config's mounts; an image volume names the image it
+// mounted by digest, which the kubelet shows in the pod's volume status.
+func statusMounts(rec containerRecord, cfg *runtime.ContainerConfig) []*runtime.Mount {
+	if len(rec.ImageVolumes) == 0 {
+		return cfg.GetMounts()
+	}
+	mounts := make([]*runtime.Mount, len(cfg.GetMounts()))
+	copy(mounts, cfg.GetMounts())
+	for _, v := range rec.ImageVolumes {
+		if v.Mount >= len(mounts) {
+			continue
+		}
+		m := proto.Clone(mounts[v.Mount]).(*runtime.Mount)
+		m.Image = &runtime.ImageSpec{Image: v.ImageRef, Annotations: m.GetImage().GetAnnotations()}
+		mounts[v.Mount] = m
+	}
+	return mounts
+}
+
+// statusStopSignal is the signal StopContainer sends as it was resolved at
+// create (the config's, else the image's, else SIGTERM). A signal that the
+// CRI's enum does not name (a number, a real-time signal) reports the
+// config's, which is RUNTIME_DEFAULT then.
+func statusStopSignal(rec containerRecord, cfg *runtime.ContainerConfig) runtime.Signal {
+	if v, ok := runtime.Signal_value["SIGNAL_"+rec.StopSignal]; ok {
+		return runtime.Signal(v)
+	}
+	return cfg.GetStopSignal()
 }
 
 func containerState(rec containerRecord) runtime.ContainerState {

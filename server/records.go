@@ -78,6 +78,12 @@ type containerRecord struct {
 	CgroupsPath string
 	StopSignal  string // the image's or the config's stop signal, e.g. SIGTERM
 	Monitor     monitorRef
+	// ImageVolumes are the container's image volumes, named before they
+	// are made so that a failed create or a removal finds them.
+	ImageVolumes []imageVolume `json:",omitempty"`
+	// User is the identity of the container's process: as configured at
+	// create, as /proc showed it once the process ran.
+	User *containerUser `json:",omitempty"`
 
 	Config []byte // the ContainerConfig, protobuf-encoded
 }

@@ -200,7 +200,8 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 		}
 	}
 	for _, id := range s.images.Rootfses() {
-		if !knownContainer(id) {
+		// An image volume's rootfs is its container's (rootfsOwner).
+		if !knownContainer(rootfsOwner(id)) {
 			s.sweep("container root filesystem", id, s.images.RemoveRootfs(id))
 		}
 	}

@@ -29,6 +29,9 @@ func (s *Server) Status(ctx context.Context, req *runtime.StatusRequest) (*runti
 	resp := &runtime.StatusResponse{
 		Status:          &runtime.RuntimeStatus{Conditions: []*runtime.RuntimeCondition{runtimeReady, networkReady}},
 		RuntimeHandlers: s.runtimeHandlers(),
+		// Strict (only the pod's groups) is minicri's own, whatever the
+		// OCI runtime: oci.ResolveUserStrict.
+		Features: &runtime.RuntimeFeatures{SupplementalGroupsPolicy: true},
 	}
 	if req.GetVerbose() {
 		info, err := s.statusInfo()

@@ -226,10 +226,8 @@ func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolic
 		// The CRI's default, and containerd's behaviour when unset: the
 		// image's /etc/group memberships are merged in (oci.ResolveUser).
 	case runtime.SupplementalGroupsPolicy_Strict:
-		// The kubelet asks for Strict only when the runtime reports the
-		// feature (RuntimeFeatures.supplemental_groups_policy), which
-		// minicri does not: the image's /etc/group is always merged.
-		return invalidf(field+".supplemental_groups_policy", "Strict is not supported by minicri (only Merge)")
+		// Only the pod's groups: the image's /etc/group is left out
+		// (oci.ResolveUserStrict).
 	default:
 		return invalidf(field+".supplemental_groups_policy", "unknown policy %d", p)
 	}
@@ -241,12 +239,18 @@ func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolic
 
 // validateMountSupported refuses the mount fields minicri cannot honour.
 // The kubelet sets none of them for an ordinary volume: recursive_read_only
-// only when the runtime reports the feature, ID mappings only with a user
-// namespace, mount_options only when the runtime reports the feature.
+// only when the runtime reports the feature (whether the handler's runtime
+// has it is checked at create, see checkHandlerMounts), ID mappings only
+// with a user namespace, mount_options only when the runtime reports the
+// feature.
 func validateMountSupported(m *runtime.Mount) error {
 	switch {
-	case m.GetRecursiveReadOnly():
-		return invalidf("config.mounts.recursive_read_only", "recursive read-only mounts are not supported by minicri")
+	case m.GetRecursiveReadOnly() && !m.GetReadonly():
+		return invalidf("config.mounts.recursive_read_only", "mount %s is recursively read-only but not read-only (readonly: false)", m.GetContainerPath())
+	case m.GetRecursiveReadOnly() && m.GetPropagation() != runtime.MountPropagation_PROPAGATION_PRIVATE:
+		// A slave or shared mount would receive writable mounts from the
+		// host after it was made read-only.
+		return invalidf("config.mounts.recursive_read_only", "mount %s is recursively read-only but its propagation is %v, not private", m.GetContainerPath(), m.GetPropagation())
 	case len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0:
 		return invalidf("config.mounts.uidMappings", "ID-mapped mounts need a user namespace, which minicri does not support")
 	case len(m.GetMountOptions()) > 0:
@@ -590,13 +594,42 @@ func validateMount(m *runtime.Mount) error {
 	if err := validateHostPath("config.mounts.container_path", m.GetContainerPath()); err != nil {
 		return err
 	}
-	// An image volume (KEP-4639) is not built yet: refused rather than run
-	// without its content.
 	if m.GetImage().GetImage() != "" {
-		return invalidf("config.mounts.image", "image volumes (%q) are not supported by minicri yet", m.GetImage().GetImage())
+		return validateImageMount(m)
+	}
+	if m.GetImageSubPath() != "" {
+		return invalidf("config.mounts.image_sub_path", "%q needs an image volume (config.mounts.image)", m.GetImageSubPath())
 	}
 	if err := validateHostPath("config.mounts.host_path", m.GetHostPath()); err != nil {
 		return err
+	}
+	if _, ok := runtime.MountPropagation_name[int32(m.GetPropagation())]; !ok {
+		return invalidf("config.mounts.propagation", "unknown propagation %d", m.GetPropagation())
+	}
+	return nil
+}
+
+// validateImageMount checks an image volume (KEP-4639): an image, mounted
+// read-only, all of it or the directory image_sub_path names in it. It has
+// no host path: the image is the source.
+func validateImageMount(m *runtime.Mount) error {
+	if err := validateImageRef("config.mounts.image.image", m.GetImage().GetImage()); err != nil {
+		return err
+	}
+	if m.GetHostPath() != "" {
+		return invalidf("config.mounts.host_path", "%q: an image volume has no host path", m.GetHostPath())
+	}
+	if !m.GetReadonly() {
+		// An image is shared by every container that mounts it.
+		return invalidf("config.mounts.readonly", "image volume %s must be read-only", m.GetContainerPath())
+	}
+	if p := m.GetImageSubPath(); p != "" {
+		if filepath.IsAbs(p) {
+			return invalidf("config.mounts.image_sub_path", "%q must be relative to the image's root", p)
+		}
+		if err := validateCleanPath("config.mounts.image_sub_path", p); err != nil {
+			return err
+		}
 	}
 	if _, ok := runtime.MountPropagation_name[int32(m.GetPropagation())]; !ok {
 		return invalidf("config.mounts.propagation", "unknown propagation %d", m.GetPropagation())

@@ -43,7 +43,7 @@ func checkAcceptedContainerConfig(t *testing.T, c *runtime.ContainerConfig) {
 	if p := containerLogPath(sb, c); p != "" && !strings.HasPrefix(p, logDir+"/") {
 		t.Fatalf("accepted log_path %q leads to %q, outside %s", c.GetLogPath(), p, logDir)
 	}
-	for _, m := range ociMounts(c.GetMounts()) {
+	for _, m := range ociMounts(c.GetMounts(), nil) {
 		for _, p := range []string{m.ContainerPath, m.HostPath} {
 			if p != "" && (!filepath.IsAbs(p) || hasDotDot(p)) {
 				t.Fatalf("accepted mount path %q", p)

@@ -85,7 +85,7 @@ func TestValidateSandboxConfig(t *testing.T) {
 		}, "config.linux.security_context.namespace_options.userns_options.uids"},
 		{"pod supplemental groups policy Strict", func(c *runtime.PodSandboxConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{SupplementalGroupsPolicy: runtime.SupplementalGroupsPolicy_Strict}
-		}, "config.linux.security_context.supplemental_groups_policy"},
+		}, ""},
 		{"pod supplemental groups policy unknown", func(c *runtime.PodSandboxConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{SupplementalGroupsPolicy: 9}
 		}, "config.linux.security_context.supplemental_groups_policy"},
@@ -189,11 +189,25 @@ func TestValidateContainerConfig(t *testing.T) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsGroup: &runtime.Int64Value{Value: 1000}}
 		}, "config.linux.security_context.run_as_group"},
 		{"image volume", func(c *runtime.ContainerConfig) {
+			c.Mounts = []*runtime.Mount{{ContainerPath: "/models", Readonly: true, ImageSubPath: "v1/data", Image: &runtime.ImageSpec{Image: "registry.example/models:v1"}}}
+		}, ""},
+		{"writable image volume", func(c *runtime.ContainerConfig) {
 			c.Mounts = []*runtime.Mount{{ContainerPath: "/models", Image: &runtime.ImageSpec{Image: "registry.example/models:v1"}}}
-		}, "config.mounts.image"},
+		}, "config.mounts.readonly"},
 		{"image volume with a host path", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].Readonly = true
 			c.Mounts[0].Image = &runtime.ImageSpec{Image: "busybox"}
-		}, "config.mounts.image"},
+		}, "config.mounts.host_path"},
+		{"image volume with a bad reference", func(c *runtime.ContainerConfig) {
+			c.Mounts = []*runtime.Mount{{ContainerPath: "/models", Readonly: true, Image: &runtime.ImageSpec{Image: "Bad Ref"}}}
+		}, "config.mounts.image.image"},
+		{"image sub path that walks up", func(c *runtime.ContainerConfig) {
+			c.Mounts = []*runtime.Mount{{ContainerPath: "/models", Readonly: true, ImageSubPath: "a/../../etc", Image: &runtime.ImageSpec{Image: "busybox"}}}
+		}, "config.mounts.image_sub_path"},
+		{"absolute image sub path", func(c *runtime.ContainerConfig) {
+			c.Mounts = []*runtime.Mount{{ContainerPath: "/models", Readonly: true, ImageSubPath: "/etc", Image: &runtime.ImageSpec{Image: "busybox"}}}
+		}, "config.mounts.image_sub_path"},
+		{"image sub path without an image", func(c *runtime.ContainerConfig) { c.Mounts[0].ImageSubPath = "etc" }, "config.mounts.image_sub_path"},
 		{"group with a user", func(c *runtime.ContainerConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{RunAsUser: &runtime.Int64Value{Value: 0}, RunAsGroup: &runtime.Int64Value{Value: 1000}}
 		}, ""},
@@ -229,12 +243,19 @@ func TestValidateContainerConfig(t *testing.T) {
 		}, "config.linux.security_context.namespace_options.userns_options.mode"},
 		{"supplemental groups policy Strict", func(c *runtime.ContainerConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{SupplementalGroupsPolicy: runtime.SupplementalGroupsPolicy_Strict}
-		}, "config.linux.security_context.supplemental_groups_policy"},
+		}, ""},
 		{"ambient capabilities", func(c *runtime.ContainerConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{Capabilities: &runtime.Capability{AddAmbientCapabilities: []string{"NET_BIND_SERVICE"}}}
 		}, "config.linux.security_context.capabilities.add_ambient_capabilities"},
 		{"recursive read-only mount", func(c *runtime.ContainerConfig) {
 			c.Mounts[0].Readonly, c.Mounts[0].RecursiveReadOnly = true, true
+		}, ""},
+		{"recursive read-only mount that is writable", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].RecursiveReadOnly = true
+		}, "config.mounts.recursive_read_only"},
+		{"recursive read-only mount with host-to-container propagation", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].Readonly, c.Mounts[0].RecursiveReadOnly = true, true
+			c.Mounts[0].Propagation = runtime.MountPropagation_PROPAGATION_HOST_TO_CONTAINER
 		}, "config.mounts.recursive_read_only"},
 		{"ID-mapped mount", func(c *runtime.ContainerConfig) {
 			c.Mounts[0].UidMappings = []*runtime.IDMapping{{HostId: 65536, Length: 65536}}

@@ -178,26 +178,6 @@ func TestRunAsGroupWithoutUserIsRefused(t *testing.T) {
 	}
 }
 
-// TestImageVolumeIsRefused: image volumes are not built yet, so a mount of
-// an image is refused naming the field, not accepted and failed later.
-func TestImageVolumeIsRefused(t *testing.T) {
-	d := StartDaemon(t)
-	ref := busyboxRef(t)
-	d.pull(t, ref)
-	podCfg := d.hostNetworkPod("imagevol")
-	pod := d.runPod(t, podCfg)
-	before := d.stateFiles(t)
-	cc := containerConfig("imagevol", ref, "true")
-	cc.Mounts = []*runtime.Mount{{ContainerPath: "/data", Image: &runtime.ImageSpec{Image: ref}}}
-	_, err := d.Runtime.CreateContainer(context.Background(), pod, cc, podCfg)
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "config.mounts.image:") {
-		t.Fatalf("CreateContainer with an image volume = %v, want InvalidArgument naming config.mounts.image", err)
-	}
-	if after := d.stateFiles(t); after != before {
-		t.Errorf("a refused image volume left state behind:\nbefore:\n%s\nafter:\n%s", before, after)
-	}
-}
-
 // TestPodWithoutHostnameAndLongNameStarts: crictl and CI tools send no
 // hostname and pod names longer than a host name may be. The pod gets the
 // node's hostname, as in containerd, and every place that shows it agrees.

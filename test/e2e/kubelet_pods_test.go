@@ -211,6 +211,8 @@ func TestKubelet(t *testing.T) {
 	echo.Stdin = true
 	k.writeManifest(t, staticPod("stream", n.container("shell", sleepForever), echo))
 
+	features := writeFeaturePods(t, n) // kubelet_features_test.go
+
 	for _, name := range []string{"gone", "init", "resources", "hostport", "stream", "chatty", "restricted"} {
 		k.waitPod(t, name, "Running with every container running", 90*time.Second, running)
 	}
@@ -231,6 +233,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("ExecThroughKubelet", func(t *testing.T) { testExecThroughKubelet(t, n) })
 	t.Run("AttachThroughKubelet", func(t *testing.T) { testAttachThroughKubelet(t, n) })
 	t.Run("PortForwardThroughKubelet", func(t *testing.T) { testPortForwardThroughKubelet(t, n) })
+	t.Run("NodeFeaturesFromInside", func(t *testing.T) { testNodeFeatures(t, n, features) })
 	t.Run("DaemonRestartKeepsPodsRunning", func(t *testing.T) { testDaemonRestart(t, n) })
 	t.Run("RemovedPodsLeaveNothing", func(t *testing.T) { testRemovedPodsLeaveNothing(t, n) })
 }

@@ -1,0 +1,118 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/oci"
+)
+
+// imageVolume is one image volume (a mount with Mount.image, KEP-4639) of a
+// container: a read-only view of an image, kept in the image store as a
+// rootfs of its own so that the image cannot be removed while it is mounted.
+type imageVolume struct {
+	ID       string // the image store's rootfs ID: imageVolumeID
+	Mount    int    // the index of its mount in the container config
+	ImageID  string // the image's config digest
+	ImageRef string // the image's repo digest, or its ID: what ContainerStatus reports
+}
+
+// imageVolumeSep joins a container ID and the index of one of its image
+// volumes into that volume's rootfs ID. A container ID is hex, so the owner
+// of any rootfs is the part before it (rootfsOwner).
+const imageVolumeSep = ".iv"
+
+func imageVolumeID(containerID string, mount int) string {
+	return fmt.Sprintf("%s%s%d", containerID, imageVolumeSep, mount)
+}
+
+// rootfsOwner is the container a rootfs of the image store belongs to.
+func rootfsOwner(rootfsID string) string {
+	owner, _, _ := strings.Cut(rootfsID, imageVolumeSep)
+	return owner
+}
+
+// resolveImageVolumes finds the images of the container's image volumes.
+// The kubelet pulls them first, as it pulls the container's image: a
+// missing one is NotFound, not pulled here.
+func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerConfig) ([]imageVolume, error) {
+	var vols []imageVolume
+	for i, m := range cfg.GetMounts() {
+		ref := m.GetImage().GetImage()
+		if ref == "" {
+			continue
+		}
+		img, err := s.images.Get(ref)
+		if err != nil {
+			return nil, fmt.Errorf("config.mounts.image: image %q of volume %s: %w", ref, m.GetContainerPath(), err)
+		}
+		vols = append(vols, imageVolume{ID: imageVolumeID(containerID, i), Mount: i, ImageID: img.ID, ImageRef: imageRef(img)})
+	}
+	return vols, nil
+}
+
+// mountImageVolumes mounts each image volume read-only and returns, by
+// mount index, the host path to bind: the volume's root or its
+// image_sub_path, which must be a directory of the image. The mounts are
+// under the image store's dir of the container's own rootfs ID, so that
+// removing the container (discardContainer) or the start-up sweep
+// (sweepOrphans, by rootfsOwner) removes them.
+func (s *Server) mountImageVolumes(vols []imageVolume, cfg *runtime.ContainerConfig) (map[int]string, error) {
+	sources := make(map[int]string, len(vols))
+	for _, v := range vols {
+		if err := s.images.PrepareImageVolume(v.ID, v.ImageID); err != nil {
+			return nil, fmt.Errorf("prepare image volume %s: %w", v.ID, err)
+		}
+		root, err := s.images.MountRootfs(v.ID)
+		if err != nil {
+			return nil, fmt.Errorf("mount image volume %s: %w", v.ID, err)
+		}
+		m := cfg.GetMounts()[v.Mount]
+		source := root
+		if sub := m.GetImageSubPath(); sub != "" {
+			// Symlinks in the image resolve inside the image.
+			if source, err = securejoin.SecureJoin(root, sub); err != nil {
+				return nil, fmt.Errorf("image_sub_path %q of image volume %s: %w", sub, m.GetContainerPath(), err)
+			}
+			if fi, err := os.Stat(source); err != nil || !fi.IsDir() {
+				return nil, invalidf("config.mounts.image_sub_path", "%q is not a directory of image %s", sub, m.GetImage().GetImage())
+			}
+		}
+		sources[v.Mount] = source
+	}
+	return sources, nil
+}
+
+// removeImageVolumes unmounts and removes a container's image volumes,
+// which unpins their images.
+func (s *Server) removeImageVolumes(vols []imageVolume) error {
+	for _, v := range vols {
+		if err := s.images.RemoveRootfs(v.ID); err != nil {
+			return fmt.Errorf("remove image volume %s: %w", v.ID, err)
+		}
+	}
+	return nil
+}
+
+// checkHandlerMounts refuses a recursive read-only mount on a handler whose
+// runtime cannot make one: a plain read-only mount in its place would leave
+// the mounts below it writable, without anyone knowing.
+func checkHandlerMounts(rt *oci.Runtime, handler string, cfg *runtime.ContainerConfig) error {
+	for _, m := range cfg.GetMounts() {
+		if !m.GetRecursiveReadOnly() {
+			continue
+		}
+		if f, err := rt.Features(); !f.RecursiveReadOnly {
+			why := "its runtime does not list the rro mount option"
+			if err != nil {
+				why = err.Error()
+			}
+			return invalidf("config.mounts.recursive_read_only", "runtime handler %q cannot make mount %s recursively read-only: %s", handler, m.GetContainerPath(), why)
+		}
+	}
+	return nil
+}

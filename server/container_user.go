@@ -1,0 +1,116 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/conmon/wire"
+)
+
+// containerUser is the identity of a container's process, as
+// ContainerStatus.user reports it (KEP-3619): the kubelet shows it in the
+// pod's status so that a user can see which groups the process really has.
+type containerUser struct {
+	UID    int64
+	GID    int64
+	Groups []int64
+}
+
+// specUser is the identity written into the container's config.json.
+func specUser(spec *specs.Spec) *containerUser {
+	if spec == nil || spec.Process == nil {
+		return nil
+	}
+	u := spec.Process.User
+	out := &containerUser{UID: int64(u.UID), GID: int64(u.GID), Groups: make([]int64, 0, len(u.AdditionalGids))}
+	for _, g := range u.AdditionalGids {
+		out.Groups = append(out.Groups, int64(g))
+	}
+	return out
+}
+
+// runningUser reads what the container's init process got, from
+// /proc/PID/status: the identity KEP-3619 asks the runtime to report.
+// containerd 2.x reports its OCI spec's user instead, which a runtime or
+// the kernel may not have applied as written (a runtime that drops or adds
+// a group, a groups list past NGROUPS_MAX). The pid is the one the runtime
+// wrote at create, in the bundle. ok is false when the process is gone
+// already; the caller then keeps the config's user.
+func runningUser(bundle string) (u *containerUser, ok bool) {
+	data, err := os.ReadFile(filepath.Join(bundle, wire.PIDFile))
+	if err != nil {
+		return nil, false
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(data)))
+	if err != nil || pid <= 0 {
+		return nil, false
+	}
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return nil, false
+	}
+	u, err = parseProcStatusUser(status)
+	return u, err == nil
+}
+
+// parseProcStatusUser takes the effective uid and gid and the supplementary
+// groups from the text of /proc/PID/status.
+func parseProcStatusUser(status []byte) (*containerUser, error) {
+	u := &containerUser{Groups: []int64{}}
+	var seen int
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		key, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(value)
+		switch key {
+		case "Uid", "Gid":
+			// real, effective, saved, filesystem
+			if len(fields) < 2 {
+				return nil, fmt.Errorf("/proc status %s: %q", key, value)
+			}
+			id, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("/proc status %s: %w", key, err)
+			}
+			if key == "Uid" {
+				u.UID = id
+			} else {
+				u.GID = id
+			}
+			seen++
+		case "Groups":
+			for _, f := range fields {
+				g, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("/proc status Groups: %w", err)
+				}
+				u.Groups = append(u.Groups, g)
+			}
+			seen++
+		}
+	}
+	if seen != 3 {
+		return nil, fmt.Errorf("/proc status: Uid, Gid or Groups missing")
+	}
+	return u, nil
+}
+
+// criUser is the CRI form of a container's user; nil when unknown (a
+// record from before users were kept).
+func criUser(u *containerUser) *runtime.ContainerUser {
+	if u == nil {
+		return nil
+	}
+	return &runtime.ContainerUser{Linux: &runtime.LinuxContainerUser{Uid: u.UID, Gid: u.GID, SupplementalGroups: u.Groups}}
+}

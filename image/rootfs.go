@@ -165,6 +165,10 @@ func (s *Store) Rootfses() []string {
 // upper dir) and returns the mountpoint. Mounting a mounted rootfs returns
 // the same mountpoint.
 func (s *Store) MountRootfs(id string) (string, error) {
+	return s.mountRootfs(id, nil)
+}
+
+func (s *Store) mountRootfs(id string, idmap *IDMap) (string, error) {
 	if err := validRootfsID(id); err != nil {
 		return "", err
 	}
@@ -183,7 +187,12 @@ func (s *Store) MountRootfs(id string) (string, error) {
 	if mounted {
 		return merged, nil
 	}
-	if err := s.mountOverlay(s.lowerDirs(rec), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), merged); err != nil {
+	if idmap != nil {
+		err = mountOverlayIDMapped(s.lowerDirs(rec), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), merged, *idmap)
+	} else {
+		err = s.mountOverlay(s.lowerDirs(rec), filepath.Join(dir, "upper"), filepath.Join(dir, "work"), merged)
+	}
+	if err != nil {
 		return "", fmt.Errorf("mount rootfs %s: %w", id, err)
 	}
 	return merged, nil

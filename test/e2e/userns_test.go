@@ -1,0 +1,171 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// usernsHandler is the handler whose runc can idmap mounts (make deps
+// builds it, hack/build-runc.sh).
+const usernsHandler = "runc-current"
+
+// usernsHostID is where the test pods' IDs start on the host: far above
+// any real user, a multiple of 65536 as the kubelet picks them.
+const usernsHostID = 3 << 20
+
+// usernsPodConfig is a pod config asking for a user namespace of its own
+// with 65536 IDs from usernsHostID, as the kubelet sends for hostUsers: false.
+func (d *Daemon) usernsPodConfig(name string) *runtime.PodSandboxConfig {
+	cfg := d.podConfig(name)
+	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{
+		NamespaceOptions: &runtime.NamespaceOption{
+			Pid:           runtime.NamespaceMode_CONTAINER,
+			UsernsOptions: usernsOptions(),
+		},
+	}
+	return cfg
+}
+
+func usernsOptions() *runtime.UserNamespace {
+	m := func() []*runtime.IDMapping {
+		return []*runtime.IDMapping{{ContainerId: 0, HostId: usernsHostID, Length: 65536}}
+	}
+	return &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: m(), Gids: m()}
+}
+
+func requireCurrentRunc(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/usr/local/lib/minicri/runc-v1.5.2/runc"); err != nil {
+		t.Fatalf("the runc of handler %s is missing (%v): run make deps", usernsHandler, err)
+	}
+}
+
+// Status says which handler can run a pod in a user namespace: the current
+// runc only, not Debian's runc 1.1.5 nor crun 1.8, which cannot idmap mounts.
+func TestStatusUserNamespacesOnlyForCurrentRunc(t *testing.T) {
+	requireCurrentRunc(t)
+	d := StartDaemon(t)
+	resp, err := d.Runtime.Status(context.Background(), false)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	got := map[string]bool{}
+	for _, h := range resp.GetRuntimeHandlers() {
+		got[h.GetName()] = h.GetFeatures().GetUserNamespaces()
+	}
+	want := map[string]bool{"": false, "runc": false, "crun": false, usernsHandler: true}
+	for name, w := range want {
+		if g, ok := got[name]; !ok || g != w {
+			t.Errorf("handler %q: user_namespaces = %v (listed %v), want %v; all: %v", name, g, ok, w, got)
+		}
+	}
+}
+
+// A pod with hostUsers: false on the current runc: its containers see the
+// kubelet's mappings in /proc/self/uid_map, the image's files and a volume
+// owned by root on the host as owned by root, and what they write to the
+// volume is stored with the host's IDs of the volume (idmapped mounts).
+func TestUserNamespacePodSeesItsMappingsAndOwnsItsFiles(t *testing.T) {
+	requireCurrentRunc(t)
+	d := StartDaemon(t)
+	searchable(t, d.Dir)
+	d.bridgeNetwork(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+
+	vol := t.TempDir() // owned by root on the host
+	cfg := d.usernsPodConfig("userns")
+	podID := d.runPodOn(t, cfg, usernsHandler)
+	ctr := containerConfig("check", ref, "sh", "-c",
+		`cat /proc/self/uid_map /proc/self/gid_map; echo id=$(id -u):$(id -g); `+
+			`echo rootfs=$(stat -c %u:%g / /bin/busybox /etc); echo vol=$(stat -c %u:%g /data); `+
+			`echo made > /data/by-pod && echo wrote=$(stat -c %u:%g /data/by-pod); `+
+			`echo lo=$(cat /sys/class/net/lo/operstate); hostname`)
+	ctr.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+		NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: usernsOptions()},
+	}}
+	u := usernsOptions()
+	ctr.Mounts = []*runtime.Mount{{ContainerPath: "/data", HostPath: vol, UidMappings: u.Uids, GidMappings: u.Gids}}
+	st, out := d.runToExit(t, podID, cfg, ctr)
+	t.Logf("container output:\n%s", out)
+	if st.GetExitCode() != 0 {
+		t.Fatalf("container exited %d: %s", st.GetExitCode(), out)
+	}
+	fields := strings.Fields(out)
+	if len(fields) < 6 || strings.Join(fields[:6], " ") != "0 3145728 65536 0 3145728 65536" {
+		t.Errorf("uid_map and gid_map = %q, want 0 3145728 65536 for both", fields)
+	}
+	for _, want := range []string{"id=0:0", "rootfs=0:0 0:0 0:0", "vol=0:0", "wrote=0:0", "lo=unknown", "userns"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// On the host the file is the volume's own root's, not the pod's: an
+	// idmapped mount maps both ways.
+	var fi syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(vol, "by-pod"), &fi); err != nil {
+		t.Fatalf("the file the pod wrote: %v", err)
+	}
+	if fi.Uid != 0 || fi.Gid != 0 {
+		t.Errorf("the pod's file is owned by %d:%d on the host, want 0:0 (the volume's)", fi.Uid, fi.Gid)
+	}
+}
+
+// A user namespace on a handler that cannot idmap mounts is refused, never
+// run in the host's user namespace instead.
+func TestUserNamespaceRefusedOnDebianRunc(t *testing.T) {
+	d := StartDaemon(t)
+	cfg := d.usernsPodConfig("userns-refused")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := d.Runtime.RunPodSandbox(ctx, cfg, "runc")
+	if err == nil {
+		t.Cleanup(func() { _ = d.Runtime.StopPodSandbox(ctx, id); _ = d.Runtime.RemovePodSandbox(ctx, id) })
+	}
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"runc"`) || !strings.Contains(err.Error(), "userns_options") {
+		t.Fatalf("RunPodSandbox with a user namespace on runc = %v, want InvalidArgument naming the handler and userns_options", err)
+	}
+}
+
+// runPodOn is runPod on a named runtime handler.
+func (d *Daemon) runPodOn(t *testing.T, cfg *runtime.PodSandboxConfig, handler string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := d.Runtime.RunPodSandbox(ctx, cfg, handler)
+	if err != nil {
+		t.Fatalf("RunPodSandbox %s on %s: %v", cfg.GetMetadata().GetName(), handler, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := d.Runtime.StopPodSandbox(ctx, id); err != nil {
+			t.Errorf("cleanup: StopPodSandbox: %v", err)
+		}
+		if err := d.Runtime.RemovePodSandbox(ctx, id); err != nil {
+			t.Errorf("cleanup: RemovePodSandbox: %v", err)
+		}
+	})
+	return id
+}
+
+// searchable lets a pod's root, a user with no rights over the host's
+// files, reach the rootfs under the test's dir, which MkdirTemp made 0700:
+// as /var/lib/minicri (0711) is on a node.
+func searchable(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+}

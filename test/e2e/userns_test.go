@@ -44,7 +44,7 @@ func usernsOptions() *runtime.UserNamespace {
 	return &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: m(), Gids: m()}
 }
 
-func requireCurrentRunc(t *testing.T) {
+func requireCurrentRunc(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat("/usr/local/lib/minicri/runc-v1.5.2/runc"); err != nil {
 		t.Fatalf("the runc of handler %s is missing (%v): run make deps", usernsHandler, err)

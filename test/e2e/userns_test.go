@@ -56,7 +56,7 @@ func requireCurrentRunc(t testing.TB) {
 func TestStatusUserNamespacesOnlyForCurrentRunc(t *testing.T) {
 	requireCurrentRunc(t)
 	d := StartDaemon(t)
-	resp, err := d.Runtime.Status(context.Background(), false)
+	resp, err := d.Runtime.Status(context.Background(), true) // verbose, as crictl info asks
 	if err != nil {
 		t.Fatalf("Status: %v", err)
 	}
@@ -91,7 +91,8 @@ func TestUserNamespacePodSeesItsMappingsAndOwnsItsFiles(t *testing.T) {
 		`cat /proc/self/uid_map /proc/self/gid_map; echo id=$(id -u):$(id -g); `+
 			`echo rootfs=$(stat -c %u:%g / /bin/busybox /etc); echo vol=$(stat -c %u:%g /data); `+
 			`echo made > /data/by-pod && echo wrote=$(stat -c %u:%g /data/by-pod); `+
-			`echo lo=$(cat /sys/class/net/lo/operstate); hostname`)
+			`echo made > /etc/by-pod && echo copied-up=$(stat -c %u:%g /etc/by-pod); `+
+			`echo lo=$(cat /sys/class/net/lo/operstate) eth0=$(cat /sys/class/net/eth0/operstate); hostname`)
 	ctr.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
 		NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: usernsOptions()},
 	}}
@@ -106,7 +107,7 @@ func TestUserNamespacePodSeesItsMappingsAndOwnsItsFiles(t *testing.T) {
 	if len(fields) < 6 || strings.Join(fields[:6], " ") != "0 3145728 65536 0 3145728 65536" {
 		t.Errorf("uid_map and gid_map = %q, want 0 3145728 65536 for both", fields)
 	}
-	for _, want := range []string{"id=0:0", "rootfs=0:0 0:0 0:0", "vol=0:0", "wrote=0:0", "lo=unknown", "userns"} {
+	for _, want := range []string{"id=0:0", "rootfs=0:0 0:0 0:0", "vol=0:0", "wrote=0:0", "copied-up=0:0", "lo=unknown eth0=up", "userns"} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -119,6 +120,54 @@ func TestUserNamespacePodSeesItsMappingsAndOwnsItsFiles(t *testing.T) {
 	}
 	if fi.Uid != 0 || fi.Gid != 0 {
 		t.Errorf("the pod's file is owned by %d:%d on the host, want 0:0 (the volume's)", fi.Uid, fi.Gid)
+	}
+	// What it writes to its rootfs lands in the upper dir with the pod's
+	// host IDs: the layers below are only idmapped, never written.
+	upper := filepath.Join(d.Root, "image", "snapshots", st.GetId(), "upper", "etc", "by-pod")
+	if err := syscall.Stat(upper, &fi); err != nil {
+		t.Fatalf("the file the pod wrote to its rootfs: %v", err)
+	}
+	if fi.Uid != usernsHostID || fi.Gid != usernsHostID {
+		t.Errorf("the pod's rootfs file is owned by %d:%d on the host, want %d:%d", fi.Uid, fi.Gid, usernsHostID, usernsHostID)
+	}
+}
+
+// A pod in a user namespace survives a daemon SIGKILL: its pins, its
+// idmapped rootfs and its container are found again, and removing it
+// afterwards leaves nothing (the suite's leak check).
+func TestUserNamespacePodSurvivesDaemonKill(t *testing.T) {
+	requireCurrentRunc(t)
+	d := StartDaemon(t)
+	searchable(t, d.Dir)
+	d.bridgeNetwork(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	cfg := d.usernsPodConfig("userns-restart")
+	podID := d.runPodOn(t, cfg, usernsHandler)
+	ctr := containerConfig("sleeper", ref, "sleep", "3600")
+	ctr.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+		NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: usernsOptions()},
+	}}
+	id := d.startContainer(t, podID, cfg, ctr)
+
+	d.kill9(t)
+	d.Start()
+
+	resp, err := d.Runtime.PodSandboxStatus(context.Background(), podID, false)
+	if err != nil || resp.GetStatus().GetState() != runtime.PodSandboxState_SANDBOX_READY {
+		t.Fatalf("pod after the restart: %v, %v; want ready", resp.GetStatus().GetState(), err)
+	}
+	if st := d.status(t, id); st.GetState() != runtime.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("container after the restart: %v, want running", st.GetState())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stdout, stderr, err := d.Runtime.ExecSync(ctx, id, []string{"sh", "-c", "cat /proc/self/uid_map; stat -c %u /bin"}, 10*time.Second)
+	if err != nil {
+		t.Fatalf("ExecSync after the restart: %v (%s)", err, stderr)
+	}
+	if f := strings.Fields(string(stdout)); len(f) != 4 || f[1] != "3145728" || f[3] != "0" {
+		t.Errorf("after the restart the container sees %q, want its mappings and its rootfs owned by 0", stdout)
 	}
 }
 

@@ -218,3 +218,35 @@ func searchable(t *testing.T, dir string) {
 		t.Fatal(err)
 	}
 }
+
+// A pod in a user namespace that fails after its namespaces are made (here:
+// no CNI network) leaves no pin, no infra process and no pod dir behind.
+func TestUserNamespacePodFailureLeavesNothing(t *testing.T) {
+	requireCurrentRunc(t)
+	d := StartDaemon(t) // no CNI configuration: the network set-up fails
+	cfg := d.usernsPodConfig("userns-fails")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := d.Runtime.RunPodSandbox(ctx, cfg, usernsHandler)
+	if err == nil {
+		t.Cleanup(func() { _ = d.Runtime.StopPodSandbox(ctx, id); _ = d.Runtime.RemovePodSandbox(ctx, id) })
+		t.Fatal("RunPodSandbox without a CNI network succeeded")
+	}
+	pods := filepath.Join(d.RunDir, "pods")
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mountinfo), pods+"/") {
+		t.Errorf("mounts left under %s after the failed RunPodSandbox", pods)
+	}
+	if entries, _ := os.ReadDir(pods); len(entries) > 0 {
+		t.Errorf("pod dirs left: %v", entries)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), pods) {
+			t.Errorf("a process of the failed pod is left: %s %q", p, b)
+		}
+	}
+}

@@ -23,6 +23,7 @@ func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, ho
 	if err != nil {
 		return fmt.Errorf("start the pod's user namespace: %w", err)
 	}
+	crashPoint("sandbox-userns-unrecorded") // found again only by its command line
 	// Recorded before anything else is made: a failure (or a crash) from
 	// here on stops it with the sandbox.
 	r.Infra = infra
@@ -35,6 +36,7 @@ func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, ho
 		return fmt.Errorf("pin namespaces: %w", err)
 	}
 	r.Namespaces = ns
+	crashPoint("sandbox-userns-pinned") // the infra may be unrecorded as gone
 	return nil
 }
 

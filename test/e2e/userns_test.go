@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/conmon"
 )
 
 // usernsHandler is the handler whose runc can idmap mounts (make deps
@@ -248,5 +250,43 @@ func TestUserNamespacePodFailureLeavesNothing(t *testing.T) {
 		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), pods) {
 			t.Errorf("a process of the failed pod is left: %s %q", p, b)
 		}
+	}
+}
+
+// A daemon killed in the middle of making a pod in a user namespace (its
+// infra process started but not recorded, its namespaces pinned, its
+// network up) rolls the pod back at start: nothing is left.
+func TestCrashDuringUserNamespacePodRollsBack(t *testing.T) {
+	requireCurrentRunc(t)
+	for _, point := range []string{"sandbox-userns-unrecorded", "sandbox-userns-pinned", "sandbox-after-pin", "sandbox-after-network"} {
+		t.Run(point, func(t *testing.T) {
+			d := startDaemonCrashingAt(t, point)
+			d.bridgeNetwork(t)
+			cfg := d.usernsPodConfig("userns-crash")
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := d.Runtime.RunPodSandbox(ctx, cfg, usernsHandler); err == nil {
+				t.Fatal("RunPodSandbox succeeded through its crash point")
+			}
+			d.waitCrashed(t, point)
+			lc := leakCheck{}
+			for dir, infra := range conmon.FindPauses() {
+				if strings.HasPrefix(dir, d.RunDir+"/") {
+					lc.pids = append(lc.pids, infra.PID)
+				}
+			}
+			// Before the pod's PID namespace is known to be unshared, the
+			// infra process that made its namespaces is still there.
+			if strings.HasPrefix(point, "sandbox-userns-") && len(lc.pids) == 0 {
+				t.Fatalf("no infra process found after the crash at %s", point)
+			}
+			d.Start()
+			pods, err := d.Runtime.ListPodSandbox(ctx, nil)
+			if err != nil || len(pods) != 0 {
+				t.Fatalf("after the repair: %d sandboxes listed (%v), want the half-made one rolled back", len(pods), err)
+			}
+			d.assertNoLeaks(t, lc)
+			d.runPodOn(t, cfg, usernsHandler)
+		})
 	}
 }

@@ -290,3 +290,25 @@ func TestCrashDuringUserNamespacePodRollsBack(t *testing.T) {
 		})
 	}
 }
+
+// A pod in a user namespace that shares one PID namespace among its
+// containers: its infra process (PID 1 there) made the user namespace too.
+func TestUserNamespacePodSharesItsPIDNamespace(t *testing.T) {
+	requireCurrentRunc(t)
+	d := StartDaemon(t)
+	searchable(t, d.Dir)
+	d.bridgeNetwork(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	cfg := d.usernsPodConfig("userns-pidns")
+	cfg.Linux.SecurityContext.NamespaceOptions.Pid = runtime.NamespaceMode_POD
+	podID := d.runPodOn(t, cfg, usernsHandler)
+	ctr := containerConfig("ps", ref, "sh", "-c", "cat /proc/1/cmdline | tr '\\0' ' '; echo; cat /proc/self/uid_map")
+	ctr.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+		NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_POD, UsernsOptions: usernsOptions()},
+	}}
+	st, out := d.runToExit(t, podID, cfg, ctr)
+	if st.GetExitCode() != 0 || !strings.Contains(out, "minicri-conmon pause") || !strings.Contains(out, "3145728") {
+		t.Fatalf("exit %d, output %q: want PID 1 the pod's infra process, and the pod's mappings", st.GetExitCode(), out)
+	}
+}

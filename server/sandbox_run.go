@@ -39,6 +39,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if err := s.checkHandlerAvailable(handler); err != nil {
+		return nil, toStatus(err)
+	}
 	if err := s.validatePodUserNamespace(cfg, handler); err != nil {
 		return nil, toStatus(err)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -102,4 +103,23 @@ func (s *Server) mountRootfs(id string, sb sandboxRecord, sbCfg *runtime.PodSand
 		return s.images.MountRootfs(id)
 	}
 	return s.images.MountRootfsIDMapped(id, *idmap)
+}
+
+// errHandlerUnavailable: the handler is configured but its runtime binary
+// is not there (runc-current before make deps built it). The node may get
+// it later, so it is the node's state, not a malformed request.
+var errHandlerUnavailable = errors.New("runtime handler unavailable")
+
+// checkHandlerAvailable refuses a pod on a handler whose runtime binary is
+// missing at once, with the config key to fix, rather than at its first
+// container. A PATH lookup or a stat, as Status does.
+func (s *Server) checkHandlerAvailable(handler string) error {
+	rt, err := s.runtimes.Get(handler)
+	if err != nil {
+		return invalidf("runtime_handler", "%v", err)
+	}
+	if err := rt.Available(); err != nil {
+		return fmt.Errorf("%w: %q: %v (runtime.handlers.%s.path)", errHandlerUnavailable, handler, err, handler)
+	}
+	return nil
 }

@@ -312,3 +312,34 @@ func TestUserNamespacePodSharesItsPIDNamespace(t *testing.T) {
 		t.Fatalf("exit %d, output %q: want PID 1 the pod's infra process, and the pod's mappings", st.GetExitCode(), out)
 	}
 }
+
+// A handler whose runtime is not installed (runc-current before make deps)
+// spoils nothing: the daemon starts, Status is ready and reports no feature
+// of it, and a pod on it is refused at once, naming the key to fix.
+func TestMissingHandlerBinaryFailsOnlyItsPods(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-runc")
+	d := StartDaemon(t, WithConfig("[runtime.handlers.runc]\npath = \"runc\"\n[runtime.handlers.gone]\npath = \""+missing+"\"\n"))
+	resp, err := d.Runtime.Status(context.Background(), true)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	for _, c := range resp.GetStatus().GetConditions() {
+		if c.GetType() == runtime.RuntimeReady && !c.GetStatus() {
+			t.Errorf("RuntimeReady false (%s) because of a handler that is not the default", c.GetMessage())
+		}
+	}
+	for _, h := range resp.GetRuntimeHandlers() {
+		if h.GetName() == "gone" && (h.GetFeatures().GetUserNamespaces() || h.GetFeatures().GetRecursiveReadOnlyMounts()) {
+			t.Errorf("handler gone reports features %v", h.GetFeatures())
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := d.Runtime.RunPodSandbox(ctx, d.podConfig("on-gone"), "gone")
+	if err == nil {
+		t.Cleanup(func() { _ = d.Runtime.StopPodSandbox(ctx, id); _ = d.Runtime.RemovePodSandbox(ctx, id) })
+	}
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "runtime.handlers.gone.path") {
+		t.Fatalf("RunPodSandbox on a handler without its binary = %v, want FailedPrecondition naming runtime.handlers.gone.path", err)
+	}
+}

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,6 +73,16 @@ func TestStatusUserNamespacesOnlyForCurrentRunc(t *testing.T) {
 			t.Errorf("handler %q: user_namespaces = %v (listed %v), want %v; all: %v", name, g, ok, w, got)
 		}
 	}
+	// crictl info prints the handlers as encoding/json does: a feature
+	// that is false is left out.
+	printed, err := json.Marshal(resp.GetRuntimeHandlers())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(printed), `"user_namespaces":true`); n != 1 || !strings.Contains(string(printed), `{"name":"runc-current","features":{`) {
+		t.Errorf("crictl info would show %s: want user_namespaces once, for runc-current", printed)
+	}
+	t.Logf("runtimeHandlers as crictl info shows them: %s", printed)
 }
 
 // A pod with hostUsers: false on the current runc: its containers see the

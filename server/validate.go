@@ -231,11 +231,14 @@ func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolic
 // only when the runtime reports the feature, ID mappings only with a user
 // namespace, mount_options only when the runtime reports the feature.
 func validateMountSupported(m *runtime.Mount) error {
+	if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
+		if err := validateMountIDMappings(m); err != nil {
+			return err
+		}
+	}
 	switch {
 	case m.GetRecursiveReadOnly():
 		return invalidf("config.mounts.recursive_read_only", "recursive read-only mounts are not supported by minicri")
-	case len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0:
-		return validateMountIDMappings(m)
 	case len(m.GetMountOptions()) > 0:
 		return invalidf("config.mounts.mount_options", "extra mount options %q are not supported by minicri", m.GetMountOptions())
 	case m.GetSelinuxRelabel() && selinuxEnabled():

@@ -78,6 +78,7 @@ func TestValidateContainerUserNamespace(t *testing.T) {
 		{"other mappings than the pod's", kubeletUserns(), other, nil, field},
 		{"mount mappings without a pod user namespace", nil, nil, kubeletUserns(), "config.mounts.uidMappings"},
 		{"mount mappings other than the pod's", kubeletUserns(), kubeletUserns(), other, "config.mounts.uidMappings"},
+		{"mount mappings and mount options", kubeletUserns(), kubeletUserns(), kubeletUserns(), "config.mounts.mount_options"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -87,6 +88,9 @@ func TestValidateContainerUserNamespace(t *testing.T) {
 			ctr.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: c.ctr}}
 			if c.mount != nil {
 				ctr.Mounts[0].UidMappings, ctr.Mounts[0].GidMappings = c.mount.Uids, c.mount.Gids
+			}
+			if c.field == "config.mounts.mount_options" {
+				ctr.Mounts[0].MountOptions = []string{"noexec"}
 			}
 			err := validateContainerConfig(ctr)
 			if err == nil {

@@ -37,6 +37,12 @@ func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, ho
 		return fmt.Errorf("pin namespaces: %w", err)
 	}
 	r.Namespaces = ns
+	// The pins name the process by its PID: still the same process (same
+	// start time) afterwards means they hold its namespaces, not those of
+	// a process that took over a recycled PID.
+	if !conmon.Alive(infra.PID, infra.StartTime) {
+		return fmt.Errorf("pin namespaces: the pod's infra process %d ended before its namespaces were pinned", infra.PID)
+	}
 	crashPoint("sandbox-userns-pinned") // the infra may be unrecorded as gone
 	return nil
 }

@@ -15,8 +15,10 @@ E2E_TIMEOUT ?= 15m
 all: build
 
 # Debian packages: runc, crun, CNI plugins, busybox-static, docker-registry, ...
+# and a current runc for the handler runc-current (built once, then reused).
 deps:
 	@hack/install-deps.sh
+	@hack/build-runc.sh >/dev/null
 
 # Static binaries: the monitor must not depend on the host's libc, and neither
 # needs cgo. The shipped daemon must not have the test-only crash points.

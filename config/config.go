@@ -48,6 +48,16 @@ type RuntimeConfig struct {
 	Handlers          map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
 }
 
+// CurrentRuncHandler names the handler of the runc release that make deps
+// builds (hack/build-runc.sh): Debian 12's runc 1.1.5 has no idmapped
+// mounts, so only this handler runs pods in a user namespace
+// (docs/security.md).
+const CurrentRuncHandler = "runc-current"
+
+// CurrentRuncPath is where hack/build-runc.sh installs that runc, beside
+// Debian's /usr/sbin/runc and never over it. Keep the two in step.
+const CurrentRuncPath = "/usr/local/lib/minicri/runc-v1.5.2/runc"
+
 // RuntimeHandler is one OCI runtime binary and its state directory.
 type RuntimeHandler struct {
 	Path string `toml:"path" comment:"OCI runtime binary; a bare name is looked up in PATH."`
@@ -123,6 +133,9 @@ func Default() Config {
 			Handlers: map[string]RuntimeHandler{
 				"runc": {Path: "runc"},
 				"crun": {Path: "crun"},
+				// A current runc beside Debian's (hack/build-runc.sh, make
+				// deps): the handler that can run pods in a user namespace.
+				CurrentRuncHandler: {Path: CurrentRuncPath},
 			},
 		},
 		Streaming: StreamingConfig{

@@ -27,13 +27,17 @@ type Infra struct {
 // podDir (the pod's own directory) labels the process: FindPauses finds it
 // by that label, and a daemon only ever claims the pods under its run dir.
 func StartPause(binary, podDir string) (Infra, error) {
+	return startPause(binary, podDir, &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID})
+}
+
+func startPause(binary, podDir string, attr *syscall.SysProcAttr) (Infra, error) {
 	if binary == "" {
 		binary = BinaryName
 	}
 	cmd := exec.Command(binary, "pause", pauseLabel, podDir)
 	cmd.Dir = "/"
 	cmd.Env = monitorEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID}
+	cmd.SysProcAttr = attr
 	if err := cmd.Start(); err != nil {
 		return Infra{}, fmt.Errorf("start pod infra process: %w", err)
 	}

@@ -182,6 +182,10 @@ func (s *Store) Rootfses() []string {
 // upper dir; the layers alone, read-only, for an image volume) and returns
 // the mountpoint. Mounting a mounted rootfs returns the same mountpoint.
 func (s *Store) MountRootfs(id string) (string, error) {
+	return s.mountRootfs(id, nil)
+}
+
+func (s *Store) mountRootfs(id string, idmap *IDMap) (string, error) {
 	if err := validRootfsID(id); err != nil {
 		return "", err
 	}
@@ -212,7 +216,12 @@ func (s *Store) MountRootfs(id string) (string, error) {
 			lowers = append(lowers, s.path(emptyDirName))
 		}
 	}
-	if err := s.mountOverlay(lowers, upper, work, merged); err != nil {
+	if idmap != nil && !rec.ReadOnly {
+		err = mountOverlayIDMapped(lowers, upper, work, merged, *idmap)
+	} else {
+		err = s.mountOverlay(lowers, upper, work, merged)
+	}
+	if err != nil {
 		return "", fmt.Errorf("mount rootfs %s: %w", id, err)
 	}
 	return merged, nil

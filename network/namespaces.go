@@ -25,6 +25,9 @@ const (
 	NamespaceNet NamespaceKind = "net"
 	NamespaceIPC NamespaceKind = "ipc"
 	NamespaceUTS NamespaceKind = "uts"
+	// NamespaceUser is pinned only from a process (PinProcessNamespaces):
+	// a thread of a multi-threaded process cannot unshare one.
+	NamespaceUser NamespaceKind = "user"
 )
 
 // pinnableKinds lists every kind with its unshare flag, in the order pins are
@@ -33,6 +36,7 @@ var pinnableKinds = []pinnable{
 	{NamespaceNet, unix.CLONE_NEWNET},
 	{NamespaceIPC, unix.CLONE_NEWIPC},
 	{NamespaceUTS, unix.CLONE_NEWUTS},
+	{NamespaceUser, unix.CLONE_NEWUSER},
 }
 
 // Namespaces are the pinned namespace files of one pod. An empty path means
@@ -42,6 +46,9 @@ type Namespaces struct {
 	Net string // Dir/net when pinned
 	IPC string // Dir/ipc when pinned
 	UTS string // Dir/uts when pinned
+	// User is Dir/user for a pod with a user namespace of its own, which
+	// owns the pod's other namespaces.
+	User string `json:",omitempty"`
 }
 
 // Path returns the pin file of kind, or "" when that namespace is not pinned.
@@ -53,6 +60,8 @@ func (ns Namespaces) Path(kind NamespaceKind) string {
 		return ns.IPC
 	case NamespaceUTS:
 		return ns.UTS
+	case NamespaceUser:
+		return ns.User
 	}
 	return ""
 }
@@ -65,6 +74,8 @@ func (ns *Namespaces) setPath(kind NamespaceKind, path string) {
 		ns.IPC = path
 	case NamespaceUTS:
 		ns.UTS = path
+	case NamespaceUser:
+		ns.User = path
 	}
 }
 
@@ -84,6 +95,9 @@ func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (_ Namesp
 	flags, err := unshareFlags(kinds)
 	if err != nil {
 		return Namespaces{}, err
+	}
+	if flags&unix.CLONE_NEWUSER != 0 {
+		return Namespaces{}, errors.New("pin namespaces: a user namespace is pinned from a process (PinProcessNamespaces)")
 	}
 	if flags == 0 {
 		return Namespaces{Dir: dir}, nil
@@ -171,7 +185,7 @@ func unshareFlags(kinds []NamespaceKind) (int, error) {
 	for _, kind := range kinds {
 		i := slices.IndexFunc(pinnableKinds, func(p pinnable) bool { return p.kind == kind })
 		if i < 0 {
-			return 0, fmt.Errorf("pin namespaces: cannot pin a %q namespace (only net, ipc, uts)", kind)
+			return 0, fmt.Errorf("pin namespaces: cannot pin a %q namespace (only net, ipc, uts, user)", kind)
 		}
 		flags |= pinnableKinds[i].flag
 	}

@@ -34,6 +34,7 @@ var specSteps = []func(*specs.Spec, *ContainerSpec, hostFacts) error{
 	setSecurity,
 	setMounts,
 	setNamespaces,
+	setUserNamespace,
 	setResources,
 	setDevices,
 	setCgroupsPath,

@@ -214,6 +214,9 @@ type Namespaces struct {
 	IPC     Namespace
 	UTS     Namespace
 	PID     Namespace
+	// User is NamespaceJoin for a pod with a user namespace of its own
+	// (spec_userns.go); any other mode means the host's.
+	User Namespace
 }
 
 // CgroupDriver is how cgroups are named and managed.

@@ -176,7 +176,7 @@ func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runti
 	if err := s.images.PrepareRootfs(rec.ID, img.ID); err != nil {
 		return nil, fmt.Errorf("prepare rootfs: %w", err)
 	}
-	rootfs, err := s.images.MountRootfs(rec.ID)
+	rootfs, err := s.mountRootfs(rec.ID, sb, sbCfg)
 	if err != nil {
 		return nil, fmt.Errorf("mount rootfs: %w", err)
 	}

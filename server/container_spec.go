@@ -217,6 +217,7 @@ func containerNamespaces(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, sc *
 		Network: join(sb.Namespaces.Net),
 		IPC:     join(sb.Namespaces.IPC),
 		UTS:     join(sb.Namespaces.UTS),
+		User:    join(sb.Namespaces.User),
 	}
 	switch {
 	case namespaceOptions(sbCfg).GetPid() == runtime.NamespaceMode_NODE || sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_NODE:

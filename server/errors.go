@@ -50,6 +50,7 @@ var codeMappings = []struct {
 	{network.ErrNotReady, codes.FailedPrecondition},
 	{conmon.ErrNotRunning, codes.FailedPrecondition},
 	{errNotRunning, codes.FailedPrecondition},
+	{errHandlerUnavailable, codes.FailedPrecondition},
 	{streaming.ErrTooManyRequests, codes.ResourceExhausted},
 	{broadcast.ErrSlow, codes.ResourceExhausted},
 	{broadcast.ErrClosed, codes.Unavailable},

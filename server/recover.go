@@ -146,7 +146,7 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 // sandboxLoss says what a ready sandbox no longer has, or "" when it is
 // whole. attached is nil when the CNI attachments could not be listed.
 func sandboxLoss(sb sandboxRecord, attached map[string]bool) string {
-	for _, pin := range []string{sb.Namespaces.Net, sb.Namespaces.IPC, sb.Namespaces.UTS} {
+	for _, pin := range []string{sb.Namespaces.Net, sb.Namespaces.IPC, sb.Namespaces.UTS, sb.Namespaces.User} {
 		if pin != "" && !network.NamespacePinned(pin) {
 			return "namespace " + filepath.Base(pin) + " is no longer pinned"
 		}

@@ -39,6 +39,12 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if err := s.checkHandlerAvailable(handler); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.validatePodUserNamespace(cfg, handler); err != nil {
+		return nil, toStatus(err)
+	}
 	id := newID()
 	name := sandboxName(cfg.GetMetadata())
 	if err := s.sandboxNames.Reserve(name, id); err != nil {
@@ -107,7 +113,10 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		return err
 	}
 	crashPoint("sandbox-after-pin")
-	if sharesPIDNamespace(cfg) {
+	if err := s.dropUnsharedInfra(&rec, cfg); err != nil {
+		return err
+	}
+	if sharesPIDNamespace(cfg) && rec.Infra.PID == 0 {
 		infra, err := conmon.StartPause(s.monitorPath, rec.Dir)
 		if err != nil {
 			return err
@@ -136,14 +145,18 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 // in r what it made. Whatever it fails to finish, releaseSandbox undoes.
 func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
 	var kinds []network.NamespaceKind
-	if !hostNetwork(cfg) {
+	if u := podUserNamespace(cfg); u != nil {
+		if err := s.pinUserNamespace(r, u, podHostname(cfg)); err != nil {
+			return err
+		}
+	} else if !hostNetwork(cfg) {
 		// A pod on the host network keeps the host's name too, as the kubelet expects.
 		kinds = append(kinds, network.NamespaceNet, network.NamespaceUTS)
 	}
 	if !hostIPC(cfg) {
 		kinds = append(kinds, network.NamespaceIPC)
 	}
-	if len(kinds) > 0 {
+	if len(kinds) > 0 && r.Namespaces.User == "" {
 		ns, err := network.PinNamespaces(filepath.Join(r.Dir, "ns"), kinds, podHostname(cfg))
 		if err != nil {
 			return fmt.Errorf("pin namespaces: %w", err)

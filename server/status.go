@@ -67,8 +67,8 @@ func (s *Server) networkReady() error {
 }
 
 // userNamespacesSupported: minicri itself can run a pod in its own user
-// namespace (given a runtime with idmapped mounts).
-const userNamespacesSupported = false
+// namespace (given a runtime with idmapped mounts, sandbox_userns.go).
+const userNamespacesSupported = true
 
 // runtimeHandlers lists each handler ("" is the default one) with the
 // features its OCI runtime has, as the kubelet reads them to decide whether

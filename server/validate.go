@@ -189,25 +189,6 @@ func validateNamespaceOptions(field string, o *runtime.NamespaceOption) error {
 	return validateUserNamespace(field+".userns_options", o.GetUsernsOptions())
 }
 
-// validateUserNamespace accepts the host's user namespace only: the kubelet
-// sends mode NODE for every pod without hostUsers: false, and asks for POD
-// only when the runtime reports user namespace support, which minicri does
-// not (yet).
-func validateUserNamespace(field string, u *runtime.UserNamespace) error {
-	if u == nil {
-		return nil
-	}
-	switch {
-	case u.GetMode() == runtime.NamespaceMode_POD:
-		return invalidf(field+".mode", "user namespaces (mode POD, hostUsers: false) are not supported by minicri")
-	case u.GetMode() != runtime.NamespaceMode_NODE:
-		return invalidf(field+".mode", "%v is not a user namespace mode (NODE or POD)", u.GetMode())
-	case len(u.GetUids()) > 0 || len(u.GetGids()) > 0:
-		return invalidf(field+".uids", "ID mappings need a user namespace of the pod's own (mode POD)")
-	}
-	return nil
-}
-
 // selinuxEnabled reports whether the host runs SELinux. minicri does not
 // label containers: SELinux options are refused on such a host, where a
 // container would run with the wrong label, and ignored on any other, as
@@ -244,6 +225,11 @@ func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolic
 // with a user namespace, mount_options only when the runtime reports the
 // feature.
 func validateMountSupported(m *runtime.Mount) error {
+	if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
+		if err := validateMountIDMappings(m); err != nil {
+			return err
+		}
+	}
 	switch {
 	case m.GetRecursiveReadOnly() && !m.GetReadonly():
 		return invalidf("config.mounts.recursive_read_only", "mount %s is recursively read-only but not read-only (readonly: false)", m.GetContainerPath())
@@ -251,8 +237,6 @@ func validateMountSupported(m *runtime.Mount) error {
 		// A slave or shared mount would receive writable mounts from the
 		// host after it was made read-only.
 		return invalidf("config.mounts.recursive_read_only", "mount %s is recursively read-only but its propagation is %v, not private", m.GetContainerPath(), m.GetPropagation())
-	case len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0:
-		return invalidf("config.mounts.uidMappings", "ID-mapped mounts need a user namespace, which minicri does not support")
 	case len(m.GetMountOptions()) > 0:
 		return invalidf("config.mounts.mount_options", "extra mount options %q are not supported by minicri", m.GetMountOptions())
 	case m.GetSelinuxRelabel() && selinuxEnabled():
@@ -275,7 +259,7 @@ func validateContainerInPod(sbCfg *runtime.PodSandboxConfig, c *runtime.Containe
 	if ctr.GetIpc() == runtime.NamespaceMode_NODE && pod.GetIpc() != runtime.NamespaceMode_NODE {
 		return invalidf(field+".ipc", "NODE in a pod with an IPC namespace of its own: a container shares its pod's")
 	}
-	return nil
+	return validateContainerUserNamespace(sbCfg, c)
 }
 
 func validateSecurityProfile(field string, p *runtime.SecurityProfile) error {

@@ -71,10 +71,10 @@ func TestValidateSandboxConfig(t *testing.T) {
 			c.Linux.Overhead = &runtime.LinuxContainerResources{CpuShares: -2}
 		}, "config.linux.overhead.cpu_shares"},
 		{"annotation key with a newline", func(c *runtime.PodSandboxConfig) { c.Annotations = map[string]string{"a\nb": "x"} }, "config.annotations"},
-		{"pod user namespace", func(c *runtime.PodSandboxConfig) {
+		{"pod user namespace without gid mappings", func(c *runtime.PodSandboxConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{
 				UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: []*runtime.IDMapping{{HostId: 65536, Length: 65536}}}}}
-		}, "config.linux.security_context.namespace_options.userns_options.mode"},
+		}, "config.linux.security_context.namespace_options.userns_options.gids"},
 		{"pod user namespace mode CONTAINER", func(c *runtime.PodSandboxConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{
 				UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_CONTAINER}}}
@@ -237,10 +237,10 @@ func TestValidateContainerConfig(t *testing.T) {
 			c.CDIDevices = []*runtime.CDIDevice{{Name: "vendor.com/gpu=0"}}
 			c.Annotations = map[string]string{"cdi.k8s.io/gpu": "vendor.com/gpu=1,vendor.com/gpu=all"}
 		}, ""},
-		{"container user namespace", func(c *runtime.ContainerConfig) {
+		{"container user namespace without mappings", func(c *runtime.ContainerConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{
 				UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD}}}
-		}, "config.linux.security_context.namespace_options.userns_options.mode"},
+		}, "config.linux.security_context.namespace_options.userns_options.uids"},
 		{"supplemental groups policy Strict", func(c *runtime.ContainerConfig) {
 			c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{SupplementalGroupsPolicy: runtime.SupplementalGroupsPolicy_Strict}
 		}, ""},
@@ -257,9 +257,9 @@ func TestValidateContainerConfig(t *testing.T) {
 			c.Mounts[0].Readonly, c.Mounts[0].RecursiveReadOnly = true, true
 			c.Mounts[0].Propagation = runtime.MountPropagation_PROPAGATION_HOST_TO_CONTAINER
 		}, "config.mounts.recursive_read_only"},
-		{"ID-mapped mount", func(c *runtime.ContainerConfig) {
+		{"ID-mapped mount without gid mappings", func(c *runtime.ContainerConfig) {
 			c.Mounts[0].UidMappings = []*runtime.IDMapping{{HostId: 65536, Length: 65536}}
-		}, "config.mounts.uidMappings"},
+		}, "config.mounts.gidMappings"},
 		{"mount options", func(c *runtime.ContainerConfig) { c.Mounts[0].MountOptions = []string{"noexec"} }, "config.mounts.mount_options"},
 		// What the kubelet sends for every ordinary container must pass.
 		{"kubelet defaults: host user namespace, Merge, no relabel", func(c *runtime.ContainerConfig) {

@@ -159,8 +159,11 @@ func TestBadInputIsInvalidArgumentNamingTheField(t *testing.T) {
 		{"create: host IPC in a pod with its own", create(pod, withContainer(func(c *runtime.ContainerConfig) {
 			c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Ipc: runtime.NamespaceMode_NODE}}}
 		})), "config.linux.security_context.namespace_options.ipc"},
-		{"create: user namespace", create(pod, withContainer(func(c *runtime.ContainerConfig) {
+		{"create: user namespace without mappings", create(pod, withContainer(func(c *runtime.ContainerConfig) {
 			c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD}}}}
+		})), "config.linux.security_context.namespace_options.userns_options.uids"},
+		{"create: user namespace in a pod without one", create(pod, withContainer(func(c *runtime.ContainerConfig) {
+			c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: usernsOptions()}}}
 		})), "config.linux.security_context.namespace_options.userns_options.mode"},
 	}
 	for _, c := range cases {

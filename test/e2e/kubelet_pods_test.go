@@ -40,7 +40,7 @@ func newKubeletNode(t *testing.T) *kubeletNode {
 	t.Helper()
 	kubeletBinary(t)
 	removeHostPortChainsAtEnd(t)
-	d := StartDaemon(t)
+	d := StartDaemon(t, withUserNamespaces())
 	d.bridgeNetwork(t)
 	reg := registry.Start(t, registry.Options{})
 	ref := reg.Host() + "/e2e/busybox:latest"
@@ -212,6 +212,7 @@ func TestKubelet(t *testing.T) {
 	k.writeManifest(t, staticPod("stream", n.container("shell", sleepForever), echo))
 
 	features := writeFeaturePods(t, n) // kubelet_features_test.go
+	writeUsernsPod(t, n)
 
 	for _, name := range []string{"gone", "init", "resources", "hostport", "stream", "chatty", "restricted"} {
 		k.waitPod(t, name, "Running with every container running", 90*time.Second, running)
@@ -234,6 +235,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("AttachThroughKubelet", func(t *testing.T) { testAttachThroughKubelet(t, n) })
 	t.Run("PortForwardThroughKubelet", func(t *testing.T) { testPortForwardThroughKubelet(t, n) })
 	t.Run("NodeFeaturesFromInside", func(t *testing.T) { testNodeFeatures(t, n, features) })
+	t.Run("UserNamespacePod", func(t *testing.T) { testUserNamespacePod(t, n) })
 	t.Run("DaemonRestartKeepsPodsRunning", func(t *testing.T) { testDaemonRestart(t, n) })
 	t.Run("RemovedPodsLeaveNothing", func(t *testing.T) { testRemovedPodsLeaveNothing(t, n) })
 }

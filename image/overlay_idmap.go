@@ -1,0 +1,184 @@
+package image
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// IDMap places a rootfs in a user namespace: the pinned namespace file and
+// the host IDs its root (ID 0 inside) maps to.
+type IDMap struct {
+	UserNS  string
+	RootUID int
+	RootGID int
+}
+
+// MountRootfsIDMapped is MountRootfs for a container in a user namespace:
+// the image's files, owned by root on disk, appear owned by the namespace's
+// root, without a chown of any layer (layers stay shared with every other
+// pod). Each lower dir is an idmapped clone of the layer (mount_setattr
+// MOUNT_ATTR_IDMAP with the namespace); the upper dir's root is owned by
+// the namespace's root, and what the container writes lands there with its
+// host IDs.
+func (s *Store) MountRootfsIDMapped(id string, idmap IDMap) (string, error) {
+	if err := validRootfsID(id); err != nil {
+		return "", err
+	}
+	if err := s.searchableRootfsPath(id); err != nil {
+		return "", err
+	}
+	return s.mountRootfs(id, &idmap)
+}
+
+// searchableRootfsPath lets the pod's root reach the rootfs: the runtime
+// resolves the rootfs path as that user, with no capability over the
+// host's directories, so each directory of the store on the way must be
+// searchable by others (o+x, not readable: nothing can be listed). Only the
+// store's root, its snapshots dir and this rootfs's own dir change; layers
+// and other rootfses stay 0700. The state root above is 0711 already
+// (cmd/minicri); its parents must be searchable too (docs/security.md).
+func (s *Store) searchableRootfsPath(id string) error {
+	for _, dir := range []string{s.root, s.path(snapshotsDir), s.rootfsDir(id)} {
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("rootfs %s: %w", id, err)
+		}
+		if mode := fi.Mode().Perm(); mode&0o001 == 0 {
+			if err := os.Chmod(dir, mode|0o001); err != nil {
+				return fmt.Errorf("rootfs %s: let the user namespace's root search %s: %w", id, dir, err)
+			}
+		}
+	}
+	return nil
+}
+
+// mountOverlayIDMapped needs idmapped mounts of the layers' filesystem
+// (ext4, xfs, btrfs, tmpfs ...) and overlay over idmapped layers (Linux
+// 5.19). Overlay takes a lower dir only by a path in the caller's mount
+// namespace (not a detached clone), so the clones are attached in a
+// private mount namespace of a throwaway thread, on a tmpfs there: the
+// host never sees them, and they go with that namespace when the thread
+// ends, crash or not. The overlay is made there and moved onto target in
+// the host's namespace; it keeps its own private clones of the layers.
+func mountOverlayIDMapped(lowers []string, upper, work, target string, idmap IDMap) error {
+	if err := os.Lchown(upper, idmap.RootUID, idmap.RootGID); err != nil {
+		return fmt.Errorf("chown upper dir to the user namespace's root: %w", err)
+	}
+	return onPrivateMountThread(func(hostNS int) error {
+		mfd, err := makeIDMappedOverlay(lowers, upper, work, target, idmap.UserNS)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(mfd)
+		if err := unix.Setns(hostNS, unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("return to the host's mount namespace: %w", err)
+		}
+		if err := unix.MoveMount(mfd, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("move mount overlay to %s: %w", target, err)
+		}
+		return nil
+	})
+}
+
+// makeIDMappedOverlay runs in the private mount namespace and returns the
+// detached overlay mount. scratch (target, in this namespace only) holds
+// the idmapped clones.
+func makeIDMappedOverlay(lowers []string, upper, work, scratch, userns string) (int, error) {
+	usernsFD, err := unix.Open(userns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open user namespace: %w", err)
+	}
+	defer unix.Close(usernsFD)
+	if err := unix.Mount("tmpfs", scratch, "tmpfs", 0, "mode=0700"); err != nil {
+		return -1, fmt.Errorf("scratch tmpfs for idmapped layers: %w", err)
+	}
+	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen overlay: %w", err)
+	}
+	defer unix.Close(fd)
+	for i, dir := range lowers {
+		mapped := filepath.Join(scratch, strconv.Itoa(i))
+		if err := attachIDMapped(dir, mapped, usernsFD); err != nil {
+			return -1, err
+		}
+		if err := unix.FsconfigSetString(fd, "lowerdir+", mapped); err != nil {
+			return -1, fmt.Errorf("overlay idmapped lower dir %s: %w%s", dir, err, fsLog(fd))
+		}
+	}
+	for _, opt := range [][2]string{{"upperdir", upper}, {"workdir", work}} {
+		if err := unix.FsconfigSetString(fd, opt[0], opt[1]); err != nil {
+			return -1, fmt.Errorf("overlay %s=%s: %w%s", opt[0], opt[1], err, fsLog(fd))
+		}
+	}
+	_ = unix.FsconfigSetString(fd, "index", "off") // as in mountOverlayFsconfig
+	if err := unix.FsconfigCreate(fd); err != nil {
+		return -1, fmt.Errorf("overlay create: %w%s", err, fsLog(fd))
+	}
+	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount overlay: %w%s", err, fsLog(fd))
+	}
+	return mfd, nil
+}
+
+// attachIDMapped mounts an idmapped clone of dir's mount on a new dir at
+// target.
+func attachIDMapped(dir, target string, usernsFD int) error {
+	if err := os.Mkdir(target, 0o700); err != nil {
+		return err
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("clone mount of %s: %w", dir, err)
+	}
+	defer unix.Close(tree)
+	attr := &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(usernsFD)}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, attr); err != nil {
+		return fmt.Errorf("idmap mount of %s: %w", dir, err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("attach idmapped %s: %w", dir, err)
+	}
+	return nil
+}
+
+// onPrivateMountThread runs fn on a locked OS thread in a private mount
+// namespace of its own (every mount private, so nothing made there reaches
+// the host), with an fd of the host's mount namespace to return to. The
+// thread is never given back to the Go scheduler: the goroutine returns
+// still locked, so the runtime ends it (as network.onThrowawayThread, which
+// says why the main thread is handed over).
+func onPrivateMountThread(fn func(hostNS int) error) error {
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			defer goruntime.UnlockOSThread()
+			errc <- onPrivateMountThread(fn)
+			return
+		}
+		errc <- inPrivateMountNS(fn)
+	}()
+	return <-errc
+}
+
+func inPrivateMountNS(fn func(hostNS int) error) error {
+	hostNS, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the host's mount namespace: %w", err)
+	}
+	defer unix.Close(hostNS)
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("private mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("private mount namespace: make mounts private: %w", err)
+	}
+	return fn(hostNS)
+}

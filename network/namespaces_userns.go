@@ -1,0 +1,91 @@
+package network
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// PinProcessNamespaces pins namespaces that a process made, for a pod with
+// a user namespace of its own: the process (started in a new user namespace
+// with the pod's mappings, and new namespaces of the other kinds, which the
+// user namespace then owns) cannot be replaced by a thread of the daemon,
+// since no thread of a multi-threaded process can enter a new user
+// namespace. Owned by the pod's user namespace, the network, IPC and UTS
+// namespaces let the pod's root mount sysfs and mqueue and set sysctls, as
+// in containerd and cri-o. kinds must include NamespaceUser. The hostname
+// and lo are set up from a throwaway thread that joins the pinned
+// namespaces; the process may end once this returns. On failure nothing
+// is left behind; UnpinNamespaces undoes a success.
+func PinProcessNamespaces(dir string, pid int, kinds []NamespaceKind, hostname string) (_ Namespaces, retErr error) {
+	if dir == "" || pid <= 0 {
+		return Namespaces{}, fmt.Errorf("pin namespaces of process %d in %q: no process or directory", pid, dir)
+	}
+	flags, err := unshareFlags(kinds)
+	if err != nil {
+		return Namespaces{}, err
+	}
+	if flags&unix.CLONE_NEWUSER == 0 {
+		return Namespaces{}, errors.New("pin namespaces of a process: only for a user namespace (else PinNamespaces)")
+	}
+	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
+		return Namespaces{}, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
+	}
+	p := &pinning{ns: Namespaces{Dir: dir}}
+	defer func() {
+		if retErr != nil {
+			p.undo()
+		}
+	}()
+	if err := p.prepare(flags); err != nil {
+		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
+	}
+	for _, k := range pinnableKinds {
+		target := p.ns.Path(k.kind)
+		if target == "" {
+			continue
+		}
+		source := "/proc/" + strconv.Itoa(pid) + "/ns/" + string(k.kind)
+		if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+			return Namespaces{}, fmt.Errorf("pin namespaces: bind %s onto %s: %w", source, target, err)
+		}
+	}
+	if p.ns.UTS != "" && hostname != "" {
+		err := onThrowawayThread(func() error {
+			if err := joinNamespace(p.ns.UTS, unix.CLONE_NEWUTS); err != nil {
+				return err
+			}
+			return unix.Sethostname([]byte(hostname))
+		})
+		if err != nil {
+			return Namespaces{}, fmt.Errorf("pin namespaces: set hostname %q: %w", hostname, err)
+		}
+	}
+	if p.ns.Net != "" {
+		err := onThrowawayThread(func() error {
+			if err := joinNamespace(p.ns.Net, unix.CLONE_NEWNET); err != nil {
+				return err
+			}
+			return bringUpLoopback()
+		})
+		if err != nil {
+			return Namespaces{}, fmt.Errorf("pin namespaces: %w", err)
+		}
+	}
+	return p.ns, nil
+}
+
+// joinNamespace moves the calling (throwaway) thread into the namespace at path.
+func joinNamespace(path string, nstype int) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Setns(fd, nstype); err != nil {
+		return fmt.Errorf("join %s: %w", path, err)
+	}
+	return nil
+}

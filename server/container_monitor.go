@@ -103,9 +103,10 @@ func (p *monitorPlacement) release(containerID string) {
 	}
 }
 
-// closed marks a monitor that refused a join: it takes no more containers,
-// though those it serves still count until their exits are recorded.
-func (p *monitorPlacement) closed(ref monitorRef) {
+// markClosed marks a monitor that refused a join: it takes no more
+// containers, though those it serves still count until their exits are
+// recorded.
+func (p *monitorPlacement) markClosed(ref monitorRef) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m := p.monitors[ref.PID]; m != nil {
@@ -134,7 +135,7 @@ func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt *oci.
 		if errors.Is(err, conmon.ErrJoinRefused) {
 			s.log.WithField("monitor", ref.PID).WithError(err).Info("shared monitor takes no more containers")
 			s.monitors.release(rec.ID)
-			s.monitors.closed(ref)
+			s.monitors.markClosed(ref)
 			continue
 		}
 		if err == nil && (created.MonitorPID != ref.PID || created.MonitorStartTime != ref.StartTime) {

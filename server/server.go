@@ -102,10 +102,10 @@ func New(opts Options) (*Server, error) {
 	}
 	s.runtimes = runtimeHandlers(cfg, s.monitorPath)
 	s.loadAppArmorProfile(opts.Log)
-	if s.sandboxes, err = openTable[sandboxRecord](s, "sandboxes"); err != nil {
+	if s.sandboxes, err = openTable[sandboxRecord](s, sandboxesDir); err != nil {
 		return nil, err
 	}
-	if s.containers, err = openTable[containerRecord](s, "containers"); err != nil {
+	if s.containers, err = openTable[containerRecord](s, containersDir); err != nil {
 		return nil, err
 	}
 	s.countObjects()
@@ -187,6 +187,12 @@ func findMonitor(name string) (string, error) {
 	}
 	return path, nil
 }
+
+// The directories of the record tables under the state root.
+const (
+	sandboxesDir  = "sandboxes"
+	containersDir = "containers"
+)
 
 // openTable opens one kind of record under the state root. A corrupt record
 // is logged and left for the operator, not fatal.

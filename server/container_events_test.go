@@ -124,7 +124,7 @@ func TestContainerEventCarriesPodAndContainerStatuses(t *testing.T) {
 func TestExitOnItsOwnSendsStopped(t *testing.T) {
 	s := newRecordsServer(t)
 	s.monitors = newMonitorPlacement(1)
-	s.runtimes = &oci.Handlers{}
+	s.runtimes = ociHandlers{&oci.Handlers{}}
 	sbID, ctrID := eventPod(t, s)
 	stream := &eventStream{}
 	subscribe(t, s, stream)
@@ -147,7 +147,7 @@ func TestExitOnItsOwnSendsStopped(t *testing.T) {
 func TestExitDuringStartComesAfterStarted(t *testing.T) {
 	s := newRecordsServer(t)
 	s.monitors = newMonitorPlacement(1)
-	s.runtimes = &oci.Handlers{}
+	s.runtimes = ociHandlers{&oci.Handlers{}}
 	_, ctrID := eventPod(t, s)
 	rec, _ := s.containers.Get(ctrID)
 	stream := &eventStream{}

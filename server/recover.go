@@ -263,7 +263,11 @@ func (s *Server) discardOrphanContainer(ctx context.Context, id string) error {
 	if err := conmon.StopCreate(filepath.Join(s.cfg.RunDir, "containers", id)); err != nil {
 		errs = append(errs, err)
 	}
-	for name, rt := range s.runtimes.Runtimes {
+	for _, name := range s.runtimes.Names() {
+		rt, err := s.runtimes.Get(name)
+		if err != nil {
+			continue
+		}
 		if err := rt.Delete(ctx, id, true); err != nil {
 			errs = append(errs, fmt.Errorf("delete from runtime %s: %w", name, err))
 		}

@@ -55,9 +55,12 @@ type Server struct {
 	containerNames *store.Names
 	locks          *keyedLocks // see keyedLocks for the lock discipline
 	exits          exitWatches
-	cni            *network.CNI
-	images         *image.Store
-	runtimes       *oci.Handlers
+	cni            networkPlugin
+	images         imageStore
+	runtimes       runtimeSet
+	pins           sandboxPins      // a pod's namespaces and shm
+	monitor        containerMonitor // starts the monitors (conmon)
+	infra          podInfra         // infra processes of pods sharing a PID namespace
 	monitorPath    string
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
@@ -91,6 +94,9 @@ func New(opts Options) (*Server, error) {
 		locks:          newKeyedLocks(),
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
+		pins:           hostPins{},
+		monitor:        conmonMonitor{},
+		infra:          conmonMonitor{},
 		cni:            network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")),
 	}
 	var err error
@@ -100,7 +106,7 @@ func New(opts Options) (*Server, error) {
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}
-	s.runtimes = runtimeHandlers(cfg, s.monitorPath)
+	s.runtimes = ociHandlers{runtimeHandlers(cfg, s.monitorPath)}
 	s.loadAppArmorProfile(opts.Log)
 	if s.sandboxes, err = openTable[sandboxRecord](s, sandboxesDir); err != nil {
 		return nil, err

@@ -46,7 +46,7 @@ func TestStatusRuntimeReadyFollowsTheBinaries(t *testing.T) {
 			s := newRecordsServer(t)
 			s.cfg = config.Default()
 			s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: c.runtimePath}}
-			s.runtimes = runtimeHandlers(s.cfg, c.monitor)
+			s.runtimes = ociHandlers{runtimeHandlers(s.cfg, c.monitor)}
 			s.monitorPath = c.monitor
 			s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
 			got := conditions(t, s)[runtime.RuntimeReady]
@@ -71,7 +71,7 @@ func TestStatusRuntimeReadyOnceTheBinaryAppears(t *testing.T) {
 	s := newRecordsServer(t)
 	s.cfg = config.Default()
 	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: bin}}
-	s.runtimes = runtimeHandlers(s.cfg, bin)
+	s.runtimes = ociHandlers{runtimeHandlers(s.cfg, bin)}
 	s.monitorPath, _ = os.Executable()
 	s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
 	rt, _ := s.runtimes.Get("")
@@ -96,7 +96,7 @@ func TestStatusNetworkReadyNeedsALoadableCNIConfig(t *testing.T) {
 	confDir := t.TempDir()
 	s := newRecordsServer(t)
 	s.cfg = config.Default()
-	s.runtimes = runtimeHandlers(s.cfg, "")
+	s.runtimes = ociHandlers{runtimeHandlers(s.cfg, "")}
 	s.cni = network.NewCNI(confDir, nil, t.TempDir(), nil)
 	c := conditions(t, s)[runtime.NetworkReady]
 	if c.GetStatus() || c.GetReason() != "NetworkPluginNotReady" || !strings.Contains(c.GetMessage(), confDir) {

@@ -255,4 +255,3 @@ func TestSharedPIDPodHasAnInfraProcessUntilStopped(t *testing.T) {
 		t.Fatalf("%d infra processes after the stop, want 0", ts.monitor.Infras())
 	}
 }
-

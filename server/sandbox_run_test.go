@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minicri/minicri/server/internal/fake"
 	"google.golang.org/grpc/codes"
-
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/fake"
 )
 
 func TestPodHostname(t *testing.T) {

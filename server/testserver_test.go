@@ -99,6 +99,9 @@ func newTestServer(t *testing.T, edit ...func(*config.Config)) *testServer {
 	if ts.containers, err = openTable[containerRecord](ts.Server, containersDir); err != nil {
 		t.Fatal(err)
 	}
+	if err := ts.restoreRuntimeConfig(); err != nil {
+		t.Fatal(err)
+	}
 	if err := ts.startStreaming(ts.log); err != nil {
 		t.Fatal(err)
 	}

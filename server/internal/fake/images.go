@@ -93,7 +93,8 @@ func (s *Images) Pull(ctx context.Context, ref string, auth *image.Auth) (image.
 	return s.Add(ref, image.Config{Cmd: []string{"sh"}}), nil
 }
 
-// Remove removes an image; one that a root filesystem uses is in use.
+// Remove removes an image; one that a root filesystem uses is in use, one
+// that is not there is no error, as with image.Store.
 func (s *Images) Remove(ref string) error {
 	if err := s.err("Remove"); err != nil {
 		return err
@@ -102,7 +103,7 @@ func (s *Images) Remove(ref string) error {
 	defer s.mu.Unlock()
 	img, ok := s.find(ref)
 	if !ok {
-		return fmt.Errorf("image %q: %w", ref, image.ErrNotFound)
+		return nil
 	}
 	for _, id := range s.rootfs {
 		if id == img.ID {

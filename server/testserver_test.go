@@ -60,7 +60,7 @@ func newTestServer(t *testing.T, edit ...func(*config.Config)) *testServer {
 	cfg.CNI.ConfDir = filepath.Join(dir, "cni")
 	cfg.CDI.SpecDirs = []string{filepath.Join(dir, "cdi")}
 	cfg.Runtime.MonitorShare = 1
-	cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: self}}
+	cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: "runc"}} // the fake runtime runs nothing
 	for _, e := range edit {
 		e(&cfg)
 	}

@@ -2,13 +2,19 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc/codes"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/server/internal/fake"
 )
 
@@ -254,4 +260,83 @@ func TestSharedPIDPodHasAnInfraProcessUntilStopped(t *testing.T) {
 	if ts.monitor.Infras() != 0 {
 		t.Fatalf("%d infra processes after the stop, want 0", ts.monitor.Infras())
 	}
+}
+
+// A container with PID mode TARGET joins the PID namespace of a running
+// container of its own pod, and nothing else.
+func TestCreateContainerTargetPIDNamespace(t *testing.T) {
+	ts := newTestServer(t)
+	pod := podConfig("web")
+	podID := ts.runPod(t, pod)
+	target := ts.createCtr(t, podID, pod, ctrConfig("app"))
+	_, otherPods := ts.runningCtr(t, "other")
+	debug := func(name, targetID string) *runtime.ContainerConfig {
+		c := ctrConfig(name)
+		c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+			NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_TARGET, TargetId: targetID}}}
+		return c
+	}
+	const field = "target_id"
+	for _, c := range []struct {
+		name     string
+		targetID string
+		want     codes.Code
+	}{
+		{"no target", "", codes.InvalidArgument},
+		{"unknown target", "feedbeef", codes.NotFound},
+		{"target in another pod", otherPods, codes.InvalidArgument},
+		{"target not started", target, codes.FailedPrecondition},
+	} {
+		_, err := ts.CreateContainer(bg, &runtime.CreateContainerRequest{PodSandboxId: podID, Config: debug("debug", c.targetID), SandboxConfig: pod})
+		wantCode(t, c.name, err, c.want, field)
+	}
+	if _, err := ts.StartContainer(bg, &runtime.StartContainerRequest{ContainerId: target}); err != nil {
+		t.Fatal(err)
+	}
+	id := ts.createCtr(t, podID, pod, debug("debug", target[:12]))
+	spec, err := oci.ReadSpec(filepath.Join(ts.cfg.RunDir, "containers", id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("/proc/%d/ns/pid", os.Getpid()) // the fake runtime's pid of every container
+	found := false
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.PIDNamespace {
+			found = ns.Path == want
+		}
+	}
+	if !found {
+		t.Errorf("namespaces of the debug container = %+v, want the PID one at %s", spec.Linux.Namespaces, want)
+	}
+}
+
+// With monitor_share, a pod's containers share a monitor; a monitor that
+// refuses a join is not asked again: a new one starts and takes the next.
+func TestCreateContainerSharesMonitors(t *testing.T) {
+	ts := newTestServer(t, func(c *config.Config) { c.Runtime.MonitorShare = 8 })
+	pod := podConfig("web")
+	podID := ts.runPod(t, pod)
+	monitorOf := func(id string) int {
+		t.Helper()
+		rec, err := ts.containers.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Monitor.PID
+	}
+	first := ts.createCtr(t, podID, pod, ctrConfig("a"))
+	second := ts.createCtr(t, podID, pod, ctrConfig("b"))
+	if monitorOf(first) != monitorOf(second) {
+		t.Errorf("monitors %d and %d; want the pod's containers in one", monitorOf(first), monitorOf(second))
+	}
+	ts.monitor.Fail("Join", conmon.ErrJoinRefused)
+	third := ts.createCtr(t, podID, pod, ctrConfig("c"))
+	ts.monitor.Fail("Join", nil)
+	fourth := ts.createCtr(t, podID, pod, ctrConfig("d"))
+	if monitorOf(third) == monitorOf(first) || monitorOf(fourth) != monitorOf(third) {
+		t.Errorf("monitors %d, %d after a refused join; want a new one, shared by both", monitorOf(third), monitorOf(fourth))
+	}
+	ts.monitor.Fail("Join", fake.ErrInjected)
+	_, err := ts.CreateContainer(bg, &runtime.CreateContainerRequest{PodSandboxId: podID, Config: ctrConfig("e"), SandboxConfig: pod})
+	wantCode(t, "a failed join", err, codes.Internal, fake.ErrInjected.Error())
 }

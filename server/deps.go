@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"io"
 	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -66,6 +67,13 @@ type containerMonitor interface {
 	// WatchContainer returns a channel closed once the monitor is done
 	// with the container whose socket is in socketDir.
 	WatchContainer(socketDir string) (<-chan struct{}, error)
+	monitorSockets
+}
+
+// monitorSockets are the calls on a running monitor's socket.
+type monitorSockets interface {
+	Attach(ctx context.Context, socketDir string, stdin io.Reader, stdout, stderr io.Writer, resize <-chan conmon.Size) error
+	ReopenLog(ctx context.Context, socketDir string) error
 }
 
 // podInfra runs the infra process of a pod that shares its PID namespace.
@@ -134,6 +142,14 @@ func (conmonMonitor) Join(ctx context.Context, joinDir string, o conmon.Options)
 
 func (conmonMonitor) WatchContainer(socketDir string) (<-chan struct{}, error) {
 	return conmon.WatchContainer(socketDir)
+}
+
+func (conmonMonitor) Attach(ctx context.Context, socketDir string, stdin io.Reader, stdout, stderr io.Writer, resize <-chan conmon.Size) error {
+	return conmon.Attach(ctx, socketDir, stdin, stdout, stderr, resize)
+}
+
+func (conmonMonitor) ReopenLog(ctx context.Context, socketDir string) error {
+	return conmon.ReopenLog(ctx, socketDir)
 }
 
 func (conmonMonitor) StartPause(binary, podDir string) (conmon.Infra, error) {

@@ -213,9 +213,21 @@ func TestReopenContainerLog(t *testing.T) {
 	ts := newTestServer(t)
 	pod := podConfig("web")
 	podID := ts.runPod(t, pod)
-	id := ts.createCtr(t, podID, pod, ctrConfig("app"))
-	_, err := ts.ReopenContainerLog(bg, &runtime.ReopenContainerLogRequest{ContainerId: id})
+	created := ts.createCtr(t, podID, pod, ctrConfig("idle"))
+	_, err := ts.ReopenContainerLog(bg, &runtime.ReopenContainerLogRequest{ContainerId: created})
 	wantCode(t, "ReopenContainerLog of a created container", err, codes.FailedPrecondition, "running")
+
+	_, running := ts.runningCtr(t, "other")
+	if _, err := ts.ReopenContainerLog(bg, &runtime.ReopenContainerLogRequest{ContainerId: running}); err != nil {
+		t.Fatalf("ReopenContainerLog: %v", err)
+	}
+	bundle := filepath.Join(ts.cfg.RunDir, "containers", running)
+	if n := ts.monitor.Reopens(bundle); n != 1 {
+		t.Errorf("the monitor reopened the log %d times, want 1", n)
+	}
+	ts.monitor.Fail("ReopenLog", fake.ErrInjected)
+	_, err = ts.ReopenContainerLog(bg, &runtime.ReopenContainerLogRequest{ContainerId: running})
+	wantCode(t, "a failed reopen", err, codes.Internal, fake.ErrInjected.Error())
 }
 
 // A restarted daemon finds its pods and containers again from the records:
@@ -264,5 +276,54 @@ func TestRecoverAfterRestart(t *testing.T) {
 	}
 	if r := ts.images.Rootfses(); len(r) != 1 || r[0] != ctrID {
 		t.Errorf("root filesystems after recovery = %v, want only the container's", r)
+	}
+}
+
+// A prefix that names two objects is refused, by every call that looks one
+// up, idempotent ones too: stopping "one of them" is not what was asked.
+func TestAnAmbiguousPrefixIsInvalidArgument(t *testing.T) {
+	ts := newTestServer(t)
+	for _, id := range []string{"abc1" + strings.Repeat("0", 60), "abc2" + strings.Repeat("0", 60)} {
+		if err := ts.sandboxes.Put(id, sandboxRecord{ID: id, State: stateReady}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.containers.Put(id, containerRecord{ID: id, SandboxID: id, State: stateRunning}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, call := range map[string]func() error{
+		"StopPodSandbox": func() error {
+			_, err := ts.StopPodSandbox(bg, &runtime.StopPodSandboxRequest{PodSandboxId: "abc"})
+			return err
+		},
+		"RemovePodSandbox": func() error {
+			_, err := ts.RemovePodSandbox(bg, &runtime.RemovePodSandboxRequest{PodSandboxId: "abc"})
+			return err
+		},
+		"PodSandboxStatus": func() error {
+			_, err := ts.PodSandboxStatus(bg, &runtime.PodSandboxStatusRequest{PodSandboxId: "abc"})
+			return err
+		},
+		"StopContainer": func() error {
+			_, err := ts.StopContainer(bg, &runtime.StopContainerRequest{ContainerId: "abc"})
+			return err
+		},
+		"RemoveContainer": func() error {
+			_, err := ts.RemoveContainer(bg, &runtime.RemoveContainerRequest{ContainerId: "abc"})
+			return err
+		},
+		"ContainerStatus": func() error {
+			_, err := ts.ContainerStatus(bg, &runtime.ContainerStatusRequest{ContainerId: "abc"})
+			return err
+		},
+		"ExecSync": func() error {
+			_, err := ts.ExecSync(bg, &runtime.ExecSyncRequest{ContainerId: "abc", Cmd: []string{"true"}})
+			return err
+		},
+	} {
+		wantCode(t, name, call(), codes.InvalidArgument)
+	}
+	if n := len(ts.runc.Kills()) + len(ts.runc.Execs()); n != 0 {
+		t.Errorf("%d runtime calls for an ambiguous ID, want none", n)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -25,11 +26,15 @@ type Monitor struct {
 	watches  map[string]chan struct{}  // by socket dir
 	monitors map[string]conmon.Created // by join dir
 	infra    map[int]bool
+	reopens  map[string]int // by socket dir
+
+	// AttachOutput is what an Attach gets on stdout.
+	AttachOutput string
 }
 
 func NewMonitor() *Monitor {
 	return &Monitor{nextPID: firstPID, served: map[string]conmon.Options{}, watches: map[string]chan struct{}{},
-		monitors: map[string]conmon.Created{}, infra: map[int]bool{}}
+		monitors: map[string]conmon.Created{}, infra: map[int]bool{}, reopens: map[string]int{}}
 }
 
 func (m *Monitor) pid() int {
@@ -83,6 +88,46 @@ func (m *Monitor) WatchContainer(socketDir string) (<-chan struct{}, error) {
 		return nil, fmt.Errorf("watch %s: no monitor socket: %w", socketDir, os.ErrNotExist)
 	}
 	return ch, nil
+}
+
+// Attach gives stdout AttachOutput, then echoes stdin there until its end,
+// as `cat` in an attached container does.
+func (m *Monitor) Attach(ctx context.Context, socketDir string, stdin io.Reader, stdout, stderr io.Writer, resize <-chan conmon.Size) error {
+	if _, err := m.WatchContainer(socketDir); err != nil {
+		return err
+	}
+	if stdout == nil {
+		return nil
+	}
+	if _, err := io.WriteString(stdout, m.AttachOutput); err != nil {
+		return err
+	}
+	if stdin != nil {
+		_, err := io.Copy(stdout, stdin)
+		return err
+	}
+	return nil
+}
+
+// ReopenLog counts the reopens of a served container's log.
+func (m *Monitor) ReopenLog(ctx context.Context, socketDir string) error {
+	if _, err := m.WatchContainer(socketDir); err != nil {
+		return err
+	}
+	if err := m.err("ReopenLog"); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reopens[socketDir]++
+	return nil
+}
+
+// Reopens counts the log reopens of the container whose socket is in socketDir.
+func (m *Monitor) Reopens(socketDir string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reopens[socketDir]
 }
 
 // Exit ends a container with code, as its monitor does: the exit file

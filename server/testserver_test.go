@@ -197,8 +197,9 @@ func wantCode(t *testing.T, what string, err error, want codes.Code, names ...st
 	}
 }
 
-// leftBehind fails the test when the fakes hold anything: namespaces, shm,
-// attachments, monitors, infra processes, root filesystems, records.
+// wantNothingLeft fails the test when anything is held: namespace pins,
+// shm mounts, network attachments, infra processes, root filesystems,
+// records, pod dirs and bundles.
 func (ts *testServer) wantNothingLeft(t *testing.T, what string) {
 	t.Helper()
 	if n := ts.pins.Held(); n != 0 {

@@ -10,7 +10,7 @@ import (
 	"sync"
 )
 
-// ErrInjected is what a fake returns when a test asked it to fail.
+// ErrInjected is an error for a test to inject, one that no real package returns.
 var ErrInjected = errors.New("injected failure")
 
 // Failures holds the errors to inject, by the name of the method that

@@ -3,8 +3,11 @@ package server
 import (
 	"bytes"
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -87,5 +90,54 @@ func TestStreamedAttachToAGoneMonitorFails(t *testing.T) {
 	}
 	if err := (streamRuntime{ts.Server}).Attach(bg, id, streaming.Streams{Stdout: &closingBuffer{}}); err == nil || !strings.Contains(err.Error(), id) {
 		t.Errorf("Attach = %v, want an error naming the container", err)
+	}
+}
+
+// What the streaming server runs once the kubelet connects to a
+// port-forward URL: for a host-network pod, a port of the host's loopback.
+func TestStreamedPortForwardOfAHostNetworkPod(t *testing.T) {
+	ts := newTestServer(t)
+	cfg := podConfig("web")
+	cfg.Linux.SecurityContext.NamespaceOptions.Network = runtime.NamespaceMode_NODE
+	id := ts.runPod(t, cfg)
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		conn, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = io.Copy(conn, conn) // echo until the client's end
+	}()
+	client, stream := net.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- streamRuntime{ts.Server}.PortForward(bg, id, int32(l.Addr().(*net.TCPAddr).Port), stream)
+	}()
+	if err := client.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Write([]byte("ping")); err != nil {
+		t.Fatalf("write to the forward: %v", err)
+	}
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(client, got); err != nil || string(got) != "ping" {
+		t.Fatalf("read from the forward = %q, %v; want the echo", got, err)
+	}
+	client.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("PortForward = %v after the client closed, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("PortForward still running 10s after its client closed")
+	}
+	if err := (streamRuntime{ts.Server}).PortForward(bg, "feed", 80, stream); err == nil {
+		t.Error("PortForward to an unknown pod succeeded")
 	}
 }

@@ -54,7 +54,7 @@ func (r streamRuntime) Attach(ctx context.Context, containerID string, st stream
 		defer stop()
 	}
 	// A nil WriteCloser stays a nil Writer: that output is not sent.
-	if err := conmon.Attach(ctx, rec.Bundle, stdin, st.Stdout, st.Stderr, resize); err != nil && ctx.Err() == nil {
+	if err := r.s.monitor.Attach(ctx, rec.Bundle, stdin, st.Stdout, st.Stderr, resize); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("attach to container %s: %w", rec.ID, err)
 	}
 	return nil

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
@@ -266,7 +265,7 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 func (s *Server) waitMonitorDone(rec containerRecord) {
 	// By the socket, not the record: a create cut short by a crash has
 	// a monitor that no record names.
-	done, err := conmon.WatchContainer(rec.Bundle)
+	done, err := s.monitor.WatchContainer(rec.Bundle)
 	if err != nil {
 		return
 	}

@@ -124,7 +124,7 @@ func TestContainerEventCarriesPodAndContainerStatuses(t *testing.T) {
 func TestExitOnItsOwnSendsStopped(t *testing.T) {
 	s := newRecordsServer(t)
 	s.monitors = newMonitorPlacement(1)
-	s.runtimes = &oci.Handlers{}
+	s.runtimes = ociHandlers{&oci.Handlers{}}
 	sbID, ctrID := eventPod(t, s)
 	stream := &eventStream{}
 	subscribe(t, s, stream)
@@ -147,7 +147,7 @@ func TestExitOnItsOwnSendsStopped(t *testing.T) {
 func TestExitDuringStartComesAfterStarted(t *testing.T) {
 	s := newRecordsServer(t)
 	s.monitors = newMonitorPlacement(1)
-	s.runtimes = &oci.Handlers{}
+	s.runtimes = ociHandlers{&oci.Handlers{}}
 	_, ctrID := eventPod(t, s)
 	rec, _ := s.containers.Get(ctrID)
 	stream := &eventStream{}
@@ -240,7 +240,7 @@ func TestEventStreamEndsWithItsContext(t *testing.T) {
 // container again and again when they were there).
 func TestPodSandboxStatusAndEventsCarryThePodsContainers(t *testing.T) {
 	s := newRecordsServer(t)
-	putSandbox := func(uid string, createdAt int64, state string) string {
+	putSandbox := func(uid string, createdAt int64, state sandboxRecordState) string {
 		t.Helper()
 		cfg, _ := proto.Marshal(&runtime.PodSandboxConfig{Metadata: &runtime.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: uid}})
 		id := newID()
@@ -250,7 +250,7 @@ func TestPodSandboxStatusAndEventsCarryThePodsContainers(t *testing.T) {
 		}
 		return id
 	}
-	putContainer := func(sandboxID, name string, attempt uint32, createdAt int64, state string) string {
+	putContainer := func(sandboxID, name string, attempt uint32, createdAt int64, state containerRecordState) string {
 		t.Helper()
 		md := &runtime.ContainerMetadata{Name: name, Attempt: attempt}
 		labels := map[string]string{"io.kubernetes.container.name": name, "io.kubernetes.pod.uid": "uid-1"}

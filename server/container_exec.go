@@ -79,7 +79,7 @@ func (s *Server) runningContainer(idOrPrefix string) (containerRecord, error) {
 // execTarget is what an exec needs of its container.
 type execTarget struct {
 	rec  containerRecord
-	rt   *oci.Runtime
+	rt   ociRuntime
 	base *specs.Process // the container's own process, shared: do not change
 }
 

@@ -60,7 +60,7 @@ func (s *Server) forgetWatch(id string) { s.exits.forget(id) }
 // with it: the monitor closes the watch's connection right after writing
 // the exit file, or dies, with no polling either way.
 func (s *Server) watchContainer(rec containerRecord) {
-	done, err := conmon.WatchContainer(rec.Bundle)
+	done, err := s.monitor.WatchContainer(rec.Bundle)
 	if err != nil {
 		s.log.WithField("container", rec.ID).WithError(err).Warn("cannot watch the container's monitor; treating it as gone")
 		s.recordExit(rec.ID)

@@ -7,8 +7,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/minicri/minicri/conmon"
 )
 
 // ReopenContainerLog makes the container's monitor start a new log file at
@@ -21,7 +19,7 @@ func (s *Server) ReopenContainerLog(ctx context.Context, req *runtime.ReopenCont
 	if rec.State != stateRunning {
 		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s: only a running container's log can be reopened", rec.ID, rec.State)
 	}
-	if err := conmon.ReopenLog(ctx, rec.Bundle); err != nil {
+	if err := s.monitor.ReopenLog(ctx, rec.Bundle); err != nil {
 		return nil, toStatus(fmt.Errorf("reopen log of container %s: %w", rec.ID, err))
 	}
 	return &runtime.ReopenContainerLogResponse{}, nil

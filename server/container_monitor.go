@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/minicri/minicri/conmon"
-	"github.com/minicri/minicri/oci"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -103,9 +102,10 @@ func (p *monitorPlacement) release(containerID string) {
 	}
 }
 
-// closed marks a monitor that refused a join: it takes no more containers,
-// though those it serves still count until their exits are recorded.
-func (p *monitorPlacement) closed(ref monitorRef) {
+// markClosed marks a monitor that refused a join: it takes no more
+// containers, though those it serves still count until their exits are
+// recorded.
+func (p *monitorPlacement) markClosed(ref monitorRef) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m := p.monitors[ref.PID]; m != nil {
@@ -115,7 +115,7 @@ func (p *monitorPlacement) closed(ref monitorRef) {
 
 // startMonitor has the container created by a monitor: a shared one with
 // room, else a new one, which is shared in turn unless monitor_share is 1.
-func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt *oci.Runtime, cfg *runtime.ContainerConfig) (monitorRef, error) {
+func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt ociRuntime, cfg *runtime.ContainerConfig) (monitorRef, error) {
 	if rec.LogPath != "" {
 		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
 			return monitorRef{}, fmt.Errorf("create log dir: %w", err)
@@ -130,11 +130,11 @@ func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt *oci.
 		if !ok {
 			break
 		}
-		created, err := conmon.Join(ctx, ref.JoinDir, opts)
+		created, err := s.monitor.Join(ctx, ref.JoinDir, opts)
 		if errors.Is(err, conmon.ErrJoinRefused) {
 			s.log.WithField("monitor", ref.PID).WithError(err).Info("shared monitor takes no more containers")
 			s.monitors.release(rec.ID)
-			s.monitors.closed(ref)
+			s.monitors.markClosed(ref)
 			continue
 		}
 		if err == nil && (created.MonitorPID != ref.PID || created.MonitorStartTime != ref.StartTime) {
@@ -152,7 +152,7 @@ func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt *oci.
 			return monitorRef{}, fmt.Errorf("create monitor dir: %w", err)
 		}
 	}
-	created, err := conmon.Create(ctx, opts)
+	created, err := s.monitor.Create(ctx, opts)
 	if err != nil {
 		if opts.JoinDir != "" {
 			os.RemoveAll(opts.JoinDir)
@@ -164,20 +164,20 @@ func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt *oci.
 	return ref, nil
 }
 
-func (s *Server) monitorOptions(rec containerRecord, rt *oci.Runtime, cfg *runtime.ContainerConfig) (conmon.Options, error) {
+func (s *Server) monitorOptions(rec containerRecord, rt runtimeBinary, cfg *runtime.ContainerConfig) (conmon.Options, error) {
 	bin, err := rt.Binary()
 	if err != nil {
 		return conmon.Options{}, err
 	}
 	var runtimeArgs []string
-	if rt.SystemdCgroup {
+	if rt.SystemdCgroup() {
 		runtimeArgs = append(runtimeArgs, "--systemd-cgroup")
 	}
 	return conmon.Options{
 		ID:          rec.ID,
 		Bundle:      rec.Bundle,
 		Runtime:     bin,
-		RuntimeRoot: rt.Root,
+		RuntimeRoot: rt.StateRoot(),
 		RuntimeArgs: runtimeArgs,
 		LogPath:     rec.LogPath,
 		ExitFile:    exitFile(rec),

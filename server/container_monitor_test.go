@@ -31,9 +31,9 @@ func TestMonitorPlacementReserve(t *testing.T) {
 		{name: "else the fullest with room", pod: "podZ", want: full, ok: true},
 		{name: "never one that is not shared", pod: "podC", want: full, ok: true},
 		{name: "never a full one", pod: "podB", edit: func(p *monitorPlacement) { p.assign(full, "b4", "podB") }, want: small, ok: true},
-		{name: "never a closed one", pod: "podA", edit: func(p *monitorPlacement) { p.closed(small) }, want: full, ok: true},
+		{name: "never a closed one", pod: "podA", edit: func(p *monitorPlacement) { p.markClosed(small) }, want: full, ok: true},
 		{name: "none with room", pod: "podA", edit: func(p *monitorPlacement) {
-			p.closed(small)
+			p.markClosed(small)
 			p.assign(full, "b4", "podB")
 		}},
 	} {

@@ -8,7 +8,6 @@ import (
 	securejoin "github.com/cyphar/filepath-securejoin"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/minicri/minicri/oci"
 )
 
 // imageVolume is one image volume (a mount with Mount.image, KEP-4639) of a
@@ -101,7 +100,7 @@ func (s *Server) removeImageVolumes(vols []imageVolume) error {
 // checkHandlerMounts refuses a recursive read-only mount on a handler whose
 // runtime cannot make one: a plain read-only mount in its place would leave
 // the mounts below it writable, without anyone knowing.
-func checkHandlerMounts(rt *oci.Runtime, handler string, cfg *runtime.ContainerConfig) error {
+func checkHandlerMounts(rt runtimeBinary, handler string, cfg *runtime.ContainerConfig) error {
 	for _, m := range cfg.GetMounts() {
 		if !m.GetRecursiveReadOnly() {
 			continue

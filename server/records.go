@@ -12,21 +12,36 @@ import (
 	"github.com/minicri/minicri/network"
 )
 
-// The states of a sandbox record. A record is written in stateCreating before
-// anything is made for it, so that a daemon killed half-way knows at start
-// what to roll back.
+// stateCreating is the first state of both kinds of record. A record is
+// written in it before anything is made for its object, so that a daemon
+// killed half-way knows at start what to roll back. Untyped, so that it is
+// both a sandboxRecordState and a containerRecordState.
+const stateCreating = "creating"
+
+// sandboxRecordState is the state of a sandbox record. The values are those
+// written to disk by every earlier version: do not change them.
+type sandboxRecordState string
+
+// The states of a sandbox record, besides stateCreating.
 const (
-	stateCreating = "creating"
-	stateReady    = "ready"
-	stateNotReady = "notready"
+	stateReady    sandboxRecordState = "ready"
+	stateNotReady sandboxRecordState = "notready"
 )
+
+func (s sandboxRecordState) String() string { return string(s) }
+
+// containerRecordState is the state of a container record, as written to
+// disk (see sandboxRecordState).
+type containerRecordState string
 
 // The states of a container record, besides stateCreating.
 const (
-	stateCreated = "created"
-	stateRunning = "running"
-	stateExited  = "exited"
+	stateCreated containerRecordState = "created"
+	stateRunning containerRecordState = "running"
+	stateExited  containerRecordState = "exited"
 )
+
+func (s containerRecordState) String() string { return string(s) }
 
 // sandboxRecord is what minicri keeps about a pod sandbox, on disk and in memory.
 type sandboxRecord struct {
@@ -37,7 +52,7 @@ type sandboxRecord struct {
 	Annotations map[string]string
 	Handler     string
 	CreatedAt   int64 // unix nanoseconds
-	State       string
+	State       sandboxRecordState
 
 	Dir        string             // RUN_DIR/pods/ID: pod files and pins
 	Namespaces network.Namespaces // pinned namespaces; empty paths for host ones
@@ -68,7 +83,7 @@ type containerRecord struct {
 	CreatedAt   int64
 	StartedAt   int64
 	FinishedAt  int64
-	State       string
+	State       containerRecordState
 	ExitCode    int32
 	Reason      string
 	Message     string

@@ -14,6 +14,7 @@ import (
 	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/store"
 )
 
 // recoverTimeout bounds the whole start-up repair.
@@ -181,8 +182,8 @@ func (s *Server) attachedPods() map[string]bool {
 // ID whose record file is still on disk (corrupt, kept for the operator) is
 // left alone.
 func (s *Server) sweepOrphans(ctx context.Context) {
-	knownSandbox := func(id string) bool { return s.hasRecord("sandboxes", id) }
-	knownContainer := func(id string) bool { return s.hasRecord("containers", id) }
+	knownSandbox := s.hasSandboxRecord
+	knownContainer := s.hasContainerRecord
 	for id := range s.attachedPods() { // listed again: the roll-backs above removed some
 		if !knownSandbox(id) {
 			s.sweep("CNI attachment", id, s.cni.Teardown(ctx, network.PodNetwork{ID: id}))
@@ -236,16 +237,23 @@ func (s *Server) sweep(what, id string, err error) {
 	s.metrics.Repaired("orphan_removed")
 }
 
-// hasRecord reports whether an object has a record, in memory or on disk.
-func (s *Server) hasRecord(table, id string) bool {
-	if table == "sandboxes" {
-		if _, err := s.sandboxes.Get(id); err == nil {
-			return true
-		}
-	} else if _, err := s.containers.Get(id); err == nil {
+// hasSandboxRecord reports whether a sandbox has a record, in memory or on disk.
+func (s *Server) hasSandboxRecord(id string) bool {
+	return hasRecord(s.sandboxes, filepath.Join(s.cfg.Root, sandboxesDir), id)
+}
+
+// hasContainerRecord reports whether a container has a record, in memory or on disk.
+func (s *Server) hasContainerRecord(id string) bool {
+	return hasRecord(s.containers, filepath.Join(s.cfg.Root, containersDir), id)
+}
+
+// hasRecord looks on disk too: a corrupt record is not in the table but
+// is kept for the operator, and so is what it names.
+func hasRecord[T any](t *store.Table[T], dir, id string) bool {
+	if _, err := t.Get(id); err == nil {
 		return true
 	}
-	_, err := os.Lstat(filepath.Join(s.cfg.Root, table, id+".json"))
+	_, err := os.Lstat(filepath.Join(dir, id+".json"))
 	return !errors.Is(err, os.ErrNotExist)
 }
 
@@ -256,7 +264,11 @@ func (s *Server) discardOrphanContainer(ctx context.Context, id string) error {
 	if err := conmon.StopCreate(filepath.Join(s.cfg.RunDir, "containers", id)); err != nil {
 		errs = append(errs, err)
 	}
-	for name, rt := range s.runtimes.Runtimes {
+	for _, name := range s.runtimes.Names() {
+		rt, err := s.runtimes.Get(name)
+		if err != nil {
+			continue
+		}
 		if err := rt.Delete(ctx, id, true); err != nil {
 			errs = append(errs, fmt.Errorf("delete from runtime %s: %w", name, err))
 		}

@@ -10,13 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/store"
 )
@@ -117,7 +115,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		return err
 	}
 	if sharesPIDNamespace(cfg) && rec.Infra.PID == 0 {
-		infra, err := conmon.StartPause(s.monitorPath, rec.Dir)
+		infra, err := s.infra.StartPause(s.monitorPath, rec.Dir)
 		if err != nil {
 			return err
 		}
@@ -157,7 +155,7 @@ func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) err
 		kinds = append(kinds, network.NamespaceIPC)
 	}
 	if len(kinds) > 0 && r.Namespaces.User == "" {
-		ns, err := network.PinNamespaces(filepath.Join(r.Dir, "ns"), kinds, podHostname(cfg))
+		ns, err := s.pins.Pin(filepath.Join(r.Dir, "ns"), kinds, podHostname(cfg))
 		if err != nil {
 			return fmt.Errorf("pin namespaces: %w", err)
 		}
@@ -170,8 +168,7 @@ func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) err
 	if err := os.MkdirAll(shm, 0o755); err != nil {
 		return fmt.Errorf("create shm dir: %w", err)
 	}
-	opts := fmt.Sprintf("mode=1777,size=%d", podShmSize)
-	if err := unix.Mount("shm", shm, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+	if err := s.pins.MountShm(shm, podShmSize); err != nil {
 		return fmt.Errorf("mount pod shm: %w", err)
 	}
 	r.ShmMounted = true

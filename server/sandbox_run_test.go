@@ -6,7 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/fake"
 )
 
 func TestPodHostname(t *testing.T) {
@@ -54,5 +57,72 @@ func TestHostnameLabel(t *testing.T) {
 		if !dnsLabel.MatchString(got) {
 			t.Errorf("hostnameLabel(%q) = %q, not a DNS label", in, got)
 		}
+	}
+}
+
+func TestRunPodSandboxValidatesAndReserves(t *testing.T) {
+	ts := newTestServer(t)
+	noMeta := podConfig("web")
+	noMeta.Metadata = nil
+	cases := []struct {
+		name    string
+		req     *runtime.RunPodSandboxRequest
+		want    codes.Code
+		inError string
+	}{
+		{"no config", &runtime.RunPodSandboxRequest{}, codes.InvalidArgument, "config"},
+		{"no metadata", &runtime.RunPodSandboxRequest{Config: noMeta}, codes.InvalidArgument, "metadata"},
+		{"unknown handler", &runtime.RunPodSandboxRequest{Config: podConfig("web"), RuntimeHandler: "kata"}, codes.InvalidArgument, "runtime_handler"},
+	}
+	for _, c := range cases {
+		_, err := ts.RunPodSandbox(bg, c.req)
+		wantCode(t, c.name, err, c.want, c.inError)
+	}
+	ts.wantNothingLeft(t, "refused pods")
+
+	id := ts.runPod(t, podConfig("web"))
+	_, err := ts.RunPodSandbox(bg, &runtime.RunPodSandboxRequest{Config: podConfig("web")})
+	wantCode(t, "the same pod again", err, codes.AlreadyExists, id)
+	st, err := ts.PodSandboxStatus(bg, &runtime.PodSandboxStatusRequest{PodSandboxId: id[:12]})
+	if err != nil {
+		t.Fatalf("PodSandboxStatus by prefix: %v", err)
+	}
+	if st.GetStatus().GetState() != runtime.PodSandboxState_SANDBOX_READY || st.GetStatus().GetNetwork().GetIp() == "" {
+		t.Errorf("status = %v, want ready with an IP", st.GetStatus())
+	}
+	if ts.pins.Held() == 0 || ts.network.Attached() != 1 {
+		t.Errorf("a running pod holds %d pins and %d attachments; want some and 1", ts.pins.Held(), ts.network.Attached())
+	}
+}
+
+// A failure at any step of RunPodSandbox undoes the steps before it and
+// frees the name, so that the kubelet's retry succeeds.
+func TestRunPodSandboxUndoesWhatItMadeOnFailure(t *testing.T) {
+	for _, c := range []struct {
+		step string
+		fail func(ts *testServer)
+		pid  bool // the pod shares its PID namespace: an infra process
+	}{
+		{"pin namespaces", func(ts *testServer) { ts.pins.Fail("Pin", fake.ErrInjected) }, false},
+		{"mount shm", func(ts *testServer) { ts.pins.Fail("MountShm", fake.ErrInjected) }, false},
+		{"start infra", func(ts *testServer) { ts.monitor.Fail("StartPause", fake.ErrInjected) }, true},
+		{"CNI ADD", func(ts *testServer) { ts.network.Fail("Setup", fake.ErrInjected) }, true},
+	} {
+		t.Run(c.step, func(t *testing.T) {
+			ts := newTestServer(t)
+			cfg := podConfig("web")
+			if c.pid {
+				cfg.Linux.SecurityContext.NamespaceOptions.Pid = runtime.NamespaceMode_POD
+			}
+			c.fail(ts)
+			_, err := ts.RunPodSandbox(bg, &runtime.RunPodSandboxRequest{Config: cfg})
+			wantCode(t, "RunPodSandbox", err, codes.Internal, fake.ErrInjected.Error())
+			ts.wantNothingLeft(t, "after the failure")
+			ts.pins.Fail("Pin", nil)
+			ts.pins.Fail("MountShm", nil)
+			ts.monitor.Fail("StartPause", nil)
+			ts.network.Fail("Setup", nil)
+			ts.runPod(t, cfg) // the name is free again
+		})
 	}
 }

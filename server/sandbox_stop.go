@@ -10,7 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/store"
 )
@@ -83,7 +82,7 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 			s.log.WithField("pod", rec.ID).WithError(err).Warn("record the network teardown")
 		}
 	}
-	if err := conmon.StopPause(rec.Infra); err != nil {
+	if err := s.infra.StopPause(rec.Infra); err != nil {
 		return err
 	}
 	nsDir := filepath.Join(rec.Dir, "ns")
@@ -93,10 +92,10 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 		IPC: filepath.Join(nsDir, string(network.NamespaceIPC)),
 		UTS: filepath.Join(nsDir, string(network.NamespaceUTS)),
 	}
-	if err := network.UnpinNamespaces(pins); err != nil {
+	if err := s.pins.Unpin(pins); err != nil {
 		return fmt.Errorf("unpin namespaces: %w", err)
 	}
-	if err := unmountIfMounted(filepath.Join(rec.Dir, "shm")); err != nil {
+	if err := s.pins.UnmountShm(filepath.Join(rec.Dir, "shm")); err != nil {
 		return fmt.Errorf("unmount pod shm: %w", err)
 	}
 	rec.ShmMounted = false

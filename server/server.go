@@ -55,9 +55,12 @@ type Server struct {
 	containerNames *store.Names
 	locks          *keyedLocks // see keyedLocks for the lock discipline
 	exits          exitWatches
-	cni            *network.CNI
-	images         *image.Store
-	runtimes       *oci.Handlers
+	cni            networkPlugin
+	images         imageStore
+	runtimes       runtimeSet
+	pins           sandboxPins      // a pod's namespaces and shm
+	monitor        containerMonitor // starts the monitors (conmon)
+	infra          podInfra         // infra processes of pods sharing a PID namespace
 	monitorPath    string
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
@@ -91,6 +94,9 @@ func New(opts Options) (*Server, error) {
 		locks:          newKeyedLocks(),
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
+		pins:           hostPins{},
+		monitor:        conmonMonitor{},
+		infra:          conmonMonitor{},
 		cni:            network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")),
 	}
 	var err error
@@ -100,12 +106,12 @@ func New(opts Options) (*Server, error) {
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}
-	s.runtimes = runtimeHandlers(cfg, s.monitorPath)
+	s.runtimes = ociHandlers{runtimeHandlers(cfg, s.monitorPath)}
 	s.loadAppArmorProfile(opts.Log)
-	if s.sandboxes, err = openTable[sandboxRecord](s, "sandboxes"); err != nil {
+	if s.sandboxes, err = openTable[sandboxRecord](s, sandboxesDir); err != nil {
 		return nil, err
 	}
-	if s.containers, err = openTable[containerRecord](s, "containers"); err != nil {
+	if s.containers, err = openTable[containerRecord](s, containersDir); err != nil {
 		return nil, err
 	}
 	s.countObjects()
@@ -187,6 +193,12 @@ func findMonitor(name string) (string, error) {
 	}
 	return path, nil
 }
+
+// The directories of the record tables under the state root.
+const (
+	sandboxesDir  = "sandboxes"
+	containersDir = "containers"
+)
 
 // openTable opens one kind of record under the state root. A corrupt record
 // is logged and left for the operator, not fatal.

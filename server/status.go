@@ -53,7 +53,7 @@ func (s *Server) runtimeReady() (reason string, err error) {
 		return "RuntimeHandlerNotConfigured", err
 	}
 	if err := rt.Available(); err != nil {
-		return "RuntimeBinaryNotFound", fmt.Errorf("default runtime handler %q: %w (runtime.handlers.%s.path)", s.runtimes.Default, err, s.runtimes.Default)
+		return "RuntimeBinaryNotFound", fmt.Errorf("default runtime handler %q: %w (runtime.handlers.%s.path)", s.cfg.Runtime.DefaultHandler, err, s.cfg.Runtime.DefaultHandler)
 	}
 	if _, err := os.Stat(s.monitorPath); err != nil {
 		return "MonitorBinaryNotFound", fmt.Errorf("monitor binary: %w (runtime.monitor_path)", err)

@@ -26,11 +26,20 @@ func conditions(t *testing.T, s *Server) map[string]*runtime.RuntimeCondition {
 	return out
 }
 
-func TestStatusRuntimeReadyFollowsTheBinaries(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
+// runtimeScript is a runtime binary whose `features` says nothing. Not the
+// test binary itself: Status runs `features`, and the test binary would
+// run every test again, its children too.
+func runtimeScript(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "runc")
+	if err := os.WriteFile(path, []byte("#!/bin/sh\necho '{}'\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+func TestStatusRuntimeReadyFollowsTheBinaries(t *testing.T) {
+	self := runtimeScript(t)
 	missing := filepath.Join(t.TempDir(), "no-such-runc")
 	cases := []struct {
 		name, runtimePath, monitor string
@@ -46,7 +55,7 @@ func TestStatusRuntimeReadyFollowsTheBinaries(t *testing.T) {
 			s := newRecordsServer(t)
 			s.cfg = config.Default()
 			s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: c.runtimePath}}
-			s.runtimes = runtimeHandlers(s.cfg, c.monitor)
+			s.runtimes = ociHandlers{runtimeHandlers(s.cfg, c.monitor)}
 			s.monitorPath = c.monitor
 			s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
 			got := conditions(t, s)[runtime.RuntimeReady]
@@ -71,7 +80,7 @@ func TestStatusRuntimeReadyOnceTheBinaryAppears(t *testing.T) {
 	s := newRecordsServer(t)
 	s.cfg = config.Default()
 	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: bin}}
-	s.runtimes = runtimeHandlers(s.cfg, bin)
+	s.runtimes = ociHandlers{runtimeHandlers(s.cfg, bin)}
 	s.monitorPath, _ = os.Executable()
 	s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
 	rt, _ := s.runtimes.Get("")
@@ -96,7 +105,7 @@ func TestStatusNetworkReadyNeedsALoadableCNIConfig(t *testing.T) {
 	confDir := t.TempDir()
 	s := newRecordsServer(t)
 	s.cfg = config.Default()
-	s.runtimes = runtimeHandlers(s.cfg, "")
+	s.runtimes = ociHandlers{runtimeHandlers(s.cfg, "")}
 	s.cni = network.NewCNI(confDir, nil, t.TempDir(), nil)
 	c := conditions(t, s)[runtime.NetworkReady]
 	if c.GetStatus() || c.GetReason() != "NetworkPluginNotReady" || !strings.Contains(c.GetMessage(), confDir) {

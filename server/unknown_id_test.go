@@ -39,7 +39,7 @@ func newRecordsServer(t *testing.T) *Server {
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),
 		locks:          newKeyedLocks(),
-		runtimes:       &oci.Handlers{}, // none configured: Status says so
+		runtimes:       ociHandlers{&oci.Handlers{}}, // none configured: Status says so
 	}
 }
 

@@ -120,7 +120,7 @@ func TestValidatePodUserNamespaceNeedsIDMappedMounts(t *testing.T) {
 		"current": {Path: fake("new", `{"linux": {"mountExtensions": {"idmap": {"enabled": true}}}}`)},
 		"missing": {Path: filepath.Join(dir, "missing")},
 	}
-	s.runtimes = runtimeHandlers(s.cfg, "")
+	s.runtimes = ociHandlers{runtimeHandlers(s.cfg, "")}
 	const field = "config.linux.security_context.namespace_options"
 	cases := []struct {
 		handler string

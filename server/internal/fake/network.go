@@ -1,0 +1,164 @@
+package fake
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/minicri/minicri/network"
+)
+
+// Network attaches pods to a pretend network, one IP each.
+type Network struct {
+	Failures
+	mu       sync.Mutex
+	next     byte
+	attached map[string]network.PodNetwork // by pod ID
+	// Templates counts the CNI configs written from a template.
+	Templates int
+}
+
+func NewNetwork() *Network { return &Network{attached: map[string]network.PodNetwork{}} }
+
+func (n *Network) Setup(ctx context.Context, pn network.PodNetwork) (network.Result, error) {
+	if err := n.err("Setup"); err != nil {
+		return network.Result{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.next++
+	n.attached[pn.ID] = pn
+	return network.Result{IPs: []net.IP{net.IPv4(10, 88, 0, n.next)}, Interface: "eth0"}, nil
+}
+
+// Teardown detaches a pod; one that is not attached is fine, as with CNI DEL.
+func (n *Network) Teardown(ctx context.Context, pn network.PodNetwork) error {
+	if err := n.err("Teardown"); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.attached, pn.ID)
+	return nil
+}
+
+func (n *Network) Ready() error { return n.err("Ready") }
+
+// AttachedPods lists the pods attached now.
+func (n *Network) AttachedPods() ([]string, error) {
+	if err := n.err("AttachedPods"); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ids := make([]string, 0, len(n.attached))
+	for id := range n.attached {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+func (n *Network) WriteConfFromTemplate(tmplPath string, values network.TemplateValues) (bool, error) {
+	if err := n.err("WriteConfFromTemplate"); err != nil {
+		return false, err
+	}
+	if tmplPath == "" {
+		return false, nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.Templates++
+	return true, nil
+}
+
+// Pins pins namespaces as empty files and mounts shm as nothing at all.
+type Pins struct {
+	Failures
+	mu     sync.Mutex
+	pinned map[string]bool // namespace files
+	shm    map[string]bool
+}
+
+func NewPins() *Pins { return &Pins{pinned: map[string]bool{}, shm: map[string]bool{}} }
+
+func (p *Pins) Pin(dir string, kinds []network.NamespaceKind, hostname string) (network.Namespaces, error) {
+	if err := p.err("Pin"); err != nil {
+		return network.Namespaces{}, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return network.Namespaces{}, err
+	}
+	ns := network.Namespaces{Dir: dir}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range kinds {
+		path := filepath.Join(dir, string(k))
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			return network.Namespaces{}, err
+		}
+		p.pinned[path] = true
+		switch k {
+		case network.NamespaceNet:
+			ns.Net = path
+		case network.NamespaceIPC:
+			ns.IPC = path
+		case network.NamespaceUTS:
+			ns.UTS = path
+		}
+	}
+	return ns, nil
+}
+
+// Unpin releases the namespaces; those not pinned are fine.
+func (p *Pins) Unpin(ns network.Namespaces) error {
+	if err := p.err("Unpin"); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, path := range []string{ns.Net, ns.IPC, ns.UTS} {
+		if path != "" {
+			delete(p.pinned, path)
+			os.Remove(path)
+		}
+	}
+	return nil
+}
+
+func (p *Pins) MountShm(path string, size int) error {
+	if err := p.err("MountShm"); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.shm[path] = true
+	return nil
+}
+
+func (p *Pins) UnmountShm(path string) error {
+	if err := p.err("UnmountShm"); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.shm, path)
+	return nil
+}
+
+// Held counts the namespaces pinned and the shm mounts made, not released.
+func (p *Pins) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pinned) + len(p.shm)
+}
+
+// Attached counts the pods attached now.
+func (n *Network) Attached() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.attached)
+}

@@ -1,0 +1,179 @@
+package fake
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/oci"
+)
+
+// Runtimes are fake OCI runtimes by handler name.
+type Runtimes struct {
+	Default  string
+	Runtimes map[string]*Runtime
+}
+
+// Get returns the runtime of handler, "" the default one.
+func (h *Runtimes) Get(handler string) (*Runtime, error) {
+	if handler == "" {
+		handler = h.Default
+	}
+	rt, ok := h.Runtimes[handler]
+	if !ok {
+		return nil, fmt.Errorf("%w %q", oci.ErrUnknownHandler, handler)
+	}
+	return rt, nil
+}
+
+func (h *Runtimes) Names() []string {
+	names := make([]string, 0, len(h.Runtimes))
+	for n := range h.Runtimes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Runtime is an OCI runtime whose containers are entries in a map. A
+// container is there once started; a Kill calls OnKill, which a test wires
+// to Monitor.Exit so that the container's exit is seen as with runc.
+type Runtime struct {
+	Failures
+	// OnKill, when set, runs after each Kill.
+	OnKill func(id string, sig syscall.Signal)
+	// ExecCode and ExecStdout are what every Exec gives.
+	ExecCode   int
+	ExecStdout string
+	// Feats are what Features reports.
+	Feats oci.Features
+
+	mu       sync.Mutex
+	running  map[string]bool
+	updates  map[string]*specs.LinuxResources
+	deleted  map[string]int
+	kills    []syscall.Signal
+	execArgs [][]string
+}
+
+func NewRuntime() *Runtime {
+	return &Runtime{running: map[string]bool{}, updates: map[string]*specs.LinuxResources{}, deleted: map[string]int{}}
+}
+
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	if err := r.err("Start"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.running[id] = true
+	return nil
+}
+
+// State says running, with the test's own pid, for a started container.
+func (r *Runtime) State(ctx context.Context, id string) (oci.State, error) {
+	if err := r.err("State"); err != nil {
+		return oci.State{}, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.running[id] {
+		return oci.State{}, fmt.Errorf("container %s: %w", id, oci.ErrNotFound)
+	}
+	return oci.State{ID: id, Status: oci.StatusRunning, Pid: syscall.Getpid()}, nil
+}
+
+func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error {
+	if err := r.err("Kill"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.kills = append(r.kills, sig)
+	delete(r.running, id)
+	onKill := r.OnKill
+	r.mu.Unlock()
+	if onKill != nil {
+		onKill(id, sig)
+	}
+	return nil
+}
+
+// Kills lists the signals sent, in order.
+func (r *Runtime) Kills() []syscall.Signal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]syscall.Signal(nil), r.kills...)
+}
+
+func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
+	if err := r.err("Delete"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.running, id)
+	r.deleted[id]++
+	return nil
+}
+
+// Deleted counts the deletes of a container.
+func (r *Runtime) Deleted(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.deleted[id]
+}
+
+func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+	if err := r.err("Update"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.updates[id] = res
+	return nil
+}
+
+// Updated returns the resources of the last Update of a container.
+func (r *Runtime) Updated(id string) *specs.LinuxResources {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.updates[id]
+}
+
+// Exec writes ExecStdout and returns ExecCode; it honours the context as
+// runc exec does.
+func (r *Runtime) Exec(ctx context.Context, id, stateDir string, proc *specs.Process, o oci.ExecIO) (int, error) {
+	if err := r.err("Exec"); err != nil {
+		return -1, err
+	}
+	if err := ctx.Err(); err != nil {
+		return -1, err
+	}
+	r.mu.Lock()
+	r.execArgs = append(r.execArgs, proc.Args)
+	r.mu.Unlock()
+	if o.Stdout != nil {
+		if _, err := io.WriteString(o.Stdout, r.ExecStdout); err != nil {
+			return -1, err
+		}
+	}
+	return r.ExecCode, nil
+}
+
+// Execs lists the args of each Exec.
+func (r *Runtime) Execs() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]string(nil), r.execArgs...)
+}
+
+func (r *Runtime) Available() error                { return r.err("Available") }
+func (r *Runtime) Features() (oci.Features, error) { return r.Feats, r.err("Features") }
+func (r *Runtime) Binary() (string, error)         { return "/usr/bin/fake-runc", r.err("Binary") }
+func (r *Runtime) StateRoot() string               { return "" }
+func (r *Runtime) SystemdCgroup() bool             { return false }

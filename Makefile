@@ -70,8 +70,11 @@ kubelet:
 e2e: build build-e2e $(KUBELET_DEP)
 	MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/
 
+# make bench SCALE=100: the node-scale bench, 100 pods (then 100 pods x 2
+# containers) with the floors measured in the same run (docs/performance.md).
+SCALE ?=
 bench: deps build
-	@hack/bench.sh $(BIN)
+	@MINICRI_BENCH_PODS=$(SCALE) hack/bench.sh $(BIN)
 
 install: build
 	install -D -m 0755 $(BIN)/minicri $(DESTDIR)$(PREFIX)/bin/minicri

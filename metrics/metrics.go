@@ -37,6 +37,7 @@ type Metrics struct {
 	pullDuration  *prometheus.HistogramVec
 	monitorDeaths prometheus.Counter
 	repairs       *prometheus.CounterVec
+	phases        *prometheus.HistogramVec
 }
 
 // New makes the metrics with the Go runtime's and the process's own.
@@ -79,9 +80,14 @@ func New() *Metrics {
 			Namespace: namespace, Name: "startup_repairs_total",
 			Help: "Repairs made by the start-up recovery, by kind.",
 		}, []string{"kind"}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "operation_phase_duration_seconds",
+			Help:    "Duration of the steps of the costly CRI calls (RunPodSandbox, CreateContainer, StopPodSandbox, RemovePodSandbox) by operation and phase (cni, runtime, monitor, record ...), to see where a call's time goes.",
+			Buckets: callBuckets,
+		}, []string{"operation", "phase"}),
 	}
 	m.reg.MustRegister(m.rpcDuration, m.rpcErrors, m.execSync, m.execStream, m.pullBytes, m.pullDuration,
-		m.monitorDeaths, m.repairs,
+		m.monitorDeaths, m.repairs, m.phases,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -153,6 +159,15 @@ func (m *Metrics) ObservePull(bytes uint64, err error, took time.Duration) {
 		m.pullBytes.Add(float64(bytes))
 	}
 	m.pullDuration.WithLabelValues(result).Observe(took.Seconds())
+}
+
+// ObservePhase records how long one phase of an operation took (operation
+// "StopPodSandbox", phase "cni").
+func (m *Metrics) ObservePhase(operation, phase string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.phases.WithLabelValues(operation, phase).Observe(took.Seconds())
 }
 
 // MonitorDied counts a container whose monitor ended without its exit.

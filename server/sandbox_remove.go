@@ -23,6 +23,8 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
+	ctx, phases := s.withPhases(ctx, "RemovePodSandbox")
+	defer phases.observe()
 	rec, err := s.sandboxes.Get(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return &runtime.RemovePodSandboxResponse{}, nil // removed while we waited for the lock
@@ -35,6 +37,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 			return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
 		}
 	}
+	phaseDone(ctx, "containers")
 	crashPoint("sandbox-remove-after-containers")
 	wasReady := rec.State == stateReady
 	if err := s.removeSandbox(ctx, &rec); err != nil {

@@ -50,6 +50,8 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
+	ctx, phases := s.withPhases(ctx, "RunPodSandbox")
+	defer phases.observe()
 	if err := s.createSandbox(ctx, id, name, handler, cfg); err != nil {
 		s.sandboxNames.Release(name, id)
 		return nil, toStatus(fmt.Errorf("run pod sandbox %s: %w", cfg.GetMetadata().GetName(), err))
@@ -83,6 +85,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	if err := s.sandboxes.Put(id, rec); err != nil {
 		return err
 	}
+	phaseDone(ctx, "record")
 	crashPoint("sandbox-after-record")
 	defer func() {
 		if retErr != nil {
@@ -103,9 +106,11 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	if err := s.pinSandbox(&rec, cfg); err != nil {
 		return err
 	}
+	phaseDone(ctx, "pin")
 	if err := s.sandboxes.Put(id, rec); err != nil {
 		return err
 	}
+	phaseDone(ctx, "record")
 	crashPoint("sandbox-after-pin")
 	if sharesPIDNamespace(cfg) {
 		infra, err := conmon.StartPause(s.monitorPath, rec.Dir)
@@ -113,15 +118,18 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 			return err
 		}
 		crashPoint("sandbox-infra-unrecorded") // found again only by its command line
+		phaseDone(ctx, "infra")
 		rec.Infra = infra
 		if err := s.sandboxes.Put(id, rec); err != nil {
 			return err
 		}
+		phaseDone(ctx, "record")
 		crashPoint("sandbox-after-infra")
 	}
 	if err := writePodFiles(rec, cfg, nil); err != nil {
 		return err
 	}
+	phaseDone(ctx, "files")
 	if !hostNetwork(cfg) {
 		if err := s.setUpNetwork(ctx, &rec, cfg); err != nil {
 			return err
@@ -129,7 +137,9 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	}
 	crashPoint("sandbox-before-ready")
 	rec.State = stateReady
-	return s.sandboxes.Put(id, rec)
+	err = s.sandboxes.Put(id, rec)
+	phaseDone(ctx, "record")
+	return err
 }
 
 // pinSandbox pins the pod's own namespaces and mounts its /dev/shm, noting
@@ -171,10 +181,12 @@ func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runt
 	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
 		return err
 	}
+	phaseDone(ctx, "record")
 	result, err := s.cni.Setup(ctx, podNetwork(*rec, cfg))
 	if err != nil {
 		return fmt.Errorf("set up pod network: %w", err)
 	}
+	phaseDone(ctx, "cni")
 	crashPoint("sandbox-after-network") // an IP is held that no record names yet
 	rec.IPs = nil
 	for _, ip := range result.IPs {
@@ -183,6 +195,7 @@ func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runt
 	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
 		return err
 	}
+	phaseDone(ctx, "record")
 	// /etc/hosts names the pod's own IP, known only now.
 	return writePodFiles(*rec, cfg, result.IPs)
 }

@@ -28,6 +28,8 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtime.StopPodSandbox
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
+	ctx, phases := s.withPhases(ctx, "StopPodSandbox")
+	defer phases.observe()
 	if err := s.stopSandbox(ctx, id); err != nil {
 		return nil, toStatus(fmt.Errorf("stop pod sandbox %s: %w", id, err))
 	}
@@ -42,6 +44,7 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 			return err
 		}
 	}
+	phaseDone(ctx, "containers")
 	rec, err := s.sandboxes.Get(id)
 	if err != nil {
 		return err
@@ -56,6 +59,7 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 	if err := s.sandboxes.Put(id, rec); err != nil {
 		return err
 	}
+	phaseDone(ctx, "record")
 	s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
 	return nil
 }
@@ -73,6 +77,7 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 		if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
 			return fmt.Errorf("tear down pod network: %w", err)
 		}
+		phaseDone(ctx, "cni")
 		crashPoint("sandbox-release-after-cni-del")
 		// Recorded at once, so that the DEL takes effect once however many
 		// stops follow, and after a restart too. A failed write (a full or
@@ -82,10 +87,12 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 		if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
 			s.log.WithField("pod", rec.ID).WithError(err).Warn("record the network teardown")
 		}
+		phaseDone(ctx, "record")
 	}
 	if err := conmon.StopPause(rec.Infra); err != nil {
 		return err
 	}
+	phaseDone(ctx, "infra")
 	nsDir := filepath.Join(rec.Dir, "ns")
 	pins := network.Namespaces{
 		Dir: nsDir,
@@ -99,6 +106,7 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 	if err := unmountIfMounted(filepath.Join(rec.Dir, "shm")); err != nil {
 		return fmt.Errorf("unmount pod shm: %w", err)
 	}
+	phaseDone(ctx, "unpin")
 	rec.ShmMounted = false
 	return nil
 }
@@ -115,7 +123,10 @@ func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 	if err := os.RemoveAll(rec.Dir); err != nil {
 		return fmt.Errorf("remove pod dir: %w", err)
 	}
-	return s.sandboxes.Delete(rec.ID)
+	phaseDone(ctx, "files")
+	err := s.sandboxes.Delete(rec.ID)
+	phaseDone(ctx, "record")
+	return err
 }
 
 // unmountIfMounted detaches a mount; a path that is not a mount point (or is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -38,16 +39,25 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtime.StopPodSandbox
 
 // stopSandbox kills the sandbox's containers and releases its shared
 // resources. The caller holds the sandbox's lock.
+//
+// The containers' kill and the network's teardown (CNI DEL, the longest
+// step) run together: neither needs the other, and a container being killed
+// has no use for its network. The infra process and the namespaces go once
+// both are done.
 func (s *Server) stopSandbox(ctx context.Context, id string) error {
-	for _, c := range s.containersOf(id) {
-		if err := s.killContainer(ctx, c.ID); err != nil {
-			return err
-		}
-	}
-	phaseDone(ctx, "containers")
 	rec, err := s.sandboxes.Get(id)
 	if err != nil {
 		return err
+	}
+	killed := make(chan error, 1)
+	go func() { killed <- s.killContainers(ctx, id) }()
+	netErr := s.teardownNetwork(ctx, &rec)
+	if err := <-killed; err != nil {
+		return err
+	}
+	phaseDone(ctx, "containers_after_cni")
+	if netErr != nil {
+		return netErr
 	}
 	if err := s.releaseSandboxResources(ctx, &rec); err != nil {
 		return err
@@ -64,30 +74,30 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 	return nil
 }
 
+// killContainers kills the sandbox's containers together, so that a pod's
+// stop waits for the slowest exit rather than for the sum of them.
+func (s *Server) killContainers(ctx context.Context, sandboxID string) error {
+	containers := s.containersOf(sandboxID)
+	errs := make([]error, len(containers))
+	var wg sync.WaitGroup
+	for i, c := range containers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.killContainer(ctx, c.ID)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // releaseSandboxResources takes down the pod network, the pinned namespaces
 // and the pod's shm. Every step is idempotent and looks at what exists, not
 // only at what the record says, because a crash may have come between making
 // a thing and recording it.
 func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord) error {
-	if rec.NetworkUp {
-		cfg, err := rec.config()
-		if err != nil {
-			return err
-		}
-		if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
-			return fmt.Errorf("tear down pod network: %w", err)
-		}
-		phaseDone(ctx, "cni")
-		crashPoint("sandbox-release-after-cni-del")
-		// Recorded at once, so that the DEL takes effect once however many
-		// stops follow, and after a restart too. A failed write (a full or
-		// read-only disk) does not stop the release: the DEL removed the
-		// attachment record, so a second teardown finds nothing to do.
-		rec.NetworkUp = false
-		if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
-			s.log.WithField("pod", rec.ID).WithError(err).Warn("record the network teardown")
-		}
-		phaseDone(ctx, "record")
+	if err := s.teardownNetwork(ctx, rec); err != nil {
+		return err
 	}
 	if err := conmon.StopPause(rec.Infra); err != nil {
 		return err
@@ -108,6 +118,32 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 	}
 	phaseDone(ctx, "unpin")
 	rec.ShmMounted = false
+	return nil
+}
+
+// teardownNetwork runs the CNI DEL of a pod whose network is (or may be) up.
+func (s *Server) teardownNetwork(ctx context.Context, rec *sandboxRecord) error {
+	if !rec.NetworkUp {
+		return nil
+	}
+	cfg, err := rec.config()
+	if err != nil {
+		return err
+	}
+	if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
+		return fmt.Errorf("tear down pod network: %w", err)
+	}
+	phaseDone(ctx, "cni")
+	crashPoint("sandbox-release-after-cni-del")
+	// Recorded at once, so that the DEL takes effect once however many
+	// stops follow, and after a restart too. A failed write (a full or
+	// read-only disk) does not stop the release: the DEL removed the
+	// attachment record, so a second teardown finds nothing to do.
+	rec.NetworkUp = false
+	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
+		s.log.WithField("pod", rec.ID).WithError(err).Warn("record the network teardown")
+	}
+	phaseDone(ctx, "record")
 	return nil
 }
 

@@ -439,13 +439,14 @@ func addPhaseRows(phases map[string]phaseSeries, ops ...string) {
 	}
 }
 
-// conmonPSSByKind splits this run's minicri-conmon processes into monitors
-// and pod infra processes (`minicri-conmon pause`), their PSS in KiB.
+// conmonPSSByKind splits this run's minicri-conmon and minicri-pause
+// processes into monitors and pod infra processes (`minicri-pause pause`,
+// or `minicri-conmon pause` where that is not installed), their PSS in KiB.
 func conmonPSSByKind() (monitors, infras []int) {
-	exe := filepath.Join(binDir, "minicri-conmon")
+	exes := map[string]bool{filepath.Join(binDir, "minicri-conmon"): true, filepath.Join(binDir, "minicri-pause"): true}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
-		if target, err := os.Readlink(p + "/exe"); err != nil || target != exe {
+		if target, err := os.Readlink(p + "/exe"); err != nil || !exes[target] {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(p))

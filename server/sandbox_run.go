@@ -101,16 +101,15 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return fmt.Errorf("create pod dir: %w", err)
 	}
-	// Each step records what it made before the next one starts: a kill -9
-	// between two steps must leave a record that says what to undo.
+	// A kill -9 between two steps must leave what to undo findable. The
+	// record above names the pod dir, which holds the pins and the shm and
+	// labels the infra process (FindPauses): those need no write of their
+	// own. Only the network is recorded before it is made, since nothing
+	// else would find it. Each record write costs two fsyncs (store.Put).
 	if err := s.pinSandbox(&rec, cfg); err != nil {
 		return err
 	}
 	phaseDone(ctx, "pin")
-	if err := s.sandboxes.Put(id, rec); err != nil {
-		return err
-	}
-	phaseDone(ctx, "record")
 	crashPoint("sandbox-after-pin")
 	if sharesPIDNamespace(cfg) {
 		infra, err := conmon.StartPause(s.monitorPath, rec.Dir)
@@ -120,10 +119,6 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		crashPoint("sandbox-infra-unrecorded") // found again only by its command line
 		phaseDone(ctx, "infra")
 		rec.Infra = infra
-		if err := s.sandboxes.Put(id, rec); err != nil {
-			return err
-		}
-		phaseDone(ctx, "record")
 		crashPoint("sandbox-after-infra")
 	}
 	if err := writePodFiles(rec, cfg, nil); err != nil {
@@ -188,14 +183,12 @@ func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runt
 	}
 	phaseDone(ctx, "cni")
 	crashPoint("sandbox-after-network") // an IP is held that no record names yet
+	// Recorded with the sandbox's ready state: until then NetworkUp leads
+	// a repair to the DEL that frees the IP.
 	rec.IPs = nil
 	for _, ip := range result.IPs {
 		rec.IPs = append(rec.IPs, ip.String())
 	}
-	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
-		return err
-	}
-	phaseDone(ctx, "record")
 	// /etc/hosts names the pod's own IP, known only now.
 	return writePodFiles(*rec, cfg, result.IPs)
 }

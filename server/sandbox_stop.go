@@ -49,6 +49,7 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	wasUp := rec.NetworkUp
 	killed := make(chan error, 1)
 	go func() { killed <- s.killContainers(ctx, id) }()
 	netErr := s.teardownNetwork(ctx, &rec)
@@ -62,15 +63,19 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 	if err := s.releaseSandboxResources(ctx, &rec); err != nil {
 		return err
 	}
-	if rec.State == stateNotReady {
+	wasReady := rec.State != stateNotReady
+	if !wasReady && !wasUp {
 		return nil
 	}
+	// One write for the network's teardown and the new state.
 	rec.State = stateNotReady
 	if err := s.sandboxes.Put(id, rec); err != nil {
 		return err
 	}
 	phaseDone(ctx, "record")
-	s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	if wasReady {
+		s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	}
 	return nil
 }
 
@@ -135,15 +140,11 @@ func (s *Server) teardownNetwork(ctx context.Context, rec *sandboxRecord) error 
 	}
 	phaseDone(ctx, "cni")
 	crashPoint("sandbox-release-after-cni-del")
-	// Recorded at once, so that the DEL takes effect once however many
-	// stops follow, and after a restart too. A failed write (a full or
-	// read-only disk) does not stop the release: the DEL removed the
-	// attachment record, so a second teardown finds nothing to do.
+	// Written by the caller with the rest (the stopped state, or the
+	// record's removal), not at once: a crash or a failed write before
+	// then costs only a second teardown, which finds nothing to do since
+	// the DEL removed the attachment record.
 	rec.NetworkUp = false
-	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
-		s.log.WithField("pod", rec.ID).WithError(err).Warn("record the network teardown")
-	}
-	phaseDone(ctx, "record")
 	return nil
 }
 

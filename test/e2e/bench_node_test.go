@@ -185,7 +185,11 @@ func (b *nodeBench) execRows(id, label string) {
 	runc := []string{"--root", filepath.Join(d.RunDir, "runtime", "runc"), "exec", id, "true"}
 	var ours, floor []time.Duration
 	var ourCPU, floorCPU time.Duration
+	var before map[string]phaseSeries
 	for i := 0; i < runs+5; i++ {
+		if i == 5 {
+			before = b.scrapePhases()
+		}
 		b.checkAbort()
 		cpu0 := treeCPU(d.cmd.Process.Pid)
 		begin := time.Now()
@@ -211,6 +215,8 @@ func (b *nodeBench) execRows(id, label string) {
 	addBenchRow(benchRow{measure: "ExecSync `true`, " + label + ", p50", value: ms(p50(ours)), floor: ms(p50(floor)), unit: "ms", goal: "<= 1.1 x runc exec, flat"})
 	addBenchRow(benchRow{measure: "ExecSync `true`, " + label + ", p99", value: ms(pct(ours, 99)), floor: ms(pct(floor, 99)), unit: "ms"})
 	addBenchRow(benchRow{measure: "CPU per ExecSync (daemon + children), " + label, value: ms(ourCPU / runs), floor: ms(floorCPU / runs), unit: "ms"})
+	// The call as the daemon timed it: what is left is the client and the socket.
+	addPhaseRows(phaseDelta(before, b.scrapePhases()), "call/ExecSync")
 }
 
 // listRows times the List calls the kubelet makes every second or so.

@@ -27,6 +27,7 @@ import (
 // Shared by all tests, made once in TestMain when running as root.
 var (
 	monitorBinary string     // the freshly built minicri-conmon
+	pauseBinary   string     // the freshly built minicri-pause, beside it
 	rootfs        string     // busybox and the monitor, shared read-only by every container
 	specTemplate  specs.Spec // from "runc spec"
 	setupErr      error      // why the real-runc tests cannot run
@@ -84,6 +85,11 @@ func setup(tmp string) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("build minicri-conmon: %v\n%s", err, out)
 	}
+	// As make build does (Makefile).
+	pauseBinary = filepath.Join(tmp, conmon.PauseBinaryName)
+	if out, err := exec.Command("cc", "-static", "-Os", "-s", "-o", pauseBinary, "../cmd/minicri-pause/pause.c").CombinedOutput(); err != nil {
+		return fmt.Errorf("build minicri-pause (needs gcc and libc6-dev, hack/install-deps.sh): %v\n%s", err, out)
+	}
 	rootfs = filepath.Join(tmp, "rootfs")
 	if err := makeRootfs(rootfs); err != nil {
 		return err
@@ -106,7 +112,7 @@ func makeRootfs(dir string) error {
 			return err
 		}
 	}
-	for src, dst := range map[string]string{"/bin/busybox": "bin/busybox", monitorBinary: "minicri-conmon"} {
+	for src, dst := range map[string]string{"/bin/busybox": "bin/busybox", monitorBinary: "minicri-conmon", pauseBinary: "minicri-pause"} {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			return err

@@ -2,6 +2,7 @@ package conmon
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,9 +19,14 @@ type Infra struct {
 	StartTime uint64
 }
 
-// StartPause starts `minicri-conmon pause` as PID 1 of a new PID namespace,
-// detached like a monitor (own session, stdio on /dev/null) so that it
-// outlives the daemon. Containers join its namespace through
+// PauseBinaryName is the pod infra process's executable, a static C program
+// (cmd/minicri-pause) far smaller than the monitor's Go runtime. Where it is
+// not installed next to the monitor, `minicri-conmon pause` does the same.
+const PauseBinaryName = "minicri-pause"
+
+// StartPause starts `minicri-pause pause` (or `minicri-conmon pause`) as PID
+// 1 of a new PID namespace, detached like a monitor (own session, stdio on
+// /dev/null) so that it outlives the daemon. Containers join its namespace through
 // /proc/PID/ns/pid; a PID namespace cannot be pinned by a bind mount the way
 // the others are, because it dies with its first process.
 //
@@ -31,10 +37,7 @@ func StartPause(binary, podDir string) (Infra, error) {
 }
 
 func startPause(binary, podDir string, attr *syscall.SysProcAttr) (Infra, error) {
-	if binary == "" {
-		binary = BinaryName
-	}
-	cmd := exec.Command(binary, "pause", pauseLabel, podDir)
+	cmd := exec.Command(pauseBinary(binary), "pause", pauseLabel, podDir)
 	cmd.Dir = "/"
 	cmd.Env = monitorEnv()
 	cmd.SysProcAttr = attr
@@ -51,6 +54,22 @@ func startPause(binary, podDir string, attr *syscall.SysProcAttr) (Infra, error)
 	return Infra{PID: pid, StartTime: started}, nil
 }
 
+// pauseBinary is minicri-pause when it is beside the monitor binary (or in
+// $PATH, for a monitor found there), else the monitor itself.
+func pauseBinary(monitor string) string {
+	if monitor == "" {
+		if path, err := exec.LookPath(PauseBinaryName); err == nil {
+			return path
+		}
+		return BinaryName
+	}
+	beside := filepath.Join(filepath.Dir(monitor), PauseBinaryName)
+	if _, err := os.Stat(beside); err == nil {
+		return beside
+	}
+	return monitor
+}
+
 // pauseLabel precedes the pod dir on an infra process's command line.
 const pauseLabel = "--pod"
 
@@ -61,7 +80,7 @@ func FindPauses() map[string]Infra {
 	found := map[string]Infra{}
 	eachCmdline(func(pid int, cmdline string) {
 		args := strings.Split(strings.TrimSuffix(cmdline, "\x00"), "\x00")
-		if len(args) != 4 || filepath.Base(args[0]) != BinaryName || args[1] != "pause" || args[2] != pauseLabel {
+		if len(args) != 4 || !isPauseBinary(filepath.Base(args[0])) || args[1] != "pause" || args[2] != pauseLabel {
 			return
 		}
 		if started, err := startTime(pid); err == nil && Alive(pid, started) {
@@ -70,6 +89,8 @@ func FindPauses() map[string]Infra {
 	})
 	return found
 }
+
+func isPauseBinary(name string) bool { return name == PauseBinaryName || name == BinaryName }
 
 // StopPause kills the infra process, and with it every process left in its
 // PID namespace. An infra process that is gone already is fine.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -231,12 +232,21 @@ func TestCreateHonoursDeadline(t *testing.T) {
 	assertNothingLeft(t, c)
 }
 
-// TestPauseReapsOrphansAndExitsOnTerm runs "minicri-conmon pause" as a
+// TestPauseReapsOrphansAndExitsOnTerm runs each infra process ("minicri-pause
+// pause", and "minicri-conmon pause" where it is not installed) as a
 // container's init, orphans a process inside, and expects it reaped; then
 // SIGTERM ends it with exit code 0.
 func TestPauseReapsOrphansAndExitsOnTerm(t *testing.T) {
-	t.Parallel()
-	c := newContainer(t, []string{"/minicri-conmon", "pause"}, nil)
+	for _, bin := range []string{"/minicri-pause", "/minicri-conmon"} {
+		t.Run(bin[1:], func(t *testing.T) {
+			t.Parallel()
+			testPauseReapsOrphansAndExitsOnTerm(t, bin)
+		})
+	}
+}
+
+func testPauseReapsOrphansAndExitsOnTerm(t *testing.T, bin string) {
+	c := newContainer(t, []string{bin, "pause"}, nil)
 	c.run()
 	c.runc("exec", c.id, "sh", "-c", "sleep 1 >/dev/null 2>&1 & exit 0")
 	pause := strconv.Itoa(c.created.ContainerPID)
@@ -270,6 +280,10 @@ func TestStartPauseAndStopPause(t *testing.T) {
 	self, _ := os.Readlink("/proc/self/ns/pid")
 	if ns, err := os.Readlink(infra.NamespacePath()); err != nil || ns == self {
 		t.Fatalf("infra PID namespace %q (err %v), want a new one, not %q", ns, err, self)
+	}
+	// The C one, found beside the monitor, not the monitor's Go one.
+	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", infra.PID)); exe != pauseBinary {
+		t.Errorf("infra process runs %q, want %q", exe, pauseBinary)
 	}
 	if err := conmon.StopPause(infra); err != nil {
 		t.Fatalf("StopPause: %v", err)

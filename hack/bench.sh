@@ -2,11 +2,17 @@
 # make bench: measures minicri with the real daemon, runc and CNI, and prints
 # a table with ratios against the raw runc floor where one exists. It is a
 # measurement, not a test: nothing here fails on a slow number.
+# MINICRI_BENCH_PODS=N (make bench SCALE=N) runs the node-scale bench
+# instead: N pods, the floors interleaved, the phases of each call.
 set -euo pipefail
 bin=${1:?bin dir}
 cd "$(dirname "$0")/.."
-MINICRI_BENCH=1 MINICRI_BIN_DIR="$bin" go test -tags e2e -count=1 -timeout 20m -run '^TestBench$' -v ./test/e2e/ \
+echo "machine: $(nproc) cores, $(uname -r), $(date -u '+%Y-%m-%d %H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+MINICRI_BENCH=1 MINICRI_BIN_DIR="$bin" go test -tags e2e -count=1 -timeout 30m -run '^TestBench$' -v ./test/e2e/ \
 	| grep -v -E '^(=== RUN|--- |PASS|ok )|level=' || true
+if [ -n "${MINICRI_BENCH_PODS:-}" ]; then
+	exit 0
+fi
 # The monitor's memory side by side with Debian's C conmon: a monitor per
 # container, one shared monitor, conmon; PSS per container.
 echo

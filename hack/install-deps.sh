@@ -15,6 +15,8 @@ packages=(
 	docker-registry              # a real registry the tests start on 127.0.0.1
 	apache2-utils                # htpasswd, for the registry auth tests
 	conmon                       # C conmon, only measured side by side in make bench
+	gcc                          # builds minicri-pause, the pod infra process (C, static)
+	libc6-dev                    # its static libc
 )
 
 missing=()

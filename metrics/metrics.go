@@ -37,6 +37,7 @@ type Metrics struct {
 	pullDuration  *prometheus.HistogramVec
 	monitorDeaths prometheus.Counter
 	repairs       *prometheus.CounterVec
+	phases        *prometheus.HistogramVec
 }
 
 // New makes the metrics with the Go runtime's and the process's own.
@@ -65,9 +66,12 @@ func New() *Metrics {
 		repairs: newCounterVec("startup_repairs_total",
 			"Repairs made by the start-up recovery, by kind.",
 			"kind"),
+		phases: newHistogram("operation_phase_duration_seconds",
+			"Duration of the steps of the costly CRI calls (RunPodSandbox, CreateContainer, StopPodSandbox, RemovePodSandbox) by operation and phase (cni, runtime, monitor, record ...), to see where a call's time goes.",
+			callBuckets, "operation", "phase"),
 	}
 	m.reg.MustRegister(m.rpcDuration, m.rpcErrors, m.execSync, m.execStream, m.pullBytes, m.pullDuration,
-		m.monitorDeaths, m.repairs,
+		m.monitorDeaths, m.repairs, m.phases,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -153,6 +157,15 @@ func (m *Metrics) ObservePull(bytes uint64, err error, took time.Duration) {
 		m.pullBytes.Add(float64(bytes))
 	}
 	m.pullDuration.WithLabelValues(result).Observe(took.Seconds())
+}
+
+// ObservePhase records how long one phase of an operation took (operation
+// "StopPodSandbox", phase "cni").
+func (m *Metrics) ObservePhase(operation, phase string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.phases.WithLabelValues(operation, phase).Observe(took.Seconds())
 }
 
 // MonitorDied counts a container whose monitor ended without its exit.

@@ -29,6 +29,7 @@ func TestNilMetricsDoNothing(t *testing.T) {
 	m.ObservePull(10, nil, time.Second)
 	m.MonitorDied()
 	m.Repaired("x")
+	m.ObservePhase("StopPodSandbox", "cni", time.Millisecond)
 	m.CountObjects("containers", "h", func() map[string]int { return nil })
 }
 

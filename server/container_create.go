@@ -61,6 +61,8 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
+	ctx, phases := s.withPhases(ctx, "CreateContainer")
+	defer phases.observe()
 	if err := s.createContainer(ctx, id, name, sb, cfg, img, refs); err != nil {
 		s.containerNames.Release(name, id)
 		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
@@ -139,6 +141,7 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	if err := s.containers.Put(id, rec); err != nil {
 		return err
 	}
+	phaseDone(ctx, "record")
 	crashPoint("container-after-record")
 	defer func() {
 		if retErr != nil {
@@ -153,15 +156,18 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	}
 	rec.CgroupsPath = spec.Linux.CgroupsPath
 	rec.User = specUser(spec)
+	phaseDone(ctx, "bundle")
 	crashPoint("container-after-bundle")
 	if rec.Monitor, err = s.startMonitor(ctx, rec, rt, cfg); err != nil {
 		return err
 	}
+	phaseDone(ctx, "monitor_runtime_create")
 	crashPoint("container-after-monitor") // a monitor runs that no record names yet
 	rec.State = stateCreated
 	if err := s.containers.Put(id, rec); err != nil {
 		return err
 	}
+	phaseDone(ctx, "record")
 	s.containerEvent(id, sb.ID, runtime.ContainerEventType_CONTAINER_CREATED_EVENT)
 	s.watchContainer(rec)
 	return nil

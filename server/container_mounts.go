@@ -7,7 +7,6 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
-
 )
 
 // imageVolume is one image volume (a mount with Mount.image, KEP-4639) of a

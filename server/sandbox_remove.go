@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -23,6 +24,8 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
+	ctx, phases := s.withPhases(ctx, "RemovePodSandbox")
+	defer phases.observe()
 	rec, err := s.sandboxes.Get(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return &runtime.RemovePodSandboxResponse{}, nil // removed while we waited for the lock
@@ -30,11 +33,10 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	for _, c := range s.containersOf(id) {
-		if err := s.removeContainer(ctx, c.ID); err != nil {
-			return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
-		}
+	if err := s.removeContainers(ctx, id); err != nil {
+		return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
 	}
+	phaseDone(ctx, "containers")
 	crashPoint("sandbox-remove-after-containers")
 	wasReady := rec.State == stateReady
 	if err := s.removeSandbox(ctx, &rec); err != nil {
@@ -44,4 +46,22 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 	s.sandboxRemovedEvents(rec, wasReady)
 	s.cpuRates.forget(id)
 	return &runtime.RemovePodSandboxResponse{}, nil
+}
+
+// removeContainers removes the sandbox's containers together: each one's
+// runtime delete, unmount and record are its own, and a pod's removal should
+// take the slowest of them, not their sum.
+func (s *Server) removeContainers(ctx context.Context, sandboxID string) error {
+	containers := s.containersOf(sandboxID)
+	errs := make([]error, len(containers))
+	var wg sync.WaitGroup
+	for i, c := range containers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.removeContainer(ctx, c.ID)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

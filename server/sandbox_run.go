@@ -54,6 +54,8 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
+	ctx, phases := s.withPhases(ctx, "RunPodSandbox")
+	defer phases.observe()
 	if err := s.createSandbox(ctx, id, name, handler, cfg); err != nil {
 		s.sandboxNames.Release(name, id)
 		return nil, toStatus(fmt.Errorf("run pod sandbox %s: %w", cfg.GetMetadata().GetName(), err))
@@ -87,6 +89,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	if err := s.sandboxes.Put(id, rec); err != nil {
 		return err
 	}
+	phaseDone(ctx, "record")
 	crashPoint("sandbox-after-record")
 	defer func() {
 		if retErr != nil {
@@ -102,14 +105,15 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return fmt.Errorf("create pod dir: %w", err)
 	}
-	// Each step records what it made before the next one starts: a kill -9
-	// between two steps must leave a record that says what to undo.
+	// A kill -9 between two steps must leave what to undo findable. The
+	// record above names the pod dir, which holds the pins and the shm and
+	// labels the infra process (FindPauses): those need no write of their
+	// own. Only the network is recorded before it is made, since nothing
+	// else would find it. Each record write costs two fsyncs (store.Put).
 	if err := s.pinSandbox(&rec, cfg); err != nil {
 		return err
 	}
-	if err := s.sandboxes.Put(id, rec); err != nil {
-		return err
-	}
+	phaseDone(ctx, "pin")
 	crashPoint("sandbox-after-pin")
 	if err := s.dropUnsharedInfra(&rec, cfg); err != nil {
 		return err
@@ -120,15 +124,14 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 			return err
 		}
 		crashPoint("sandbox-infra-unrecorded") // found again only by its command line
+		phaseDone(ctx, "infra")
 		rec.Infra = infra
-		if err := s.sandboxes.Put(id, rec); err != nil {
-			return err
-		}
 		crashPoint("sandbox-after-infra")
 	}
 	if err := writePodFiles(rec, cfg, nil); err != nil {
 		return err
 	}
+	phaseDone(ctx, "files")
 	if !hostNetwork(cfg) {
 		if err := s.setUpNetwork(ctx, &rec, cfg); err != nil {
 			return err
@@ -136,7 +139,9 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	}
 	crashPoint("sandbox-before-ready")
 	rec.State = stateReady
-	return s.sandboxes.Put(id, rec)
+	err = s.sandboxes.Put(id, rec)
+	phaseDone(ctx, "record")
+	return err
 }
 
 // pinSandbox pins the pod's own namespaces and mounts its /dev/shm, noting
@@ -181,17 +186,18 @@ func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runt
 	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
 		return err
 	}
+	phaseDone(ctx, "record")
 	result, err := s.cni.Setup(ctx, podNetwork(*rec, cfg))
 	if err != nil {
 		return fmt.Errorf("set up pod network: %w", err)
 	}
+	phaseDone(ctx, "cni")
 	crashPoint("sandbox-after-network") // an IP is held that no record names yet
+	// Recorded with the sandbox's ready state: until then NetworkUp leads
+	// a repair to the DEL that frees the IP.
 	rec.IPs = nil
 	for _, ip := range result.IPs {
 		rec.IPs = append(rec.IPs, ip.String())
-	}
-	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
-		return err
 	}
 	// /etc/hosts names the pod's own IP, known only now.
 	return writePodFiles(*rec, cfg, result.IPs)

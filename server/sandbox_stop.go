@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -27,6 +28,8 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtime.StopPodSandbox
 	}
 	unlock := s.locks.lock(id)
 	defer unlock()
+	ctx, phases := s.withPhases(ctx, "StopPodSandbox")
+	defer phases.observe()
 	if err := s.stopSandbox(ctx, id); err != nil {
 		return nil, toStatus(fmt.Errorf("stop pod sandbox %s: %w", id, err))
 	}
@@ -35,28 +38,61 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtime.StopPodSandbox
 
 // stopSandbox kills the sandbox's containers and releases its shared
 // resources. The caller holds the sandbox's lock.
+//
+// The containers' kill and the network's teardown (CNI DEL, the longest
+// step) run together: neither needs the other, and a container being killed
+// has no use for its network. The infra process and the namespaces go once
+// both are done.
 func (s *Server) stopSandbox(ctx context.Context, id string) error {
-	for _, c := range s.containersOf(id) {
-		if err := s.killContainer(ctx, c.ID); err != nil {
-			return err
-		}
-	}
 	rec, err := s.sandboxes.Get(id)
 	if err != nil {
 		return err
 	}
+	wasUp := rec.NetworkUp
+	killed := make(chan error, 1)
+	go func() { killed <- s.killContainers(ctx, id) }()
+	netErr := s.teardownNetwork(ctx, &rec)
+	if err := <-killed; err != nil {
+		return err
+	}
+	phaseDone(ctx, "containers_after_cni")
+	if netErr != nil {
+		return netErr
+	}
 	if err := s.releaseSandboxResources(ctx, &rec); err != nil {
 		return err
 	}
-	if rec.State == stateNotReady {
+	wasReady := rec.State != stateNotReady
+	if !wasReady && !wasUp {
 		return nil
 	}
+	// One write for the network's teardown and the new state.
 	rec.State = stateNotReady
 	if err := s.sandboxes.Put(id, rec); err != nil {
 		return err
 	}
-	s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	phaseDone(ctx, "record")
+	if wasReady {
+		s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
+	}
 	return nil
+}
+
+// killContainers kills the sandbox's containers together, so that a pod's
+// stop waits for the slowest exit rather than for the sum of them.
+func (s *Server) killContainers(ctx context.Context, sandboxID string) error {
+	containers := s.containersOf(sandboxID)
+	errs := make([]error, len(containers))
+	var wg sync.WaitGroup
+	for i, c := range containers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.killContainer(ctx, c.ID)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // releaseSandboxResources takes down the pod network, the pinned namespaces
@@ -64,27 +100,13 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 // only at what the record says, because a crash may have come between making
 // a thing and recording it.
 func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord) error {
-	if rec.NetworkUp {
-		cfg, err := rec.config()
-		if err != nil {
-			return err
-		}
-		if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
-			return fmt.Errorf("tear down pod network: %w", err)
-		}
-		crashPoint("sandbox-release-after-cni-del")
-		// Recorded at once, so that the DEL takes effect once however many
-		// stops follow, and after a restart too. A failed write (a full or
-		// read-only disk) does not stop the release: the DEL removed the
-		// attachment record, so a second teardown finds nothing to do.
-		rec.NetworkUp = false
-		if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
-			s.log.WithField("pod", rec.ID).WithError(err).Warn("record the network teardown")
-		}
+	if err := s.teardownNetwork(ctx, rec); err != nil {
+		return err
 	}
 	if err := s.infra.StopPause(rec.Infra); err != nil {
 		return err
 	}
+	phaseDone(ctx, "infra")
 	nsDir := filepath.Join(rec.Dir, "ns")
 	pins := network.Namespaces{
 		Dir: nsDir,
@@ -98,7 +120,30 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 	if err := s.pins.UnmountShm(filepath.Join(rec.Dir, "shm")); err != nil {
 		return fmt.Errorf("unmount pod shm: %w", err)
 	}
+	phaseDone(ctx, "unpin")
 	rec.ShmMounted = false
+	return nil
+}
+
+// teardownNetwork runs the CNI DEL of a pod whose network is (or may be) up.
+func (s *Server) teardownNetwork(ctx context.Context, rec *sandboxRecord) error {
+	if !rec.NetworkUp {
+		return nil
+	}
+	cfg, err := rec.config()
+	if err != nil {
+		return err
+	}
+	if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
+		return fmt.Errorf("tear down pod network: %w", err)
+	}
+	phaseDone(ctx, "cni")
+	crashPoint("sandbox-release-after-cni-del")
+	// Written by the caller with the rest (the stopped state, or the
+	// record's removal), not at once: a crash or a failed write before
+	// then costs only a second teardown, which finds nothing to do since
+	// the DEL removed the attachment record.
+	rec.NetworkUp = false
 	return nil
 }
 
@@ -114,7 +159,10 @@ func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 	if err := os.RemoveAll(rec.Dir); err != nil {
 		return fmt.Errorf("remove pod dir: %w", err)
 	}
-	return s.sandboxes.Delete(rec.ID)
+	phaseDone(ctx, "files")
+	err := s.sandboxes.Delete(rec.ID)
+	phaseDone(ctx, "record")
+	return err
 }
 
 // unmountIfMounted detaches a mount; a path that is not a mount point (or is

@@ -39,20 +39,26 @@ func TestBench(t *testing.T) {
 	if os.Getenv("MINICRI_BENCH") == "" {
 		t.Skip("benchmarks run with make bench (MINICRI_BENCH=1)")
 	}
+	if n, _ := strconv.Atoi(os.Getenv("MINICRI_BENCH_PODS")); n > 0 {
+		// make bench SCALE=N: the node-scale bench (bench_node_test.go).
+		t.Run("Node", func(t *testing.T) { benchNodeScale(t, n) })
+		printBenchTable()
+		return
+	}
 	t.Run("PodLifecycle", benchPodLifecycle)
 	t.Run("Exec", benchExec)
 	printBenchTable()
 }
 
 func printBenchTable() {
-	fmt.Printf("\n%-46s %12s %12s %8s   %s\n", "measure", "minicri", "floor", "ratio", "goal")
+	fmt.Printf("\n%-62s %12s %12s %8s   %s\n", "measure", "minicri", "floor", "ratio", "goal")
 	for _, r := range benchRows {
 		floor, ratio := "-", "-"
 		if r.floor > 0 {
-			floor = fmt.Sprintf("%.1f %s", r.floor, r.unit)
+			floor = fmt.Sprintf("%.2f %s", r.floor, r.unit)
 			ratio = fmt.Sprintf("%.2f", r.value/r.floor)
 		}
-		fmt.Printf("%-46s %12s %12s %8s   %s\n", r.measure, fmt.Sprintf("%.1f %s", r.value, r.unit), floor, ratio, r.goal)
+		fmt.Printf("%-62s %12s %12s %8s   %s\n", r.measure, fmt.Sprintf("%.2f %s", r.value, r.unit), floor, ratio, r.goal)
 	}
 	fmt.Println()
 }
@@ -121,6 +127,16 @@ func benchPodLifecycle(t *testing.T) {
 // runcStartFloor is what runc alone takes to create and start a busybox
 // container from a ready bundle, and to delete it: the floor of a start.
 func runcStartFloor(t *testing.T) time.Duration {
+	dir := runcFloorBundle(t)
+	var times []time.Duration
+	for i := 0; i < 10; i++ {
+		times = append(times, runcRunOnce(t, dir, fmt.Sprintf("floor%d", i)))
+	}
+	return p50(times)
+}
+
+// runcFloorBundle makes a bundle of busybox's sleep for the start floor.
+func runcFloorBundle(t *testing.T) string {
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "rootfs")
 	for _, sub := range []string{"bin", "proc", "dev", "sys", "tmp"} {
@@ -140,22 +156,24 @@ func runcStartFloor(t *testing.T) time.Duration {
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), spec, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// runcRunOnce times one `runc run --detach` of the bundle, then deletes the
+// container (not timed).
+func runcRunOnce(t *testing.T, dir, id string) time.Duration {
 	root := filepath.Join(dir, "state")
-	var times []time.Duration
-	for i := 0; i < 10; i++ {
-		id := fmt.Sprintf("floor%d", i)
-		begin := time.Now()
-		// stdio on /dev/null: a detached container keeps its stdio open,
-		// so capturing runc's output would wait for the container to end.
-		run := exec.Command("runc", "--root", root, "--log", filepath.Join(dir, "runc.log"), "run", "--detach", "--bundle", dir, id)
-		if err := run.Run(); err != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, "runc.log"))
-			t.Fatalf("runc run: %v %s", err, log)
-		}
-		times = append(times, time.Since(begin))
-		_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
+	begin := time.Now()
+	// stdio on /dev/null: a detached container keeps its stdio open,
+	// so capturing runc's output would wait for the container to end.
+	run := exec.Command("runc", "--root", root, "--log", filepath.Join(dir, "runc.log"), "run", "--detach", "--bundle", dir, id)
+	if err := run.Run(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "runc.log"))
+		t.Fatalf("runc run: %v %s", err, log)
 	}
-	return p50(times)
+	took := time.Since(begin)
+	_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
+	return took
 }
 
 // pssOfTree sums the proportional memory of the daemon and of every

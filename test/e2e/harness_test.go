@@ -88,6 +88,12 @@ func buildBinaries(dir string) error {
 			return fmt.Errorf("build %s: %v\n%s", pkg, err, out)
 		}
 	}
+	// The pod infra process, as the Makefile builds it.
+	cc := exec.Command("cc", "-static", "-Os", "-s", "-o", filepath.Join(dir, "minicri-pause"), "cmd/minicri-pause/pause.c")
+	cc.Dir = root
+	if out, err := cc.CombinedOutput(); err != nil {
+		return fmt.Errorf("build minicri-pause: %v\n%s", err, out)
+	}
 	return nil
 }
 

@@ -184,7 +184,7 @@ func TestSharedPIDNamespace(t *testing.T) {
 	sleeper := containerConfig("sleeper", ref, "sleep", "300")
 	d.startContainer(t, pod, podCfg, sleeper)
 	_, log := d.runToExit(t, pod, podCfg, containerConfig("looker", ref, "ps", "-o", "pid,args"))
-	if !strings.Contains(log, "sleep 300") || !strings.Contains(log, "    1 ") || !strings.Contains(log, "minicri-conmon pause") {
+	if !strings.Contains(log, "sleep 300") || !strings.Contains(log, "    1 ") || !strings.Contains(log, "minicri-pause pause") {
 		t.Errorf("a container of a PID-sharing pod does not see the pod's processes:\n%s", log)
 	}
 	own := containerConfig("own", ref, "ps", "-o", "pid,args")

@@ -361,7 +361,8 @@ func TestImageVolumeOverCrashAndRestart(t *testing.T) {
 
 // Verbose Status, what `crictl info` prints, reports each handler's
 // recursive read-only mounts exactly when that handler's runtime lists rro
-// in its features (crun may be missing here: then it has none), and the
+// in its features (crun may be missing here: then it has none; runc-current
+// is the current runc of hack/build-runc.sh), and the
 // supplemental groups policy for the whole runtime.
 func TestStatusReportsFeaturesPerHandler(t *testing.T) {
 	d := StartDaemon(t)
@@ -376,7 +377,7 @@ func TestStatusReportsFeaturesPerHandler(t *testing.T) {
 		out, err := exec.Command(binary, "features").Output()
 		return err == nil && strings.Contains(string(out), `"rro"`)
 	}
-	want := map[string]bool{"": runtimeHasRRO("runc"), "runc": runtimeHasRRO("runc"), "crun": runtimeHasRRO("crun")}
+	want := map[string]bool{"": runtimeHasRRO("runc"), "runc": runtimeHasRRO("runc"), "crun": runtimeHasRRO("crun"), usernsHandler: runtimeHasRRO(currentRunc)}
 	if !want["runc"] {
 		t.Fatal("runc here lists no rro in `runc features`: this test needs runc 1.1 or later")
 	}
@@ -387,7 +388,7 @@ func TestStatusReportsFeaturesPerHandler(t *testing.T) {
 			t.Errorf("handler %q: recursive_read_only_mounts = %v, want %v (what its runtime's features say)", h.GetName(), got, want[h.GetName()])
 		}
 	}
-	if !slices.Equal(names, []string{"", "crun", "runc"}) {
+	if !slices.Equal(names, []string{"", "crun", "runc", usernsHandler}) {
 		t.Errorf("handlers %q, want the default and each configured one", names)
 	}
 }

@@ -23,6 +23,10 @@ import (
 // builds it, hack/build-runc.sh).
 const usernsHandler = "runc-current"
 
+// currentRunc is the binary of handler runc-current, as hack/build-runc.sh
+// installs it.
+const currentRunc = "/usr/local/lib/minicri/runc-v1.5.2/runc"
+
 // usernsHostID is where the test pods' IDs start on the host: far above
 // any real user, a multiple of 65536 as the kubelet picks them.
 const usernsHostID = 3 << 20
@@ -49,7 +53,7 @@ func usernsOptions() *runtime.UserNamespace {
 
 func requireCurrentRunc(t testing.TB) {
 	t.Helper()
-	if _, err := os.Stat("/usr/local/lib/minicri/runc-v1.5.2/runc"); err != nil {
+	if _, err := os.Stat(currentRunc); err != nil {
 		t.Fatalf("the runc of handler %s is missing (%v): run make deps", usernsHandler, err)
 	}
 }
@@ -319,7 +323,7 @@ func TestUserNamespacePodSharesItsPIDNamespace(t *testing.T) {
 		NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_POD, UsernsOptions: usernsOptions()},
 	}}
 	st, out := d.runToExit(t, podID, cfg, ctr)
-	if st.GetExitCode() != 0 || !strings.Contains(out, "minicri-conmon pause") || !strings.Contains(out, "3145728") {
+	if st.GetExitCode() != 0 || !strings.Contains(out, "minicri-pause pause") || !strings.Contains(out, "3145728") {
 		t.Fatalf("exit %d, output %q: want PID 1 the pod's infra process, and the pod's mappings", st.GetExitCode(), out)
 	}
 }

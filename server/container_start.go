@@ -39,7 +39,10 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	}
 	crashPoint("container-after-start") // running, but recorded as created
 	user, userOK := runningUser(rec.Bundle)
-	_, err = s.containers.Update(id, func(r *containerRecord) error {
+	// Staged, not durable: the start-up repair derives running from the
+	// runtime's state (crash point above), and after a crash of the
+	// machine the process is gone whichever state the disk kept.
+	_, err = s.containers.StageUpdate(id, func(r *containerRecord) error {
 		if userOK {
 			r.User = user
 		}

@@ -319,7 +319,7 @@ func TestUserNamespacePodSharesItsPIDNamespace(t *testing.T) {
 		NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_POD, UsernsOptions: usernsOptions()},
 	}}
 	st, out := d.runToExit(t, podID, cfg, ctr)
-	if st.GetExitCode() != 0 || !strings.Contains(out, "minicri-conmon pause") || !strings.Contains(out, "3145728") {
+	if st.GetExitCode() != 0 || !strings.Contains(out, " pause --pod ") || !strings.Contains(out, "3145728") {
 		t.Fatalf("exit %d, output %q: want PID 1 the pod's infra process, and the pod's mappings", st.GetExitCode(), out)
 	}
 }

@@ -121,10 +121,14 @@ func (s *Store) makeRootfs(id string, img *Image, readOnly bool) (retErr error) 
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Write(filepath.Join(dir, rootfsRecordName), b, 0o600); err != nil {
+	// Atomic, not durable: a rootfs serves a container, which a reboot
+	// ends. A crash of the machine that loses the record leaves a directory
+	// without one, garbage-collected as half-made, and the container's
+	// record (the caller's) shows the container exited either way.
+	if err := atomicfile.Replace(filepath.Join(dir, rootfsRecordName), b, 0o600); err != nil {
 		return fmt.Errorf("prepare rootfs %s: %w", id, err)
 	}
-	return atomicfile.SyncDir(s.path(snapshotsDir))
+	return nil
 }
 
 func (s *Store) readRootfsRecord(id string) (rootfsRecord, error) {

@@ -15,13 +15,14 @@ import (
 const SpecFile = "config.json"
 
 // WriteSpec writes s as bundleDir/config.json atomically: a crash leaves the
-// old file or the new one, never a torn one.
+// old file or the new one, never a torn one. Not durable (no fsync): a
+// bundle is in the run dir, whose containers a reboot ends with it.
 func WriteSpec(bundleDir string, s *specs.Spec) error {
 	data, err := json.Marshal(s)
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)
 	}
-	return atomicfile.Write(filepath.Join(bundleDir, SpecFile), data, 0o600)
+	return atomicfile.Replace(filepath.Join(bundleDir, SpecFile), data, 0o600)
 }
 
 // ReadSpec reads a bundle's config.json, e.g. to build an exec's process from it.

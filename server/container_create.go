@@ -137,8 +137,11 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 		ImageVolumes: vols,
 	}
 	// Recorded before anything is made: a crash from here on is rolled back
-	// at start from this record.
-	if err := s.containers.Put(id, rec); err != nil {
+	// at start from this record. Staged, not durable (see store.Stage): a
+	// crashed machine loses the bundle and the monitor with the run dir, and
+	// the sweep of orphans finds the root filesystem. The created write
+	// below is the durable one.
+	if err := s.containers.Stage(id, rec); err != nil {
 		return err
 	}
 	phaseDone(ctx, "record")

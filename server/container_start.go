@@ -32,14 +32,20 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	// Taken before the start: a short-lived process may exit, and be
 	// recorded, before runc start returns, and started must not follow finished.
 	startedAt := time.Now().UnixNano()
+	ctx, phases := s.withPhases(ctx, "StartContainer")
+	defer phases.observe()
 	s.starts.begin(id)
 	if err := rt.Start(ctx, id); err != nil {
 		s.endStart(rec, false)
 		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
 	}
+	phaseDone(ctx, "runtime_start")
 	crashPoint("container-after-start") // running, but recorded as created
 	user, userOK := runningUser(rec.Bundle)
-	_, err = s.containers.Update(id, func(r *containerRecord) error {
+	// Staged, not durable: the start-up repair derives running from the
+	// runtime's state (crash point above), and after a crash of the
+	// machine the process is gone whichever state the disk kept.
+	_, err = s.containers.StageUpdate(id, func(r *containerRecord) error {
 		if userOK {
 			r.User = user
 		}
@@ -50,6 +56,7 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 		r.StartedAt = startedAt
 		return nil
 	})
+	phaseDone(ctx, "record")
 	s.endStart(rec, err == nil)
 	if err != nil {
 		return nil, toStatus(err)

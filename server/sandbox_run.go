@@ -86,7 +86,11 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		Dir:         filepath.Join(s.cfg.RunDir, "pods", id),
 		Config:      raw,
 	}
-	if err := s.sandboxes.Put(id, rec); err != nil {
+	// Staged, not durable: a killed daemon still finds it (the page cache
+	// outlives the process); a crashed machine ends the pins and the infra
+	// process anyway, and the sweep of orphans finds the CNI attachment.
+	// The ready write below is the durable one.
+	if err := s.sandboxes.Stage(id, rec); err != nil {
 		return err
 	}
 	phaseDone(ctx, "record")
@@ -109,7 +113,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	// record above names the pod dir, which holds the pins and the shm and
 	// labels the infra process (FindPauses): those need no write of their
 	// own. Only the network is recorded before it is made, since nothing
-	// else would find it. Each record write costs two fsyncs (store.Put).
+	// else would find it. Only the last record write costs fsyncs (store.Put).
 	if err := s.pinSandbox(&rec, cfg); err != nil {
 		return err
 	}
@@ -182,8 +186,11 @@ func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) err
 
 func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
 	// Record the intent before ADD: a crash during ADD must still lead to a DEL.
+	// Staged as the first write: the attachment record that CNI writes
+	// durably before its first plugin is what the sweep finds after a
+	// crash of the machine.
 	rec.NetworkUp = true
-	if err := s.sandboxes.Put(rec.ID, *rec); err != nil {
+	if err := s.sandboxes.Stage(rec.ID, *rec); err != nil {
 		return err
 	}
 	phaseDone(ctx, "record")

@@ -129,3 +129,44 @@ func TestNames(t *testing.T) {
 		t.Fatalf("name not free after release: %v", err)
 	}
 }
+
+// Stage and StageUpdate skip the durable writer (its fsyncs) but still
+// replace the file, so that a restarted process reads them; Put and Update
+// go through it.
+func TestStageWritesWithoutTheDurableWriter(t *testing.T) {
+	dir := t.TempDir()
+	tab, _, err := Open[record](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	durable := 0
+	tab.write = func(path string, data []byte, perm os.FileMode) error {
+		durable++
+		return atomicfile.Write(path, data, perm)
+	}
+	if err := tab.Stage("a", record{Name: "creating"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tab.StageUpdate("a", func(r *record) error { r.Count++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if durable != 0 {
+		t.Fatalf("Stage and StageUpdate wrote durably %d times, want 0", durable)
+	}
+	again, _, err := Open[record](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := again.Get("a"); err != nil || r != (record{Name: "creating", Count: 1}) {
+		t.Fatalf("staged record after Open = %+v, %v", r, err)
+	}
+	if err := tab.Put("a", record{Name: "ready"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tab.Update("a", func(r *record) error { r.Count++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if durable != 2 {
+		t.Fatalf("Put and Update wrote durably %d times, want 2", durable)
+	}
+}

@@ -43,6 +43,8 @@ type Table[T any] struct {
 	items   map[string]T
 	// write replaces a record file durably; a test slows it down.
 	write func(path string, data []byte, perm os.FileMode) error
+	// stage replaces a record file without making it durable (Stage).
+	stage func(path string, data []byte, perm os.FileMode) error
 }
 
 // Corrupt describes a record file that could not be read at Open.
@@ -63,7 +65,7 @@ func Open[T any](dir string) (*Table[T], []Corrupt, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	t := &Table[T]{dir: dir, items: map[string]T{}, write: atomicfile.Write}
+	t := &Table[T]{dir: dir, items: map[string]T{}, write: atomicfile.Write, stage: atomicfile.Replace}
 	var corrupt []Corrupt
 	for _, e := range entries {
 		name := e.Name()
@@ -90,15 +92,30 @@ func Open[T any](dir string) (*Table[T], []Corrupt, error) {
 	return t, corrupt, nil
 }
 
-// Put writes a record, replacing any with the same ID.
+// Put writes a record durably, replacing any with the same ID.
 func (t *Table[T]) Put(id string, v T) error {
+	return t.put(id, v, t.write)
+}
+
+// Stage is Put without the fsyncs: the record is replaced atomically, and a
+// crash of the process keeps it (the page cache outlives the process), but a
+// crash of the machine may lose it. It is for the states a call writes
+// before making things, and then supersedes with a Put of the same record
+// before it answers: what such a record names is either gone after a reboot
+// (the run dir is a tmpfs) or found by the caller's start-up sweep of what no
+// record names. The Put's fsyncs then make the last state durable.
+func (t *Table[T]) Stage(id string, v T) error {
+	return t.put(id, v, t.stage)
+}
+
+func (t *Table[T]) put(id string, v T, write func(string, []byte, os.FileMode) error) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", id, err)
 	}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	if err := t.write(t.path(id), data, 0o600); err != nil {
+	if err := write(t.path(id), data, 0o600); err != nil {
 		return fmt.Errorf("store record %s: %w", id, err)
 	}
 	t.publish(id, v)
@@ -117,7 +134,13 @@ func (t *Table[T]) publish(id string, v T) {
 // table's lock so that two updates of one record cannot lose each other's
 // change. fn must be quick: it must not call into the table or block.
 func (t *Table[T]) Update(id string, fn func(*T) error) (T, error) {
-	return t.modify(id, fn, false)
+	return t.modify(id, fn, false, t.write)
+}
+
+// StageUpdate is Update without the fsyncs, for a change that the start-up
+// repair derives again when a crash of the machine loses it (see Stage).
+func (t *Table[T]) StageUpdate(id string, fn func(*T) error) (T, error) {
+	return t.modify(id, fn, false, t.stage)
 }
 
 // Observe is Update for a change that has already happened outside (a
@@ -127,12 +150,12 @@ func (t *Table[T]) Update(id string, fn func(*T) error) (T, error) {
 // gone; the disk catches up at the next write, or the caller's start-up
 // repair derives the change again from where it was observed.
 func (t *Table[T]) Observe(id string, fn func(*T) error) (T, error) {
-	return t.modify(id, fn, true)
+	return t.modify(id, fn, true, t.write)
 }
 
 // modify is Update and Observe: keepOnWriteError says whether memory takes
 // the change when the disk does not.
-func (t *Table[T]) modify(id string, fn func(*T) error, keepOnWriteError bool) (T, error) {
+func (t *Table[T]) modify(id string, fn func(*T) error, keepOnWriteError bool, write func(string, []byte, os.FileMode) error) (T, error) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	old, ok := t.items[id] // no mu: only holders of writeMu change the map
@@ -146,7 +169,7 @@ func (t *Table[T]) modify(id string, fn func(*T) error, keepOnWriteError bool) (
 	}
 	data, err := json.Marshal(v)
 	if err == nil {
-		err = t.write(t.path(id), data, 0o600)
+		err = write(t.path(id), data, 0o600)
 	}
 	if err != nil {
 		if !keepOnWriteError {

@@ -105,7 +105,7 @@ func (b *nodeBench) round(pods, perPod int, pidMode runtime.NamespaceMode, full 
 	addBenchRow(benchRow{measure: "runc run -d (floor), p50", value: ms(p50(runcFloor)), unit: "ms"})
 	addBenchRow(benchRow{measure: "CNI ADD (floor), p50", value: ms(p50(addFloor)), unit: "ms"})
 	addBenchRow(benchRow{measure: fmt.Sprintf("pod + %d container start, %s, p50", perPod, label), value: ms(p50(starts)), floor: ms(floor), unit: "ms", goal: "<= runc + CNI ADD + 10 ms (1 ctr)"})
-	addPhaseRows(startPhases, "RunPodSandbox", "CreateContainer")
+	addPhaseRows(startPhases, "RunPodSandbox", "CreateContainer", "StartContainer")
 
 	if full {
 		b.execRows(first, label)

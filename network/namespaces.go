@@ -102,20 +102,15 @@ func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (_ Namesp
 	if flags == 0 {
 		return Namespaces{Dir: dir}, nil
 	}
-	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
-		// sethostname(2) would refuse it too; say why before making anything.
-		return Namespaces{}, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
+	p, err := startPinning(dir, flags, hostname)
+	if err != nil {
+		return Namespaces{}, err
 	}
-
-	p := &pinning{ns: Namespaces{Dir: dir}}
 	defer func() {
 		if retErr != nil {
 			p.undo()
 		}
 	}()
-	if err := p.prepare(flags); err != nil {
-		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
-	}
 	if err := onThrowawayThread(func() error { return unshareAndPin(flags, p.ns, hostname) }); err != nil {
 		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
 	}
@@ -132,6 +127,22 @@ type pinning struct {
 	madeDir   bool
 	madeMount bool
 	madeFiles []string
+}
+
+// startPinning checks the hostname, then prepares the pin files of flags in
+// dir; on failure it leaves nothing behind, on success the caller undoes it
+// if a later step fails.
+func startPinning(dir string, flags int, hostname string) (*pinning, error) {
+	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
+		// sethostname(2) would refuse it too; say why before making anything.
+		return nil, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
+	}
+	p := &pinning{ns: Namespaces{Dir: dir}}
+	if err := p.prepare(flags); err != nil {
+		p.undo()
+		return nil, fmt.Errorf("pin namespaces in %s: %w", dir, err)
+	}
+	return p, nil
 }
 
 // prepare makes dir, a private mount of it if needed, and the empty pin files.

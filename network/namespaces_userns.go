@@ -30,18 +30,15 @@ func PinProcessNamespaces(dir string, pid int, kinds []NamespaceKind, hostname s
 	if flags&unix.CLONE_NEWUSER == 0 {
 		return Namespaces{}, errors.New("pin namespaces of a process: only for a user namespace (else PinNamespaces)")
 	}
-	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
-		return Namespaces{}, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
+	p, err := startPinning(dir, flags, hostname)
+	if err != nil {
+		return Namespaces{}, err
 	}
-	p := &pinning{ns: Namespaces{Dir: dir}}
 	defer func() {
 		if retErr != nil {
 			p.undo()
 		}
 	}()
-	if err := p.prepare(flags); err != nil {
-		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
-	}
 	for _, k := range pinnableKinds {
 		target := p.ns.Path(k.kind)
 		if target == "" {

@@ -36,13 +36,9 @@ func (n *Network) Setup(ctx context.Context, pn network.PodNetwork) (network.Res
 
 // Teardown detaches a pod; one that is not attached is fine, as with CNI DEL.
 func (n *Network) Teardown(ctx context.Context, pn network.PodNetwork) error {
-	if err := n.err("Teardown"); err != nil {
-		return err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.attached, pn.ID)
-	return nil
+	return n.locked("Teardown", &n.mu, func() {
+		delete(n.attached, pn.ID)
+	})
 }
 
 func (n *Network) Ready() error { return n.err("Ready") }
@@ -115,38 +111,26 @@ func (p *Pins) Pin(dir string, kinds []network.NamespaceKind, hostname string) (
 
 // Unpin releases the namespaces; those not pinned are fine.
 func (p *Pins) Unpin(ns network.Namespaces) error {
-	if err := p.err("Unpin"); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, path := range []string{ns.Net, ns.IPC, ns.UTS} {
-		if path != "" {
-			delete(p.pinned, path)
-			os.Remove(path)
+	return p.locked("Unpin", &p.mu, func() {
+		for _, path := range []string{ns.Net, ns.IPC, ns.UTS} {
+			if path != "" {
+				delete(p.pinned, path)
+				os.Remove(path)
+			}
 		}
-	}
-	return nil
+	})
 }
 
 func (p *Pins) MountShm(path string, size int) error {
-	if err := p.err("MountShm"); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.shm[path] = true
-	return nil
+	return p.locked("MountShm", &p.mu, func() {
+		p.shm[path] = true
+	})
 }
 
 func (p *Pins) UnmountShm(path string) error {
-	if err := p.err("UnmountShm"); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.shm, path)
-	return nil
+	return p.locked("UnmountShm", &p.mu, func() {
+		delete(p.shm, path)
+	})
 }
 
 // Held counts the namespaces pinned and the shm mounts made, not released.

@@ -88,7 +88,7 @@ func (ns *Namespaces) setPath(kind NamespaceKind, path string) {
 // everything under it. On failure nothing is left behind. Pinning over
 // existing pins fails with an error matching fs.ErrExist; run UnpinNamespaces
 // first to recover a half-made pod.
-func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (_ Namespaces, retErr error) {
+func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (Namespaces, error) {
 	if dir == "" {
 		return Namespaces{}, errors.New("pin namespaces: empty directory")
 	}
@@ -102,19 +102,12 @@ func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (_ Namesp
 	if flags == 0 {
 		return Namespaces{Dir: dir}, nil
 	}
-	p, err := startPinning(dir, flags, hostname)
-	if err != nil {
-		return Namespaces{}, err
-	}
-	defer func() {
-		if retErr != nil {
-			p.undo()
+	return pin(dir, flags, hostname, func(ns Namespaces) error {
+		if err := onThrowawayThread(func() error { return unshareAndPin(flags, ns, hostname) }); err != nil {
+			return fmt.Errorf("pin namespaces in %s: %w", dir, err)
 		}
-	}()
-	if err := onThrowawayThread(func() error { return unshareAndPin(flags, p.ns, hostname) }); err != nil {
-		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
-	}
-	return p.ns, nil
+		return nil
+	})
 }
 
 // hostNameMax is HOST_NAME_MAX: the longest name sethostname(2) takes.
@@ -129,20 +122,23 @@ type pinning struct {
 	madeFiles []string
 }
 
-// startPinning checks the hostname, then prepares the pin files of flags in
-// dir; on failure it leaves nothing behind, on success the caller undoes it
-// if a later step fails.
-func startPinning(dir string, flags int, hostname string) (*pinning, error) {
+// pin checks the hostname, prepares the pin files of flags in dir and has
+// fill pin the namespaces onto them. On failure it leaves nothing behind.
+func pin(dir string, flags int, hostname string, fill func(ns Namespaces) error) (Namespaces, error) {
 	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
 		// sethostname(2) would refuse it too; say why before making anything.
-		return nil, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
+		return Namespaces{}, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
 	}
 	p := &pinning{ns: Namespaces{Dir: dir}}
 	if err := p.prepare(flags); err != nil {
 		p.undo()
-		return nil, fmt.Errorf("pin namespaces in %s: %w", dir, err)
+		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
 	}
-	return p, nil
+	if err := fill(p.ns); err != nil {
+		p.undo()
+		return Namespaces{}, err
+	}
+	return p.ns, nil
 }
 
 // prepare makes dir, a private mount of it if needed, and the empty pin files.

@@ -173,10 +173,5 @@ func (s *Images) RootfsUsage(id string) (image.FsUsage, error) {
 func (s *Images) Rootfses() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.rootfs))
-	for id := range s.rootfs {
-		out = append(out, id)
-	}
-	sort.Strings(out)
-	return out
+	return sortedKeys(s.rootfs)
 }

@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 
 	"github.com/minicri/minicri/network"
@@ -50,12 +49,7 @@ func (n *Network) AttachedPods() ([]string, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ids := make([]string, 0, len(n.attached))
-	for id := range n.attached {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids, nil
+	return sortedKeys(n.attached), nil
 }
 
 func (n *Network) WriteConfFromTemplate(tmplPath string, values network.TemplateValues) (bool, error) {

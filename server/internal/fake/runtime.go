@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
 	"sync"
 	"syscall"
 
@@ -32,12 +31,7 @@ func (h *Runtimes) Get(handler string) (*Runtime, error) {
 }
 
 func (h *Runtimes) Names() []string {
-	names := make([]string, 0, len(h.Runtimes))
-	for n := range h.Runtimes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return sortedKeys(h.Runtimes)
 }
 
 // Runtime is an OCI runtime whose containers are entries in a map. A

@@ -10,10 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // NamespaceKind is a namespace a pod can pin. Its value is both the file name
@@ -103,7 +104,7 @@ func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (Namespac
 		return Namespaces{Dir: dir}, nil
 	}
 	return pin(dir, flags, hostname, func(ns Namespaces) error {
-		if err := onThrowawayThread(func() error { return unshareAndPin(flags, ns, hostname) }); err != nil {
+		if err := osthread.Throwaway(func() error { return unshareAndPin(flags, ns, hostname) }); err != nil {
 			return fmt.Errorf("pin namespaces in %s: %w", dir, err)
 		}
 		return nil
@@ -207,38 +208,6 @@ func createPinFile(path string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// onThrowawayThread runs fn on an OS thread that is never given back to the Go
-// scheduler. fn changes the thread's namespaces; since the goroutine returns
-// while still locked, the runtime ends the thread instead of letting another
-// goroutine inherit a foreign network or UTS namespace.
-//
-// The main thread is the exception: the runtime cannot end it and parks it
-// for good instead, which would keep the pod's namespaces alive forever (and
-// show them in /proc/self/ns). So when the goroutine lands there it holds the
-// main thread and hands fn to a nested goroutine, which then cannot be
-// scheduled on it.
-//
-// This is preferred over re-executing the daemon as a small helper: it costs
-// a thread instead of a process (microseconds rather than milliseconds),
-// needs no hidden subcommand in the binary, and has been safe since Go 1.10
-// made locked-thread exit terminate the thread. Namespaces that one thread of
-// a multi-threaded process cannot unshare (mount, user, pid) are never asked
-// for here.
-func onThrowawayThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			defer runtime.UnlockOSThread()
-			errc <- onThrowawayThread(fn)
-			return
-		}
-		// No UnlockOSThread: see above.
-		errc <- fn()
-	}()
-	return <-errc
 }
 
 // unshareAndPin runs on a throwaway thread: it moves the thread into new

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // PinProcessNamespaces pins namespaces that a process made, for a pod with
@@ -47,7 +49,7 @@ func bindProcessNamespaces(ns Namespaces, pid int, hostname string) error {
 		}
 	}
 	if ns.UTS != "" && hostname != "" {
-		err := onThrowawayThread(func() error {
+		err := osthread.Throwaway(func() error {
 			if err := joinNamespace(ns.UTS, unix.CLONE_NEWUTS); err != nil {
 				return err
 			}
@@ -58,7 +60,7 @@ func bindProcessNamespaces(ns Namespaces, pid int, hostname string) error {
 		}
 	}
 	if ns.Net != "" {
-		err := onThrowawayThread(func() error {
+		err := osthread.Throwaway(func() error {
 			if err := joinNamespace(ns.Net, unix.CLONE_NEWNET); err != nil {
 				return err
 			}

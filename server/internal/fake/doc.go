@@ -7,7 +7,6 @@ package fake
 
 import (
 	"errors"
-	"sort"
 	"sync"
 )
 
@@ -47,14 +46,4 @@ func (f *Failures) locked(method string, mu *sync.Mutex, fn func()) error {
 	defer mu.Unlock()
 	fn()
 	return nil
-}
-
-// sortedKeys lists the keys of m in order; empty, not nil, for an empty m.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

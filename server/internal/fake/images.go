@@ -3,8 +3,10 @@ package fake
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -173,5 +175,5 @@ func (s *Images) RootfsUsage(id string) (image.FsUsage, error) {
 func (s *Images) Rootfses() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return sortedKeys(s.rootfs)
+	return slices.Sorted(maps.Keys(s.rootfs))
 }

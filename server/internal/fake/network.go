@@ -2,9 +2,11 @@ package fake
 
 import (
 	"context"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/minicri/minicri/network"
@@ -49,7 +51,7 @@ func (n *Network) AttachedPods() ([]string, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return sortedKeys(n.attached), nil
+	return slices.Sorted(maps.Keys(n.attached)), nil
 }
 
 func (n *Network) WriteConfFromTemplate(tmplPath string, values network.TemplateValues) (bool, error) {

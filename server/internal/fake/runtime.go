@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -31,7 +33,7 @@ func (h *Runtimes) Get(handler string) (*Runtime, error) {
 }
 
 func (h *Runtimes) Names() []string {
-	return sortedKeys(h.Runtimes)
+	return slices.Sorted(maps.Keys(h.Runtimes))
 }
 
 // Runtime is an OCI runtime whose containers are entries in a map. A

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+
+	"github.com/minicri/minicri/internal/defaults"
 )
 
 // A layer can declare far more than it carries: a sparse tar entry (GNU and
@@ -46,15 +48,9 @@ type Limits struct {
 }
 
 func (l Limits) withDefaults() Limits {
-	if l.MaxUnpackedBytes <= 0 {
-		l.MaxUnpackedBytes = DefaultMaxUnpackedBytes
-	}
-	if l.MaxUnpackedEntries <= 0 {
-		l.MaxUnpackedEntries = DefaultMaxUnpackedEntries
-	}
-	if l.MaxPathDepth <= 0 {
-		l.MaxPathDepth = DefaultMaxPathDepth
-	}
+	defaults.Positive(&l.MaxUnpackedBytes, DefaultMaxUnpackedBytes)
+	defaults.Positive(&l.MaxUnpackedEntries, DefaultMaxUnpackedEntries)
+	defaults.Positive(&l.MaxPathDepth, DefaultMaxPathDepth)
 	return l
 }
 

@@ -4,10 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // IDMap places a rootfs in a user namespace: the pinned namespace file and
@@ -148,24 +149,12 @@ func attachIDMapped(dir, target string, usernsFD int) error {
 	return nil
 }
 
-// onPrivateMountThread runs fn on a locked OS thread in a private mount
-// namespace of its own (every mount private, so nothing made there reaches
-// the host), with an fd of the host's mount namespace to return to. The
-// thread is never given back to the Go scheduler: the goroutine returns
-// still locked, so the runtime ends it (as network.onThrowawayThread, which
-// says why the main thread is handed over).
+// onPrivateMountThread runs fn on a throwaway OS thread (osthread.Throwaway)
+// in a private mount namespace of its own (every mount private, so nothing
+// made there reaches the host), with an fd of the host's mount namespace to
+// return to.
 func onPrivateMountThread(fn func(hostNS int) error) error {
-	errc := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			defer goruntime.UnlockOSThread()
-			errc <- onPrivateMountThread(fn)
-			return
-		}
-		errc <- inPrivateMountNS(fn)
-	}()
-	return <-errc
+	return osthread.Throwaway(func() error { return inPrivateMountNS(fn) })
 }
 
 func inPrivateMountNS(fn func(hostNS int) error) error {

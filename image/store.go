@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/atomicfile"
+	"github.com/minicri/minicri/internal/defaults"
 )
 
 // The layout of the store's root directory.
@@ -86,9 +87,7 @@ func New(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image store root: %w", err)
 	}
-	if opts.MaxConcurrentDownloads <= 0 {
-		opts.MaxConcurrentDownloads = defaultMaxConcurrentDownloads
-	}
+	defaults.Positive(&opts.MaxConcurrentDownloads, defaultMaxConcurrentDownloads)
 	if opts.Log == nil {
 		opts.Log = logrus.StandardLogger()
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/mountinfo"
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // Host state the CNI plugins change globally and the tests put back:
@@ -245,7 +246,7 @@ func inNamespace(t *testing.T, path string, nstype int, fn func() error) error {
 	t.Helper()
 	errc := make(chan error, 1)
 	go func() {
-		errc <- onThrowawayThread(func() error {
+		errc <- osthread.Throwaway(func() error {
 			f, err := os.Open(path)
 			if err != nil {
 				return err

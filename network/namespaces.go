@@ -10,10 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // NamespaceKind is a namespace a pod can pin. Its value is both the file name
@@ -88,7 +89,7 @@ func (ns *Namespaces) setPath(kind NamespaceKind, path string) {
 // everything under it. On failure nothing is left behind. Pinning over
 // existing pins fails with an error matching fs.ErrExist; run UnpinNamespaces
 // first to recover a half-made pod.
-func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (_ Namespaces, retErr error) {
+func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (Namespaces, error) {
 	if dir == "" {
 		return Namespaces{}, errors.New("pin namespaces: empty directory")
 	}
@@ -102,24 +103,12 @@ func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (_ Namesp
 	if flags == 0 {
 		return Namespaces{Dir: dir}, nil
 	}
-	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
-		// sethostname(2) would refuse it too; say why before making anything.
-		return Namespaces{}, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
-	}
-
-	p := &pinning{ns: Namespaces{Dir: dir}}
-	defer func() {
-		if retErr != nil {
-			p.undo()
+	return pin(dir, flags, hostname, func(ns Namespaces) error {
+		if err := osthread.Throwaway(func() error { return unshareAndPin(flags, ns, hostname) }); err != nil {
+			return fmt.Errorf("pin namespaces in %s: %w", dir, err)
 		}
-	}()
-	if err := p.prepare(flags); err != nil {
-		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
-	}
-	if err := onThrowawayThread(func() error { return unshareAndPin(flags, p.ns, hostname) }); err != nil {
-		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
-	}
-	return p.ns, nil
+		return nil
+	})
 }
 
 // hostNameMax is HOST_NAME_MAX: the longest name sethostname(2) takes.
@@ -132,6 +121,25 @@ type pinning struct {
 	madeDir   bool
 	madeMount bool
 	madeFiles []string
+}
+
+// pin checks the hostname, prepares the pin files of flags in dir and has
+// fill pin the namespaces onto them. On failure it leaves nothing behind.
+func pin(dir string, flags int, hostname string, fill func(ns Namespaces) error) (Namespaces, error) {
+	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
+		// sethostname(2) would refuse it too; say why before making anything.
+		return Namespaces{}, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
+	}
+	p := &pinning{ns: Namespaces{Dir: dir}}
+	if err := p.prepare(flags); err != nil {
+		p.undo()
+		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
+	}
+	if err := fill(p.ns); err != nil {
+		p.undo()
+		return Namespaces{}, err
+	}
+	return p.ns, nil
 }
 
 // prepare makes dir, a private mount of it if needed, and the empty pin files.
@@ -200,38 +208,6 @@ func createPinFile(path string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// onThrowawayThread runs fn on an OS thread that is never given back to the Go
-// scheduler. fn changes the thread's namespaces; since the goroutine returns
-// while still locked, the runtime ends the thread instead of letting another
-// goroutine inherit a foreign network or UTS namespace.
-//
-// The main thread is the exception: the runtime cannot end it and parks it
-// for good instead, which would keep the pod's namespaces alive forever (and
-// show them in /proc/self/ns). So when the goroutine lands there it holds the
-// main thread and hands fn to a nested goroutine, which then cannot be
-// scheduled on it.
-//
-// This is preferred over re-executing the daemon as a small helper: it costs
-// a thread instead of a process (microseconds rather than milliseconds),
-// needs no hidden subcommand in the binary, and has been safe since Go 1.10
-// made locked-thread exit terminate the thread. Namespaces that one thread of
-// a multi-threaded process cannot unshare (mount, user, pid) are never asked
-// for here.
-func onThrowawayThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			defer runtime.UnlockOSThread()
-			errc <- onThrowawayThread(fn)
-			return
-		}
-		// No UnlockOSThread: see above.
-		errc <- fn()
-	}()
-	return <-errc
 }
 
 // unshareAndPin runs on a throwaway thread: it moves the thread into new

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 func nsInode(t *testing.T, path string) uint64 {
@@ -175,7 +177,7 @@ func TestPinningUndoAfterMount(t *testing.T) {
 	if err := p.prepare(flags); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
-	if err := onThrowawayThread(func() error { return unshareAndPin(flags, p.ns, "h") }); err != nil {
+	if err := osthread.Throwaway(func() error { return unshareAndPin(flags, p.ns, "h") }); err != nil {
 		t.Fatalf("unshareAndPin: %v", err)
 	}
 	if !NamespacePinned(p.ns.Net) {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // PinProcessNamespaces pins namespaces that a process made, for a pod with
@@ -19,7 +21,7 @@ import (
 // and lo are set up from a throwaway thread that joins the pinned
 // namespaces; the process may end once this returns. On failure nothing
 // is left behind; UnpinNamespaces undoes a success.
-func PinProcessNamespaces(dir string, pid int, kinds []NamespaceKind, hostname string) (_ Namespaces, retErr error) {
+func PinProcessNamespaces(dir string, pid int, kinds []NamespaceKind, hostname string) (Namespaces, error) {
 	if dir == "" || pid <= 0 {
 		return Namespaces{}, fmt.Errorf("pin namespaces of process %d in %q: no process or directory", pid, dir)
 	}
@@ -30,51 +32,45 @@ func PinProcessNamespaces(dir string, pid int, kinds []NamespaceKind, hostname s
 	if flags&unix.CLONE_NEWUSER == 0 {
 		return Namespaces{}, errors.New("pin namespaces of a process: only for a user namespace (else PinNamespaces)")
 	}
-	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
-		return Namespaces{}, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
-	}
-	p := &pinning{ns: Namespaces{Dir: dir}}
-	defer func() {
-		if retErr != nil {
-			p.undo()
-		}
-	}()
-	if err := p.prepare(flags); err != nil {
-		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
-	}
+	return pin(dir, flags, hostname, func(ns Namespaces) error { return bindProcessNamespaces(ns, pid, hostname) })
+}
+
+// bindProcessNamespaces bind-mounts the namespaces of pid onto the pin files
+// of ns, then sets the hostname and brings up lo in them.
+func bindProcessNamespaces(ns Namespaces, pid int, hostname string) error {
 	for _, k := range pinnableKinds {
-		target := p.ns.Path(k.kind)
+		target := ns.Path(k.kind)
 		if target == "" {
 			continue
 		}
 		source := "/proc/" + strconv.Itoa(pid) + "/ns/" + string(k.kind)
 		if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
-			return Namespaces{}, fmt.Errorf("pin namespaces: bind %s onto %s: %w", source, target, err)
+			return fmt.Errorf("pin namespaces: bind %s onto %s: %w", source, target, err)
 		}
 	}
-	if p.ns.UTS != "" && hostname != "" {
-		err := onThrowawayThread(func() error {
-			if err := joinNamespace(p.ns.UTS, unix.CLONE_NEWUTS); err != nil {
+	if ns.UTS != "" && hostname != "" {
+		err := osthread.Throwaway(func() error {
+			if err := joinNamespace(ns.UTS, unix.CLONE_NEWUTS); err != nil {
 				return err
 			}
 			return unix.Sethostname([]byte(hostname))
 		})
 		if err != nil {
-			return Namespaces{}, fmt.Errorf("pin namespaces: set hostname %q: %w", hostname, err)
+			return fmt.Errorf("pin namespaces: set hostname %q: %w", hostname, err)
 		}
 	}
-	if p.ns.Net != "" {
-		err := onThrowawayThread(func() error {
-			if err := joinNamespace(p.ns.Net, unix.CLONE_NEWNET); err != nil {
+	if ns.Net != "" {
+		err := osthread.Throwaway(func() error {
+			if err := joinNamespace(ns.Net, unix.CLONE_NEWNET); err != nil {
 				return err
 			}
 			return bringUpLoopback()
 		})
 		if err != nil {
-			return Namespaces{}, fmt.Errorf("pin namespaces: %w", err)
+			return fmt.Errorf("pin namespaces: %w", err)
 		}
 	}
-	return p.ns, nil
+	return nil
 }
 
 // joinNamespace moves the calling (throwaway) thread into the namespace at path.

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // InterfaceCounters are the kernel's counters of one network interface.
@@ -32,7 +34,7 @@ func ReadInterfaceCounters(netnsPath string) ([]InterfaceCounters, error) {
 	}
 	defer f.Close()
 	var data []byte
-	err = onThrowawayThread(func() error {
+	err = osthread.Throwaway(func() error {
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
 			return fmt.Errorf("join network namespace %s: %w", netnsPath, err)
 		}

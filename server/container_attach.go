@@ -14,10 +14,7 @@ import (
 // Attach validates the request and answers with a single-use URL that
 // connects to the running container's own stdio.
 func (s *Server) Attach(ctx context.Context, req *runtime.AttachRequest) (*runtime.AttachResponse, error) {
-	if err := validateStreams(req.GetStdin(), req.GetStdout(), req.GetStderr(), req.GetTty()); err != nil {
-		return nil, toStatus(err)
-	}
-	rec, err := s.runningContainer(req.GetContainerId())
+	rec, err := s.streamTarget(req)
 	if err != nil {
 		return nil, toStatus(err)
 	}

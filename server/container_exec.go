@@ -36,10 +36,7 @@ func (s *Server) Exec(ctx context.Context, req *runtime.ExecRequest) (*runtime.E
 	if len(req.GetCmd()) == 0 {
 		return nil, toStatus(invalidf("cmd", "must not be empty"))
 	}
-	if err := validateStreams(req.GetStdin(), req.GetStdout(), req.GetStderr(), req.GetTty()); err != nil {
-		return nil, toStatus(err)
-	}
-	rec, err := s.runningContainer(req.GetContainerId())
+	rec, err := s.streamTarget(req)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -51,6 +48,24 @@ func (s *Server) Exec(ctx context.Context, req *runtime.ExecRequest) (*runtime.E
 		return nil, toStatus(err)
 	}
 	return &runtime.ExecResponse{Url: url}, nil
+}
+
+// streamRequest is what an exec and an attach request have in common.
+type streamRequest interface {
+	GetContainerId() string
+	GetStdin() bool
+	GetStdout() bool
+	GetStderr() bool
+	GetTty() bool
+}
+
+// streamTarget checks the streams an exec or attach asks for and returns
+// the running container it names.
+func (s *Server) streamTarget(req streamRequest) (containerRecord, error) {
+	if err := validateStreams(req.GetStdin(), req.GetStdout(), req.GetStderr(), req.GetTty()); err != nil {
+		return containerRecord{}, err
+	}
+	return s.runningContainer(req.GetContainerId())
 }
 
 // validateStreams checks the streams of an exec or attach request.

@@ -12,16 +12,12 @@ import (
 
 // StartContainer starts a created container's process.
 func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainerRequest) (*runtime.StartContainerResponse, error) {
-	id, err := s.resolveContainer("container_id", req.GetContainerId())
+	rec, unlock, err := s.lockContainer(req.GetContainerId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	unlock := s.locks.lock(id)
 	defer unlock()
-	rec, err := s.containers.Get(id)
-	if err != nil {
-		return nil, toStatus(err)
-	}
+	id := rec.ID
 	if rec.State != stateCreated {
 		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s, not created", id, rec.State)
 	}

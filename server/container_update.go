@@ -19,16 +19,12 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.Upda
 	if err := validateResources("linux", resources); err != nil {
 		return nil, toStatus(err)
 	}
-	id, err := s.resolveContainer("container_id", req.GetContainerId())
+	rec, unlock, err := s.lockContainer(req.GetContainerId())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	unlock := s.locks.lock(id)
 	defer unlock()
-	rec, err := s.containers.Get(id)
-	if err != nil {
-		return nil, toStatus(err)
-	}
+	id := rec.ID
 	if rec.State != stateCreated && rec.State != stateRunning {
 		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s: only a created or running container can be updated", id, rec.State)
 	}

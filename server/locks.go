@@ -1,6 +1,9 @@
 package server
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // keyedLocks serialises the calls that change one object (a sandbox or a
 // container): the kubelet may retry a StopContainer while the first is still
@@ -44,4 +47,36 @@ func (k *keyedLocks) lock(key string) (unlock func()) {
 		}
 		k.mu.Unlock()
 	}
+}
+
+// lockContainer is lookupContainer under the container's lock, for the
+// handlers that change it; the caller calls unlock once done. The record is
+// read after the lock is taken, so it is not one a concurrent call changed.
+func (s *Server) lockContainer(id string) (_ containerRecord, unlock func(), _ error) {
+	full, err := s.resolveContainer("container_id", id)
+	if err != nil {
+		return containerRecord{}, nil, err
+	}
+	unlock = s.locks.lock(full)
+	rec, err := s.containers.Get(full)
+	if err != nil {
+		unlock()
+		return containerRecord{}, nil, err
+	}
+	return rec, unlock, nil
+}
+
+// lockSandbox resolves the sandbox a stop or remove names, takes its lock
+// and starts the call's phase timer; done observes the timer and unlocks.
+func (s *Server) lockSandbox(ctx context.Context, op, id string) (_ context.Context, full string, done func(), _ error) {
+	full, err := s.resolveSandbox("pod_sandbox_id", id)
+	if err != nil {
+		return ctx, "", nil, err
+	}
+	unlock := s.locks.lock(full)
+	ctx, phases := s.withPhases(ctx, op)
+	return ctx, full, func() {
+		phases.observe()
+		unlock()
+	}, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -15,17 +14,14 @@ import (
 // resources and its record, and frees its name. Removing an unknown sandbox
 // succeeds: the CRI makes removal idempotent.
 func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSandboxRequest) (*runtime.RemovePodSandboxResponse, error) {
-	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
+	ctx, id, done, err := s.lockSandbox(ctx, "RemovePodSandbox", req.GetPodSandboxId())
 	if errors.Is(err, store.ErrNotFound) {
 		return &runtime.RemovePodSandboxResponse{}, nil
 	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	unlock := s.locks.lock(id)
-	defer unlock()
-	ctx, phases := s.withPhases(ctx, "RemovePodSandbox")
-	defer phases.observe()
+	defer done()
 	rec, err := s.sandboxes.Get(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return &runtime.RemovePodSandboxResponse{}, nil // removed while we waited for the lock
@@ -49,19 +45,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 }
 
 // removeContainers removes the sandbox's containers together: each one's
-// runtime delete, unmount and record are its own, and a pod's removal should
-// take the slowest of them, not their sum.
+// runtime delete, unmount and record are its own.
 func (s *Server) removeContainers(ctx context.Context, sandboxID string) error {
-	containers := s.containersOf(sandboxID)
-	errs := make([]error, len(containers))
-	var wg sync.WaitGroup
-	for i, c := range containers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = s.removeContainer(ctx, c.ID)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return s.eachContainer(ctx, sandboxID, s.removeContainer)
 }

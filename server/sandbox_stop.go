@@ -19,17 +19,14 @@ import (
 // and namespaces. It succeeds for a sandbox that is already stopped or gone:
 // the kubelet calls it again and again until it does.
 func (s *Server) StopPodSandbox(ctx context.Context, req *runtime.StopPodSandboxRequest) (*runtime.StopPodSandboxResponse, error) {
-	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
+	ctx, id, done, err := s.lockSandbox(ctx, "StopPodSandbox", req.GetPodSandboxId())
 	if errors.Is(err, store.ErrNotFound) {
 		return &runtime.StopPodSandboxResponse{}, nil
 	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	unlock := s.locks.lock(id)
-	defer unlock()
-	ctx, phases := s.withPhases(ctx, "StopPodSandbox")
-	defer phases.observe()
+	defer done()
 	if err := s.stopSandbox(ctx, id); err != nil {
 		return nil, toStatus(fmt.Errorf("stop pod sandbox %s: %w", id, err))
 	}
@@ -81,6 +78,13 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 // killContainers kills the sandbox's containers together, so that a pod's
 // stop waits for the slowest exit rather than for the sum of them.
 func (s *Server) killContainers(ctx context.Context, sandboxID string) error {
+	return s.eachContainer(ctx, sandboxID, s.killContainer)
+}
+
+// eachContainer runs fn on each of the sandbox's containers at once and
+// joins their errors: the containers' steps are their own, so a pod's
+// takes the slowest of them rather than their sum.
+func (s *Server) eachContainer(ctx context.Context, sandboxID string, fn func(ctx context.Context, id string) error) error {
 	containers := s.containersOf(sandboxID)
 	errs := make([]error, len(containers))
 	var wg sync.WaitGroup
@@ -88,7 +92,7 @@ func (s *Server) killContainers(ctx context.Context, sandboxID string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.killContainer(ctx, c.ID)
+			errs[i] = fn(ctx, c.ID)
 		}()
 	}
 	wg.Wait()

@@ -333,10 +333,7 @@ func validateSandboxConfig(c *runtime.PodSandboxConfig) error {
 			return err
 		}
 	}
-	if err := validateMap("config.labels", c.GetLabels()); err != nil {
-		return err
-	}
-	if err := validateAnnotations("config.annotations", c.GetAnnotations()); err != nil {
+	if err := validateLabelsAndAnnotations(c.GetLabels(), c.GetAnnotations()); err != nil {
 		return err
 	}
 	return validateLinuxSandboxConfig(c.GetLinux())
@@ -406,20 +403,29 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
 // containerd builds the sandbox's user with the same rule as a container's,
 // so a group without a user is refused there too.
 func validateSandboxUser(sc *runtime.LinuxSandboxSecurityContext) error {
-	if u := sc.GetRunAsUser(); u != nil {
-		if err := validateLinuxID("config.linux.security_context.run_as_user", u.GetValue()); err != nil {
+	return validateRunAs(sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups(), sc.GetRunAsUser() != nil, "run_as_user")
+}
+
+// validateRunAs checks the IDs a pod or a container runs as. A group needs
+// a user, named by the fields userFields lists: as containerd
+// (util.GenerateUserString: "user group is specified without user"), a
+// group alone would run as the image's user with another group, which no
+// pod spec can mean.
+func validateRunAs(user, group *runtime.Int64Value, groups []int64, hasUser bool, userFields string) error {
+	if user != nil {
+		if err := validateLinuxID("config.linux.security_context.run_as_user", user.GetValue()); err != nil {
 			return err
 		}
 	}
-	if g := sc.GetRunAsGroup(); g != nil {
-		if err := validateLinuxID("config.linux.security_context.run_as_group", g.GetValue()); err != nil {
+	if group != nil {
+		if err := validateLinuxID("config.linux.security_context.run_as_group", group.GetValue()); err != nil {
 			return err
 		}
-		if sc.GetRunAsUser() == nil {
-			return invalidf("config.linux.security_context.run_as_group", "is set without run_as_user")
+		if !hasUser {
+			return invalidf("config.linux.security_context.run_as_group", "is set without %s", userFields)
 		}
 	}
-	for _, g := range sc.GetSupplementalGroups() {
+	for _, g := range groups {
 		if err := validateLinuxID("config.linux.security_context.supplemental_groups", g); err != nil {
 			return err
 		}
@@ -559,10 +565,7 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 			return invalidf(r.field, "%q is not a CDI device name (vendor.com/class=name)", r.device)
 		}
 	}
-	if err := validateMap("config.labels", c.GetLabels()); err != nil {
-		return err
-	}
-	if err := validateAnnotations("config.annotations", c.GetAnnotations()); err != nil {
+	if err := validateLabelsAndAnnotations(c.GetLabels(), c.GetAnnotations()); err != nil {
 		return err
 	}
 	if _, ok := runtime.Signal_name[int32(c.GetStopSignal())]; !ok {
@@ -587,10 +590,24 @@ func validateMount(m *runtime.Mount) error {
 	if err := validateHostPath("config.mounts.host_path", m.GetHostPath()); err != nil {
 		return err
 	}
-	if _, ok := runtime.MountPropagation_name[int32(m.GetPropagation())]; !ok {
-		return invalidf("config.mounts.propagation", "unknown propagation %d", m.GetPropagation())
+	return validatePropagation(m.GetPropagation())
+}
+
+// validatePropagation refuses a mount propagation the CRI does not define.
+func validatePropagation(p runtime.MountPropagation) error {
+	if _, ok := runtime.MountPropagation_name[int32(p)]; !ok {
+		return invalidf("config.mounts.propagation", "unknown propagation %d", p)
 	}
 	return nil
+}
+
+// validateLabelsAndAnnotations checks the labels and annotations of a pod's
+// or a container's config.
+func validateLabelsAndAnnotations(labels, annotations map[string]string) error {
+	if err := validateMap("config.labels", labels); err != nil {
+		return err
+	}
+	return validateAnnotations("config.annotations", annotations)
 }
 
 // validateImageMount checks an image volume (KEP-4639): an image, mounted
@@ -615,10 +632,7 @@ func validateImageMount(m *runtime.Mount) error {
 			return err
 		}
 	}
-	if _, ok := runtime.MountPropagation_name[int32(m.GetPropagation())]; !ok {
-		return invalidf("config.mounts.propagation", "unknown propagation %d", m.GetPropagation())
-	}
-	return nil
+	return validatePropagation(m.GetPropagation())
 }
 
 func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
@@ -680,28 +694,8 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 			return err
 		}
 	}
-	if u := sc.GetRunAsUser(); u != nil {
-		if err := validateLinuxID("config.linux.security_context.run_as_user", u.GetValue()); err != nil {
-			return err
-		}
-	}
-	if g := sc.GetRunAsGroup(); g != nil {
-		if err := validateLinuxID("config.linux.security_context.run_as_group", g.GetValue()); err != nil {
-			return err
-		}
-		// As containerd (util.GenerateUserString: "user group is specified
-		// without user"): a group alone would run as the image's user with
-		// another group, which no pod spec can mean.
-		if sc.GetRunAsUser() == nil && sc.GetRunAsUsername() == "" {
-			return invalidf("config.linux.security_context.run_as_group", "is set without run_as_user or run_as_username")
-		}
-	}
-	for _, g := range sc.GetSupplementalGroups() {
-		if err := validateLinuxID("config.linux.security_context.supplemental_groups", g); err != nil {
-			return err
-		}
-	}
-	return nil
+	hasUser := sc.GetRunAsUser() != nil || sc.GetRunAsUsername() != ""
+	return validateRunAs(sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups(), hasUser, "run_as_user or run_as_username")
 }
 
 // validateLinuxID checks a uid or gid: 32 bits, and not (uid_t)-1, which

@@ -19,6 +19,8 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/portforward"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
+
+	"github.com/minicri/minicri/internal/defaults"
 )
 
 // Defaults of Config.
@@ -97,21 +99,11 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 	if cfg.Address == "" {
 		cfg.Address = "127.0.0.1"
 	}
-	if cfg.TokenTTL <= 0 {
-		cfg.TokenTTL = DefaultTokenTTL
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = DefaultRequestTimeout
-	}
-	if cfg.IdleConnTimeout <= 0 {
-		cfg.IdleConnTimeout = DefaultIdleConnTimeout
-	}
-	if cfg.MaxConns <= 0 {
-		cfg.MaxConns = DefaultMaxConns
-	}
+	defaults.Positive(&cfg.TokenTTL, DefaultTokenTTL)
+	defaults.Positive(&cfg.IdleTimeout, DefaultIdleTimeout)
+	defaults.Positive(&cfg.RequestTimeout, DefaultRequestTimeout)
+	defaults.Positive(&cfg.IdleConnTimeout, DefaultIdleConnTimeout)
+	defaults.Positive(&cfg.MaxConns, DefaultMaxConns)
 	if cfg.Log == nil {
 		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
 	}

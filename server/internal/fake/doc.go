@@ -35,3 +35,15 @@ func (f *Failures) err(method string) error {
 	defer f.mu.Unlock()
 	return f.errs[method]
 }
+
+// locked is the whole of a fake method that only records what it was
+// asked: the injected error of method, if any, else fn under mu.
+func (f *Failures) locked(method string, mu *sync.Mutex, fn func()) error {
+	if err := f.err(method); err != nil {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	fn()
+	return nil
+}

@@ -3,8 +3,10 @@ package fake
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -173,10 +175,5 @@ func (s *Images) RootfsUsage(id string) (image.FsUsage, error) {
 func (s *Images) Rootfses() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.rootfs))
-	for id := range s.rootfs {
-		out = append(out, id)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(s.rootfs))
 }

@@ -184,13 +184,9 @@ func (m *Monitor) StartPause(binary, podDir string) (conmon.Infra, error) {
 
 // StopPause stops an infra process; a zero or stopped one is fine.
 func (m *Monitor) StopPause(in conmon.Infra) error {
-	if err := m.err("StopPause"); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.infra, in.PID)
-	return nil
+	return m.locked("StopPause", &m.mu, func() {
+		delete(m.infra, in.PID)
+	})
 }
 
 // Infras counts the infra processes running.

@@ -2,10 +2,11 @@ package fake
 
 import (
 	"context"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/minicri/minicri/network"
@@ -36,13 +37,9 @@ func (n *Network) Setup(ctx context.Context, pn network.PodNetwork) (network.Res
 
 // Teardown detaches a pod; one that is not attached is fine, as with CNI DEL.
 func (n *Network) Teardown(ctx context.Context, pn network.PodNetwork) error {
-	if err := n.err("Teardown"); err != nil {
-		return err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.attached, pn.ID)
-	return nil
+	return n.locked("Teardown", &n.mu, func() {
+		delete(n.attached, pn.ID)
+	})
 }
 
 func (n *Network) Ready() error { return n.err("Ready") }
@@ -54,12 +51,7 @@ func (n *Network) AttachedPods() ([]string, error) {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	ids := make([]string, 0, len(n.attached))
-	for id := range n.attached {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids, nil
+	return slices.Sorted(maps.Keys(n.attached)), nil
 }
 
 func (n *Network) WriteConfFromTemplate(tmplPath string, values network.TemplateValues) (bool, error) {
@@ -115,38 +107,26 @@ func (p *Pins) Pin(dir string, kinds []network.NamespaceKind, hostname string) (
 
 // Unpin releases the namespaces; those not pinned are fine.
 func (p *Pins) Unpin(ns network.Namespaces) error {
-	if err := p.err("Unpin"); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, path := range []string{ns.Net, ns.IPC, ns.UTS} {
-		if path != "" {
-			delete(p.pinned, path)
-			os.Remove(path)
+	return p.locked("Unpin", &p.mu, func() {
+		for _, path := range []string{ns.Net, ns.IPC, ns.UTS} {
+			if path != "" {
+				delete(p.pinned, path)
+				os.Remove(path)
+			}
 		}
-	}
-	return nil
+	})
 }
 
 func (p *Pins) MountShm(path string, size int) error {
-	if err := p.err("MountShm"); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.shm[path] = true
-	return nil
+	return p.locked("MountShm", &p.mu, func() {
+		p.shm[path] = true
+	})
 }
 
 func (p *Pins) UnmountShm(path string) error {
-	if err := p.err("UnmountShm"); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.shm, path)
-	return nil
+	return p.locked("UnmountShm", &p.mu, func() {
+		delete(p.shm, path)
+	})
 }
 
 // Held counts the namespaces pinned and the shm mounts made, not released.

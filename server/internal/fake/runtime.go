@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -32,12 +33,7 @@ func (h *Runtimes) Get(handler string) (*Runtime, error) {
 }
 
 func (h *Runtimes) Names() []string {
-	names := make([]string, 0, len(h.Runtimes))
-	for n := range h.Runtimes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(h.Runtimes))
 }
 
 // Runtime is an OCI runtime whose containers are entries in a map. A
@@ -66,13 +62,9 @@ func NewRuntime() *Runtime {
 }
 
 func (r *Runtime) Start(ctx context.Context, id string) error {
-	if err := r.err("Start"); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.running[id] = true
-	return nil
+	return r.locked("Start", &r.mu, func() {
+		r.running[id] = true
+	})
 }
 
 // State says running, with the test's own pid, for a started container.
@@ -111,14 +103,10 @@ func (r *Runtime) Kills() []syscall.Signal {
 }
 
 func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
-	if err := r.err("Delete"); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.running, id)
-	r.deleted[id]++
-	return nil
+	return r.locked("Delete", &r.mu, func() {
+		delete(r.running, id)
+		r.deleted[id]++
+	})
 }
 
 // Deleted counts the deletes of a container.
@@ -129,13 +117,9 @@ func (r *Runtime) Deleted(id string) int {
 }
 
 func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
-	if err := r.err("Update"); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.updates[id] = res
-	return nil
+	return r.locked("Update", &r.mu, func() {
+		r.updates[id] = res
+	})
 }
 
 // Updated returns the resources of the last Update of a container.

@@ -49,37 +49,23 @@ type Config struct {
 
 // Args renders c as minicri-conmon's command line (without the program name).
 func (c Config) Args() []string {
-	args := []string{
-		"--id", c.ID,
-		"--bundle", c.Bundle,
-		"--runtime", c.Runtime,
-		"--exit-file", c.ExitFile,
-		"--socket-dir", c.SocketDir,
-	}
-	if c.RuntimeRoot != "" {
-		args = append(args, "--runtime-root", c.RuntimeRoot)
+	var args []string
+	for _, f := range c.stringFlags() {
+		if f.required || *f.field != "" {
+			args = append(args, f.name, *f.field)
+		}
 	}
 	for _, a := range c.RuntimeArgs {
 		// "=" keeps an argument that starts with "--" from being read as a flag.
 		args = append(args, "--runtime-arg="+a)
 	}
-	if c.LogPath != "" {
-		args = append(args, "--log-path", c.LogPath)
-	}
 	if c.LogMaxLine != 0 {
 		args = append(args, "--log-max-line", strconv.Itoa(c.LogMaxLine))
 	}
-	if c.Terminal {
-		args = append(args, "--terminal")
-	}
-	if c.Stdin {
-		args = append(args, "--stdin")
-	}
-	if c.StdinOnce {
-		args = append(args, "--stdin-once")
-	}
-	if c.JoinDir != "" {
-		args = append(args, "--join-dir", c.JoinDir)
+	for _, f := range c.boolFlags() {
+		if *f.field {
+			args = append(args, f.name)
+		}
 	}
 	return args
 }
@@ -113,44 +99,63 @@ func ParseArgs(args []string) (Config, error) {
 	return c, c.Validate()
 }
 
+// stringFlag is a flag that sets one string field; an optional one is
+// left out of Args when the field is empty.
+type stringFlag struct {
+	name     string
+	field    *string
+	required bool
+}
+
+// stringFlags is the one table of c's string flags that Args renders and
+// setFlag reads, so that the two cannot drift apart.
+func (c *Config) stringFlags() []stringFlag {
+	return []stringFlag{
+		{"--id", &c.ID, true},
+		{"--bundle", &c.Bundle, true},
+		{"--runtime", &c.Runtime, true},
+		{"--exit-file", &c.ExitFile, true},
+		{"--socket-dir", &c.SocketDir, true},
+		{"--runtime-root", &c.RuntimeRoot, false},
+		{"--log-path", &c.LogPath, false},
+		{"--join-dir", &c.JoinDir, false},
+	}
+}
+
+type boolFlag struct {
+	name  string
+	field *bool
+}
+
+func (c *Config) boolFlags() []boolFlag {
+	return []boolFlag{{"--terminal", &c.Terminal}, {"--stdin", &c.Stdin}, {"--stdin-once", &c.StdinOnce}}
+}
+
 func (c *Config) boolFlag(name string) *bool {
-	switch name {
-	case "--terminal":
-		return &c.Terminal
-	case "--stdin":
-		return &c.Stdin
-	case "--stdin-once":
-		return &c.StdinOnce
+	for _, f := range c.boolFlags() {
+		if f.name == name {
+			return f.field
+		}
 	}
 	return nil
 }
 
 func (c *Config) setFlag(name, value string) error {
+	for _, f := range c.stringFlags() {
+		if f.name == name {
+			*f.field = value
+			return nil
+		}
+	}
 	switch name {
-	case "--id":
-		c.ID = value
-	case "--bundle":
-		c.Bundle = value
-	case "--runtime":
-		c.Runtime = value
-	case "--runtime-root":
-		c.RuntimeRoot = value
 	case "--runtime-arg":
 		c.RuntimeArgs = append(c.RuntimeArgs, value)
-	case "--log-path":
-		c.LogPath = value
 	case "--log-max-line":
 		n, err := strconv.Atoi(value)
 		if err != nil || n <= 0 {
 			return errors.New("--log-max-line: not a positive number: " + value)
 		}
 		c.LogMaxLine = n
-	case "--exit-file":
-		c.ExitFile = value
-	case "--socket-dir":
-		c.SocketDir = value
-	case "--join-dir":
-		c.JoinDir = value
 	default:
 		return errors.New("unknown flag " + name)
 	}

@@ -268,22 +268,24 @@ func deviceIO(b cgroups.BlkioStats) []DeviceIO {
 		out = append(out, DeviceIO{Major: major, Minor: minor, Device: blockDeviceName(major, minor)})
 		return &out[len(out)-1]
 	}
-	for _, e := range b.IoServiceBytesRecursive {
-		switch e.Op {
-		case "Read", "read":
-			at(e.Major, e.Minor).ReadBytes += e.Value
-		case "Write", "write":
-			at(e.Major, e.Minor).WriteBytes += e.Value
+	// Each list counts one unit (bytes, operations); fields picks a
+	// device's read and write counters for it.
+	sum := func(entries []cgroups.BlkioStatEntry, fields func(*DeviceIO) (read, write *uint64)) {
+		for _, e := range entries {
+			var field *uint64
+			switch e.Op {
+			case "Read", "read":
+				field, _ = fields(at(e.Major, e.Minor))
+			case "Write", "write":
+				_, field = fields(at(e.Major, e.Minor))
+			default:
+				continue
+			}
+			*field += e.Value
 		}
 	}
-	for _, e := range b.IoServicedRecursive {
-		switch e.Op {
-		case "Read", "read":
-			at(e.Major, e.Minor).Reads += e.Value
-		case "Write", "write":
-			at(e.Major, e.Minor).Writes += e.Value
-		}
-	}
+	sum(b.IoServiceBytesRecursive, func(d *DeviceIO) (*uint64, *uint64) { return &d.ReadBytes, &d.WriteBytes })
+	sum(b.IoServicedRecursive, func(d *DeviceIO) (*uint64, *uint64) { return &d.Reads, &d.Writes })
 	return out
 }
 

@@ -237,49 +237,36 @@ func (a imageAccounts) memberships(user string) []uint32 {
 	return gids
 }
 
-// parsePasswd reads name:password:uid:gid:gecos:home:shell lines, skipping
-// comments and lines it cannot read (an image's file is not always clean).
+// parsePasswd reads name:password:uid:gid:gecos:home:shell lines.
 func parsePasswd(data []byte) []passwdEntry {
-	entries := []passwdEntry{}
-	forEachRecord(data, func(fields []string) {
-		if len(fields) < 4 {
-			return
+	return parseRecords(data, 4, func(f []string) (passwdEntry, bool) {
+		uid, okU := parseID(f[2])
+		gid, okG := parseID(f[3])
+		e := passwdEntry{name: f[0], uid: uid, gid: gid}
+		if len(f) > 5 {
+			e.home = f[5]
 		}
-		uid, errU := strconv.ParseUint(fields[2], 10, 32)
-		gid, errG := strconv.ParseUint(fields[3], 10, 32)
-		if errU != nil || errG != nil {
-			return
-		}
-		e := passwdEntry{name: fields[0], uid: uint32(uid), gid: uint32(gid)}
-		if len(fields) > 5 {
-			e.home = fields[5]
-		}
-		entries = append(entries, e)
+		return e, okU && okG
 	})
-	return entries
 }
 
 // parseGroup reads name:password:gid:member,member lines.
 func parseGroup(data []byte) []groupEntry {
-	entries := []groupEntry{}
-	forEachRecord(data, func(fields []string) {
-		if len(fields) < 3 {
-			return
+	return parseRecords(data, 3, func(f []string) (groupEntry, bool) {
+		gid, ok := parseID(f[2])
+		e := groupEntry{name: f[0], gid: gid}
+		if len(f) > 3 && f[3] != "" {
+			e.members = strings.Split(f[3], ",")
 		}
-		gid, err := strconv.ParseUint(fields[2], 10, 32)
-		if err != nil {
-			return
-		}
-		e := groupEntry{name: fields[0], gid: uint32(gid)}
-		if len(fields) > 3 && fields[3] != "" {
-			e.members = strings.Split(fields[3], ",")
-		}
-		entries = append(entries, e)
+		return e, ok
 	})
-	return entries
 }
 
-func forEachRecord(data []byte, fn func(fields []string)) {
+// parseRecords reads the colon-separated records of an accounts file,
+// skipping comments, NIS lines, records shorter than minFields and records
+// that parse cannot read (an image's file is not always clean).
+func parseRecords[T any](data []byte, minFields int, parse func(fields []string) (T, bool)) []T {
+	entries := []T{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), maxAccountsFile)
 	for sc.Scan() {
@@ -287,8 +274,20 @@ func forEachRecord(data []byte, fn func(fields []string)) {
 		if line == "" || line[0] == '#' || line[0] == '+' || line[0] == '-' {
 			continue
 		}
-		fn(strings.Split(line, ":"))
+		fields := strings.Split(line, ":")
+		if len(fields) < minFields {
+			continue
+		}
+		if e, ok := parse(fields); ok {
+			entries = append(entries, e)
+		}
 	}
+	return entries
+}
+
+func parseID(s string) (uint32, bool) {
+	n, err := strconv.ParseUint(s, 10, 32)
+	return uint32(n), err == nil
 }
 
 func uniqueIDs(ids []uint32) []uint32 {

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -161,45 +162,40 @@ func ociSecurity(sc *runtime.LinuxContainerSecurityContext) oci.Security {
 // seccompProfile reads the structured field, falling back to the deprecated
 // string form older kubelets send.
 func seccompProfile(sc *runtime.LinuxContainerSecurityContext) oci.SeccompProfile {
-	if p := sc.GetSeccomp(); p != nil {
-		switch p.GetProfileType() {
-		case runtime.SecurityProfile_RuntimeDefault:
-			return oci.SeccompProfile{Type: oci.ProfileRuntimeDefault}
-		case runtime.SecurityProfile_Localhost:
-			return oci.SeccompProfile{Type: oci.ProfileLocalhost, LocalhostPath: p.GetLocalhostRef()}
-		}
-		return oci.SeccompProfile{}
-	}
-	switch path := sc.GetSeccompProfilePath(); {
-	case path == "runtime/default" || path == "docker/default":
-		return oci.SeccompProfile{Type: oci.ProfileRuntimeDefault}
-	case strings.HasPrefix(path, "localhost/"):
-		return oci.SeccompProfile{Type: oci.ProfileLocalhost, LocalhostPath: strings.TrimPrefix(path, "localhost/")}
-	}
-	return oci.SeccompProfile{}
+	typ, path := securityProfile(sc.GetSeccomp(), sc.GetSeccompProfilePath(), oci.ProfileUnset, "runtime/default", "docker/default")
+	return oci.SeccompProfile{Type: typ, LocalhostPath: path}
 }
 
 // appArmorProfile tells an explicit Unconfined from no profile at all: a
 // container that names none gets the default profile (as with containerd).
 func appArmorProfile(sc *runtime.LinuxContainerSecurityContext) oci.AppArmorProfile {
-	if p := sc.GetApparmor(); p != nil {
+	typ, name := securityProfile(sc.GetApparmor(), sc.GetApparmorProfile(), oci.ProfileUnconfined, "runtime/default")
+	return oci.AppArmorProfile{Type: typ, LocalhostName: name}
+}
+
+// securityProfile maps a CRI profile, structured or else in the deprecated
+// string form, to a type and the localhost reference. other is what any
+// other structured type or string means (such as "unconfined"); defaults are
+// the strings that name the runtime default.
+func securityProfile(p *runtime.SecurityProfile, deprecated string, other oci.ProfileType, defaults ...string) (oci.ProfileType, string) {
+	if p != nil {
 		switch p.GetProfileType() {
 		case runtime.SecurityProfile_RuntimeDefault:
-			return oci.AppArmorProfile{Type: oci.ProfileRuntimeDefault}
+			return oci.ProfileRuntimeDefault, ""
 		case runtime.SecurityProfile_Localhost:
-			return oci.AppArmorProfile{Type: oci.ProfileLocalhost, LocalhostName: p.GetLocalhostRef()}
+			return oci.ProfileLocalhost, p.GetLocalhostRef()
 		}
-		return oci.AppArmorProfile{Type: oci.ProfileUnconfined}
+		return other, ""
 	}
-	switch name := sc.GetApparmorProfile(); {
-	case name == "":
-		return oci.AppArmorProfile{Type: oci.ProfileUnset}
-	case name == "runtime/default":
-		return oci.AppArmorProfile{Type: oci.ProfileRuntimeDefault}
-	case strings.HasPrefix(name, "localhost/"):
-		return oci.AppArmorProfile{Type: oci.ProfileLocalhost, LocalhostName: strings.TrimPrefix(name, "localhost/")}
+	switch {
+	case deprecated == "":
+		return oci.ProfileUnset, ""
+	case slices.Contains(defaults, deprecated):
+		return oci.ProfileRuntimeDefault, ""
+	case strings.HasPrefix(deprecated, "localhost/"):
+		return oci.ProfileLocalhost, strings.TrimPrefix(deprecated, "localhost/")
 	}
-	return oci.AppArmorProfile{Type: oci.ProfileUnconfined} // "unconfined"
+	return other, ""
 }
 
 // containerNamespaces joins the pod's pinned namespaces, or the host's where

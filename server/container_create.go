@@ -146,13 +146,9 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	}
 	phaseDone(ctx, "record")
 	crashPoint("container-after-record")
-	defer func() {
-		if retErr != nil {
-			if err := s.discardContainer(context.WithoutCancel(ctx), rec); err != nil {
-				s.log.WithField("container", id).WithError(err).Warn("cleanup of a failed container left something; start-up repair will retry")
-			}
-		}
-	}()
+	defer s.undoOnFailure(ctx, &retErr, "container", id, func(ctx context.Context) error {
+		return s.discardContainer(ctx, rec)
+	})
 	spec, err := s.writeBundle(rec, sb, sbCfg, cfg, img, refs)
 	if err != nil {
 		return err

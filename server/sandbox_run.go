@@ -95,16 +95,11 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	}
 	phaseDone(ctx, "record")
 	crashPoint("sandbox-after-record")
-	defer func() {
-		if retErr != nil {
-			// The local record, not the stored one: when a Put failed (a
-			// full disk), only rec knows what was made, e.g. the infra
-			// process.
-			if err := s.removeSandbox(context.WithoutCancel(ctx), &rec); err != nil {
-				s.log.WithField("pod", id).WithError(err).Warn("cleanup of a sandbox left something; start-up repair will retry")
-			}
-		}
-	}()
+	defer s.undoOnFailure(ctx, &retErr, "pod", id, func(ctx context.Context) error {
+		// The local record, not the stored one: when a Put failed (a full
+		// disk), only rec knows what was made, e.g. the infra process.
+		return s.removeSandbox(ctx, &rec)
+	})
 	// 0700, the pods dir too: the pod's shm below is 1777 (see docs/security.md).
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
 		return fmt.Errorf("create pod dir: %w", err)

@@ -156,22 +156,16 @@ func setMounts(s *specs.Spec, c *ContainerSpec, _ hostFacts) error {
 	return nil
 }
 
-func setNamespaces(s *specs.Spec, c *ContainerSpec, h hostFacts) error {
-	ns, err := namespacesFor(c.Namespaces, h)
-	if err != nil {
-		return err
-	}
-	s.Linux.Namespaces = ns
-	return nil
+// The one-field steps assign before they check err: generateSpec drops the
+// whole spec on an error.
+func setNamespaces(s *specs.Spec, c *ContainerSpec, h hostFacts) (err error) {
+	s.Linux.Namespaces, err = namespacesFor(c.Namespaces, h)
+	return err
 }
 
-func setResources(s *specs.Spec, c *ContainerSpec, h hostFacts) error {
-	r, err := resourcesFor(c.Resources, h)
-	if err != nil {
-		return err
-	}
-	s.Linux.Resources = r
-	return nil
+func setResources(s *specs.Spec, c *ContainerSpec, h hostFacts) (err error) {
+	s.Linux.Resources, err = resourcesFor(c.Resources, h)
+	return err
 }
 
 // setDevices runs after setResources: the device rules live in the resources.
@@ -185,11 +179,7 @@ func setDevices(s *specs.Spec, c *ContainerSpec, _ hostFacts) error {
 	return nil
 }
 
-func setCgroupsPath(s *specs.Spec, c *ContainerSpec, _ hostFacts) error {
-	p, err := CgroupsPath(c.CgroupParent, c.ID, c.CgroupDriver)
-	if err != nil {
-		return err
-	}
-	s.Linux.CgroupsPath = p
-	return nil
+func setCgroupsPath(s *specs.Spec, c *ContainerSpec, _ hostFacts) (err error) {
+	s.Linux.CgroupsPath, err = CgroupsPath(c.CgroupParent, c.ID, c.CgroupDriver)
+	return err
 }

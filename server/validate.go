@@ -103,6 +103,28 @@ func validateList(field string, values []string, check func(field, v string) err
 	return nil
 }
 
+// named is a request field's name and value, for the checks that run over
+// several alike fields.
+type named[T any] struct {
+	name string
+	v    T
+}
+
+// validateEach runs check on each field in turn and answers the first error.
+func validateEach[T any](check func(field string, v T) error, fields []named[T]) error {
+	for _, f := range fields {
+		if err := check(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// namespaceModes names a pod's namespace modes as their CRI fields are named.
+func namespaceModes(o *runtime.NamespaceOption) []named[runtime.NamespaceMode] {
+	return []named[runtime.NamespaceMode]{{"network", o.GetNetwork()}, {"pid", o.GetPid()}, {"ipc", o.GetIpc()}}
+}
+
 func validateMap(field string, m map[string]string) error {
 	if len(m) > maxListLen {
 		return invalidf(field, "has %d entries, more than %d", len(m), maxListLen)
@@ -172,14 +194,11 @@ func validateNamespaceOptions(field string, o *runtime.NamespaceOption) error {
 	if o == nil {
 		return nil
 	}
-	for _, c := range []struct {
-		name string
-		mode runtime.NamespaceMode
-	}{{"network", o.GetNetwork()}, {"pid", o.GetPid()}, {"ipc", o.GetIpc()}} {
-		if err := validateNamespaceMode(field+"."+c.name, c.mode); err != nil {
+	for _, c := range namespaceModes(o) {
+		if err := validateNamespaceMode(field+"."+c.name, c.v); err != nil {
 			return err
 		}
-		if c.mode == runtime.NamespaceMode_TARGET && c.name != "pid" {
+		if c.v == runtime.NamespaceMode_TARGET && c.name != "pid" {
 			return invalidf(field+"."+c.name, "TARGET is a PID namespace mode only")
 		}
 	}
@@ -289,14 +308,12 @@ func validateSandboxConfig(c *runtime.PodSandboxConfig) error {
 	if m == nil {
 		return invalidf("config.metadata", "is required")
 	}
-	for _, f := range []struct{ name, v string }{
+	if err := validateEach(validateName, []named[string]{
 		{"config.metadata.name", m.GetName()},
 		{"config.metadata.namespace", m.GetNamespace()},
 		{"config.metadata.uid", m.GetUid()},
-	} {
-		if err := validateName(f.name, f.v); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	if h := c.GetHostname(); len(h) > maxHostnameLen {
 		return invalidf("config.hostname", "is %d bytes, longer than %d", len(h), maxHostnameLen)
@@ -309,14 +326,11 @@ func validateSandboxConfig(c *runtime.PodSandboxConfig) error {
 		}
 	}
 	if dns := c.GetDnsConfig(); dns != nil {
-		for _, l := range []struct {
-			name   string
-			values []string
-		}{{"config.dns_config.servers", dns.GetServers()}, {"config.dns_config.searches", dns.GetSearches()}, {"config.dns_config.options", dns.GetOptions()}} {
-			if err := validateStrings(l.name, l.values); err != nil {
+		for _, l := range []named[[]string]{{"config.dns_config.servers", dns.GetServers()}, {"config.dns_config.searches", dns.GetSearches()}, {"config.dns_config.options", dns.GetOptions()}} {
+			if err := validateStrings(l.name, l.v); err != nil {
 				return err
 			}
-			for _, v := range l.values {
+			for _, v := range l.v {
 				if strings.ContainsAny(v, " \t") && l.name != "config.dns_config.options" {
 					return invalidf(l.name, "%q must not contain spaces", v)
 				}
@@ -438,10 +452,7 @@ func validateResources(field string, r *runtime.LinuxContainerResources) error {
 	if r == nil {
 		return nil
 	}
-	for _, v := range []struct {
-		name string
-		v    int64
-	}{
+	for _, v := range []named[int64]{
 		{"cpu_period", r.GetCpuPeriod()}, {"cpu_shares", r.GetCpuShares()},
 		{"memory_limit_in_bytes", r.GetMemoryLimitInBytes()},
 	} {
@@ -464,7 +475,7 @@ func validateResources(field string, r *runtime.LinuxContainerResources) error {
 	if a := r.GetOomScoreAdj(); a < -1000 || a > 1000 {
 		return invalidf(field+".oom_score_adj", "%d is outside -1000..1000", a)
 	}
-	for _, s := range []struct{ name, v string }{{"cpuset_cpus", r.GetCpusetCpus()}, {"cpuset_mems", r.GetCpusetMems()}} {
+	for _, s := range []named[string]{{"cpuset_cpus", r.GetCpusetCpus()}, {"cpuset_mems", r.GetCpusetMems()}} {
 		if strings.Trim(s.v, "0123456789,-") != "" {
 			return invalidf(field+"."+s.name, "%q is not a CPU or node list like 0-3,5", s.v)
 		}
@@ -509,13 +520,8 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 			return err
 		}
 	}
-	for _, l := range []struct {
-		name   string
-		values []string
-	}{{"config.command", c.GetCommand()}, {"config.args", c.GetArgs()}} {
-		if err := validateArgs(l.name, l.values); err != nil {
-			return err
-		}
+	if err := validateEach(validateArgs, []named[[]string]{{"config.command", c.GetCommand()}, {"config.args", c.GetArgs()}}); err != nil {
+		return err
 	}
 	if wd := c.GetWorkingDir(); wd != "" && !filepath.IsAbs(wd) {
 		return invalidf("config.working_dir", "%q must be an absolute path", wd)
@@ -655,13 +661,11 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 	if len(sc.GetCapabilities().GetAddAmbientCapabilities()) > 0 {
 		return invalidf("config.linux.security_context.capabilities.add_ambient_capabilities", "ambient capabilities are not supported by minicri")
 	}
-	for _, p := range []struct {
-		name string
-		p    *runtime.SecurityProfile
-	}{{"config.linux.security_context.seccomp", sc.GetSeccomp()}, {"config.linux.security_context.apparmor", sc.GetApparmor()}} {
-		if err := validateSecurityProfile(p.name, p.p); err != nil {
-			return err
-		}
+	if err := validateEach(validateSecurityProfile, []named[*runtime.SecurityProfile]{
+		{"config.linux.security_context.seccomp", sc.GetSeccomp()},
+		{"config.linux.security_context.apparmor", sc.GetApparmor()},
+	}); err != nil {
+		return err
 	}
 	if err := validateSeccompPaths(sc); err != nil {
 		return err
@@ -672,27 +676,17 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 	if err := validatePrintable("config.linux.security_context.run_as_username", sc.GetRunAsUsername()); err != nil {
 		return err
 	}
-	for _, l := range []struct {
-		name  string
-		paths []string
-	}{
+	if err := validateEach(validateContainerPaths, []named[[]string]{
 		{"config.linux.security_context.masked_paths", sc.GetMaskedPaths()},
 		{"config.linux.security_context.readonly_paths", sc.GetReadonlyPaths()},
-	} {
-		if err := validateContainerPaths(l.name, l.paths); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
-	for _, l := range []struct {
-		name   string
-		values []string
-	}{
+	if err := validateEach(validateStrings, []named[[]string]{
 		{"config.linux.security_context.capabilities.add_capabilities", sc.GetCapabilities().GetAddCapabilities()},
 		{"config.linux.security_context.capabilities.drop_capabilities", sc.GetCapabilities().GetDropCapabilities()},
-	} {
-		if err := validateStrings(l.name, l.values); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	hasUser := sc.GetRunAsUser() != nil || sc.GetRunAsUsername() != ""
 	return validateRunAs(sc.GetRunAsUser(), sc.GetRunAsGroup(), sc.GetSupplementalGroups(), hasUser, "run_as_user or run_as_username")

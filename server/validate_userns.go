@@ -110,11 +110,8 @@ func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler
 	}
 	const field = "config.linux.security_context.namespace_options"
 	o := namespaceOptions(cfg)
-	for _, c := range []struct {
-		name string
-		mode runtime.NamespaceMode
-	}{{"network", o.GetNetwork()}, {"pid", o.GetPid()}, {"ipc", o.GetIpc()}} {
-		if c.mode == runtime.NamespaceMode_NODE {
+	for _, c := range namespaceModes(o) {
+		if c.v == runtime.NamespaceMode_NODE {
 			return invalidf(field+"."+c.name, "the host's %s namespace cannot go with a user namespace of the pod's own (userns_options mode POD)", c.name)
 		}
 	}

@@ -16,17 +16,11 @@ func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainers
 	}
 	var out []*runtime.Container
 	for _, rec := range s.containers.List() {
-		if f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()) {
-			continue
-		}
-		if f.GetPodSandboxId() != "" && !strings.HasPrefix(rec.SandboxID, f.GetPodSandboxId()) {
+		if !containerMatches(f, rec) {
 			continue
 		}
 		state := containerState(rec)
 		if f.GetState() != nil && f.GetState().GetState() != state {
-			continue
-		}
-		if !labelsMatch(rec.Labels, f.GetLabelSelector()) {
 			continue
 		}
 		out = append(out, &runtime.Container{
@@ -54,4 +48,18 @@ func validateContainerFilter(f *runtime.ContainerFilter) error {
 		}
 	}
 	return validateMap("filter.label_selector", f.GetLabelSelector())
+}
+
+// containerFilter is what the container list and container stats filters
+// share.
+type containerFilter interface {
+	listFilter
+	GetPodSandboxId() string
+}
+
+// containerMatches reports whether rec passes f's ID and pod ID prefixes
+// and its label selector.
+func containerMatches(f containerFilter, rec containerRecord) bool {
+	return strings.HasPrefix(rec.ID, f.GetId()) && strings.HasPrefix(rec.SandboxID, f.GetPodSandboxId()) &&
+		labelsMatch(rec.Labels, f.GetLabelSelector())
 }

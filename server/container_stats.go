@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -35,10 +34,7 @@ func (s *Server) ListContainerStats(ctx context.Context, req *runtime.ListContai
 	f := req.GetFilter()
 	var out []*runtime.ContainerStats
 	for _, rec := range s.containers.List() {
-		if rec.State != stateRunning ||
-			f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()) ||
-			f.GetPodSandboxId() != "" && !strings.HasPrefix(rec.SandboxID, f.GetPodSandboxId()) ||
-			!labelsMatch(rec.Labels, f.GetLabelSelector()) {
+		if rec.State != stateRunning || !containerMatches(f, rec) {
 			continue
 		}
 		st, err := s.containerStats(rec)

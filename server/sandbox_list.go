@@ -17,14 +17,11 @@ func (s *Server) ListPodSandbox(ctx context.Context, req *runtime.ListPodSandbox
 	}
 	var items []*runtime.PodSandbox
 	for _, rec := range s.sandboxes.List() {
-		if f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()) {
+		if !sandboxMatches(f, rec) {
 			continue
 		}
 		state := sandboxState(rec)
 		if f.GetState() != nil && f.GetState().GetState() != state {
-			continue
-		}
-		if !labelsMatch(rec.Labels, f.GetLabelSelector()) {
 			continue
 		}
 		m := rec.Metadata
@@ -39,6 +36,18 @@ func (s *Server) ListPodSandbox(ctx context.Context, req *runtime.ListPodSandbox
 		})
 	}
 	return &runtime.ListPodSandboxResponse{Items: items}, nil
+}
+
+// listFilter is what every CRI list filter has. An empty ID (a prefix of
+// every ID) and an empty selector match everything.
+type listFilter interface {
+	GetId() string
+	GetLabelSelector() map[string]string
+}
+
+// sandboxMatches reports whether rec passes f's ID prefix and label selector.
+func sandboxMatches(f listFilter, rec sandboxRecord) bool {
+	return strings.HasPrefix(rec.ID, f.GetId()) && labelsMatch(rec.Labels, f.GetLabelSelector())
 }
 
 // labelsMatch reports whether labels has every key and value of selector.

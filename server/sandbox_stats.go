@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -34,9 +33,7 @@ func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtime.ListPodSa
 	f := req.GetFilter()
 	var out []*runtime.PodSandboxStats
 	for _, rec := range s.sandboxes.List() {
-		if rec.State != stateReady ||
-			f.GetId() != "" && !strings.HasPrefix(rec.ID, f.GetId()) ||
-			!labelsMatch(rec.Labels, f.GetLabelSelector()) {
+		if rec.State != stateReady || !sandboxMatches(f, rec) {
 			continue
 		}
 		sample, err := s.sandboxSample(rec)

@@ -52,27 +52,7 @@ func TestPinAndUnpinNamespaces(t *testing.T) {
 		t.Errorf("own hostname changed to %q: the unshared thread leaked", h)
 	}
 
-	var uts unix.Utsname
-	if err := inNamespace(t, ns.UTS, unix.CLONE_NEWUTS, func() error { return unix.Uname(&uts) }); err != nil {
-		t.Fatal(err)
-	}
-	if got := unix.ByteSliceToString(uts.Nodename[:]); got != "pod-host" {
-		t.Errorf("hostname in pod UTS namespace = %q, want pod-host", got)
-	}
-
-	var loFlags net.Flags
-	if err := inNamespace(t, ns.Net, unix.CLONE_NEWNET, func() error {
-		lo, err := net.InterfaceByName("lo")
-		if err == nil {
-			loFlags = lo.Flags
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if loFlags&net.FlagUp == 0 {
-		t.Errorf("lo in pod network namespace is down (flags %v)", loFlags)
-	}
+	assertPinnedUTSAndNet(t, ns, "pod-host")
 
 	if err := UnpinNamespaces(ns); err != nil {
 		t.Fatalf("UnpinNamespaces: %v", err)
@@ -268,5 +248,31 @@ func TestPinNamespacesLeavesMainThreadAlone(t *testing.T) {
 		if got := nsInode(t, "/proc/self/ns/"+string(k)); got != before[k] {
 			t.Errorf("main thread's %s namespace changed (%d -> %d)", k, before[k], got)
 		}
+	}
+}
+
+// assertPinnedUTSAndNet checks, from inside the pinned namespaces, that the
+// UTS namespace has hostname and the network namespace has lo up.
+func assertPinnedUTSAndNet(t *testing.T, ns Namespaces, hostname string) {
+	t.Helper()
+	var uts unix.Utsname
+	if err := inNamespace(t, ns.UTS, unix.CLONE_NEWUTS, func() error { return unix.Uname(&uts) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := unix.ByteSliceToString(uts.Nodename[:]); got != hostname {
+		t.Errorf("hostname in the pinned UTS namespace = %q, want %s", got, hostname)
+	}
+	var loFlags net.Flags
+	if err := inNamespace(t, ns.Net, unix.CLONE_NEWNET, func() error {
+		lo, err := net.InterfaceByName("lo")
+		if err == nil {
+			loFlags = lo.Flags
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if loFlags&net.FlagUp == 0 {
+		t.Errorf("lo in the pinned network namespace is down (flags %v)", loFlags)
 	}
 }

@@ -1,7 +1,6 @@
 package network
 
 import (
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,26 +71,7 @@ func TestPinProcessNamespacesOutlivesTheProcess(t *testing.T) {
 			t.Errorf("%s is owned by user namespace %d, want the pod's %d", path, got, user)
 		}
 	}
-	var uts unix.Utsname
-	if err := inNamespace(t, ns.UTS, unix.CLONE_NEWUTS, func() error { return unix.Uname(&uts) }); err != nil {
-		t.Fatal(err)
-	}
-	if got := unix.ByteSliceToString(uts.Nodename[:]); got != "userns-pod" {
-		t.Errorf("hostname = %q, want userns-pod", got)
-	}
-	var loFlags net.Flags
-	if err := inNamespace(t, ns.Net, unix.CLONE_NEWNET, func() error {
-		lo, err := net.InterfaceByName("lo")
-		if err == nil {
-			loFlags = lo.Flags
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if loFlags&net.FlagUp == 0 {
-		t.Errorf("lo in the pinned network namespace is down (flags %v)", loFlags)
-	}
+	assertPinnedUTSAndNet(t, ns, "userns-pod")
 
 	if err := UnpinNamespaces(ns); err != nil {
 		t.Fatalf("UnpinNamespaces: %v", err)

@@ -293,27 +293,8 @@ func (b *nodeBench) restartRow(label string, pods int) {
 // as a node's default bridge has it, and portmap.
 func (b *nodeBench) setUpNetwork() {
 	t, d := b.t, b.d
-	bridge := "mcbr" + randomHex(4)
-	n := func(s string) int { v, _ := strconv.ParseInt(s, 16, 32); return int(v) }
-	subnet := fmt.Sprintf("10.%d.%d.0/24", 200+n(randomHex(1))%50, n(randomHex(1)))
-	conf := fmt.Sprintf(`{
-  "cniVersion": "1.0.0",
-  "name": "bench-%s",
-  "plugins": [
-    {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": true,
-     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]]}},
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}`, bridge, bridge, filepath.Join(d.Dir, "ipam"), subnet)
-	dir := filepath.Join(d.Dir, "cni")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "10-bench.conflist"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
-	list, err := libcni.ConfListFromBytes([]byte(conf))
+	conf, _ := d.writeBridgeNetwork(t, true)
+	list, err := libcni.ConfListFromBytes(conf)
 	if err != nil {
 		t.Fatal(err)
 	}

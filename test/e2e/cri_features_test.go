@@ -51,13 +51,7 @@ func (d *Daemon) imageVolumeDirs() []string {
 // the image cannot be removed while a container mounts it; the container's
 // removal leaves no mount and no snapshot dir, and frees the image.
 func TestImageVolume(t *testing.T) {
-	d := StartDaemon(t)
-	reg := registry.Start(t, registry.Options{})
-	ref := reg.Host() + "/e2e/busybox:latest"
-	testimage.Push(t, testimage.Busybox(t), ref)
-	vol := pushImage(t, reg, "volume:v1", volumeImage(t))
-	d.pull(t, ref)
-	d.pull(t, vol.ref)
+	d, ref, vol := startImageVolumeDaemon(t)
 	podCfg := d.hostNetworkPod("imgvol")
 	pod := d.runPod(t, podCfg)
 	ctx := context.Background()
@@ -98,13 +92,7 @@ func TestImageVolume(t *testing.T) {
 // A malformed image volume is refused with the field named, and leaves
 // nothing behind.
 func TestImageVolumeRefusals(t *testing.T) {
-	d := StartDaemon(t)
-	reg := registry.Start(t, registry.Options{})
-	ref := reg.Host() + "/e2e/busybox:latest"
-	testimage.Push(t, testimage.Busybox(t), ref)
-	vol := pushImage(t, reg, "volume:v1", volumeImage(t))
-	d.pull(t, ref)
-	d.pull(t, vol.ref)
+	d, ref, vol := startImageVolumeDaemon(t)
 	podCfg := d.hostNetworkPod("imgvolbad")
 	pod := d.runPod(t, podCfg)
 	cases := []struct {
@@ -114,7 +102,7 @@ func TestImageVolumeRefusals(t *testing.T) {
 		field string
 	}{
 		{"writable", &runtime.Mount{ContainerPath: "/vol", Image: &runtime.ImageSpec{Image: vol.ref}}, codes.InvalidArgument, "config.mounts.readonly"},
-		{"not pulled", &runtime.Mount{ContainerPath: "/vol", Image: &runtime.ImageSpec{Image: reg.Host() + "/e2e/absent:v1"}, Readonly: true}, codes.NotFound, "config.mounts.image"},
+		{"not pulled", &runtime.Mount{ContainerPath: "/vol", Image: &runtime.ImageSpec{Image: strings.TrimSuffix(vol.ref, "volume:v1") + "absent:v1"}, Readonly: true}, codes.NotFound, "config.mounts.image"},
 		{"sub path not in the image", &runtime.Mount{ContainerPath: "/vol", Image: &runtime.ImageSpec{Image: vol.ref}, ImageSubPath: "nowhere", Readonly: true}, codes.InvalidArgument, "config.mounts.image_sub_path"},
 		{"sub path that walks up", &runtime.Mount{ContainerPath: "/vol", Image: &runtime.ImageSpec{Image: vol.ref}, ImageSubPath: "../..", Readonly: true}, codes.InvalidArgument, "config.mounts.image_sub_path"},
 	}
@@ -391,4 +379,18 @@ func TestStatusReportsFeaturesPerHandler(t *testing.T) {
 	if !slices.Equal(names, []string{"", "crun", "runc", usernsHandler}) {
 		t.Errorf("handlers %q, want the default and each configured one", names)
 	}
+}
+
+// startImageVolumeDaemon starts a daemon with busybox and the volume image
+// (volumeImage) pulled from a registry of the test's own.
+func startImageVolumeDaemon(t *testing.T) (d *Daemon, busybox string, vol pushedImage) {
+	t.Helper()
+	d = StartDaemon(t)
+	reg := registry.Start(t, registry.Options{})
+	busybox = reg.Host() + "/e2e/busybox:latest"
+	testimage.Push(t, testimage.Busybox(t), busybox)
+	vol = pushImage(t, reg, "volume:v1", volumeImage(t))
+	d.pull(t, busybox)
+	d.pull(t, vol.ref)
+	return d, busybox, vol
 }

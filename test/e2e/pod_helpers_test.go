@@ -55,38 +55,47 @@ func (d *Daemon) pull(t *testing.T, ref string) string {
 	return id
 }
 
-// bridgeNetwork gives the daemon a CNI bridge network of its own: a unique
-// bridge and subnet, no masquerading, IPAM state in the test's dir. The
-// bridge is deleted when the test ends.
+// bridgeNetwork gives the daemon a CNI bridge network of its own (see
+// writeBridgeNetwork), without masquerading. When the test ends, after its
+// pods are removed, no IP address may still be allocated.
 func (d *Daemon) bridgeNetwork(t *testing.T) (subnet string) {
 	t.Helper()
-	bridge := "mcbr" + randomHex(4)
-	n := func(s string) int { var v int; fmt.Sscanf(s, "%x", &v); return v }
-	subnet = fmt.Sprintf("10.%d.%d.0/24", 200+n(randomHex(1))%50, n(randomHex(1)))
-	conf := fmt.Sprintf(`{
-  "cniVersion": "1.0.0",
-  "name": "e2e-%s",
-  "plugins": [
-    {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,
-     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]]}},
-    {"type": "portmap", "capabilities": {"portMappings": true}}
-  ]
-}`, bridge, bridge, filepath.Join(d.Dir, "ipam"), subnet)
-	dir := filepath.Join(d.Dir, "cni")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "10-e2e.conflist"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, subnet = d.writeBridgeNetwork(t, false)
 	t.Cleanup(func() {
-		_ = exec.Command("ip", "link", "del", bridge).Run()
 		// Runs after the test's pods are removed (cleanups run last-in first-out).
 		if ips := reservedIPs(filepath.Join(d.Dir, "ipam")); len(ips) > 0 {
 			t.Errorf("IP addresses still allocated after the pods were removed: %v", ips)
 		}
 	})
 	return subnet
+}
+
+// writeBridgeNetwork writes the daemon's CNI conflist: a unique bridge and
+// /24 subnet, masquerading as ipMasq says, host-local IPAM state in the
+// test's dir, and portmap. The bridge is deleted when the test ends.
+func (d *Daemon) writeBridgeNetwork(t *testing.T, ipMasq bool) (conf []byte, subnet string) {
+	t.Helper()
+	bridge := "mcbr" + randomHex(4)
+	n := func(s string) int { var v int; fmt.Sscanf(s, "%x", &v); return v }
+	subnet = fmt.Sprintf("10.%d.%d.0/24", 200+n(randomHex(1))%50, n(randomHex(1)))
+	conf = []byte(fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "e2e-%s",
+  "plugins": [
+    {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": %t,
+     "ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": %q}]]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}`, bridge, bridge, ipMasq, filepath.Join(d.Dir, "ipam"), subnet))
+	dir := filepath.Join(d.Dir, "cni")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "10-e2e.conflist"), conf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", bridge).Run() })
+	return conf, subnet
 }
 
 // reservedIPs lists the addresses host-local IPAM still holds under dir.

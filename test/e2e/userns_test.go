@@ -94,12 +94,7 @@ func TestStatusUserNamespacesOnlyForCurrentRunc(t *testing.T) {
 // owned by root on the host as owned by root, and what they write to the
 // volume is stored with the host's IDs of the volume (idmapped mounts).
 func TestUserNamespacePodSeesItsMappingsAndOwnsItsFiles(t *testing.T) {
-	requireCurrentRunc(t)
-	d := StartDaemon(t)
-	searchable(t, d.Dir)
-	d.bridgeNetwork(t)
-	ref := busyboxRef(t)
-	d.pull(t, ref)
+	d, ref := startUsernsDaemon(t)
 
 	vol := t.TempDir() // owned by root on the host
 	cfg := d.usernsPodConfig("userns")
@@ -153,12 +148,7 @@ func TestUserNamespacePodSeesItsMappingsAndOwnsItsFiles(t *testing.T) {
 // idmapped rootfs and its container are found again, and removing it
 // afterwards leaves nothing (the suite's leak check).
 func TestUserNamespacePodSurvivesDaemonKill(t *testing.T) {
-	requireCurrentRunc(t)
-	d := StartDaemon(t)
-	searchable(t, d.Dir)
-	d.bridgeNetwork(t)
-	ref := busyboxRef(t)
-	d.pull(t, ref)
+	d, ref := startUsernsDaemon(t)
 	cfg := d.usernsPodConfig("userns-restart")
 	podID := d.runPodOn(t, cfg, usernsHandler)
 	ctr := containerConfig("sleeper", ref, "sleep", "3600")
@@ -309,12 +299,7 @@ func TestCrashDuringUserNamespacePodRollsBack(t *testing.T) {
 // A pod in a user namespace that shares one PID namespace among its
 // containers: its infra process (PID 1 there) made the user namespace too.
 func TestUserNamespacePodSharesItsPIDNamespace(t *testing.T) {
-	requireCurrentRunc(t)
-	d := StartDaemon(t)
-	searchable(t, d.Dir)
-	d.bridgeNetwork(t)
-	ref := busyboxRef(t)
-	d.pull(t, ref)
+	d, ref := startUsernsDaemon(t)
 	cfg := d.usernsPodConfig("userns-pidns")
 	cfg.Linux.SecurityContext.NamespaceOptions.Pid = runtime.NamespaceMode_POD
 	podID := d.runPodOn(t, cfg, usernsHandler)
@@ -357,4 +342,17 @@ func TestMissingHandlerBinaryFailsOnlyItsPods(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "runtime.handlers.gone.path") {
 		t.Fatalf("RunPodSandbox on a handler without its binary = %v, want FailedPrecondition naming runtime.handlers.gone.path", err)
 	}
+}
+
+// startUsernsDaemon starts a daemon whose dirs the pods' mapped root can
+// search, on a bridge network of its own, with busybox pulled.
+func startUsernsDaemon(t *testing.T) (d *Daemon, busybox string) {
+	t.Helper()
+	requireCurrentRunc(t)
+	d = StartDaemon(t)
+	searchable(t, d.Dir)
+	d.bridgeNetwork(t)
+	busybox = busyboxRef(t)
+	d.pull(t, busybox)
+	return d, busybox
 }

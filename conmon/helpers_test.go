@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // Shared by all tests, made once in TestMain when running as root.
@@ -456,17 +456,11 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 // processesMentioning lists pids whose command line contains s.
 func processesMentioning(s string) []int {
 	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err == nil && bytes.Contains(b, []byte(s)) {
+	procstat.EachCmdline(func(pid int, cmdline string) {
+		if strings.Contains(cmdline, s) {
 			pids = append(pids, pid)
 		}
-	}
+	})
 	return pids
 }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // Infra is a pod's infra process: PID 1 of the PID namespace the pod's
@@ -78,7 +80,7 @@ const pauseLabel = "--pod"
 // recording it can only find it this way.
 func FindPauses() map[string]Infra {
 	found := map[string]Infra{}
-	eachCmdline(func(pid int, cmdline string) {
+	procstat.EachCmdline(func(pid int, cmdline string) {
 		args := strings.Split(strings.TrimSuffix(cmdline, "\x00"), "\x00")
 		if len(args) != 4 || !isPauseBinary(filepath.Base(args[0])) || args[1] != "pause" || args[2] != pauseLabel {
 			return

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -88,24 +87,6 @@ func waitExited(f *os.File) {
 		n, err := unix.Poll(fds, 0)
 		return n > 0 || (err != nil && err != unix.EINTR)
 	})
-}
-
-// eachCmdline calls fn with the pid and the command line (arguments ending
-// in NUL) of every process; one that ends meanwhile is skipped. The daemon
-// finds this way what it started but never recorded.
-func eachCmdline(fn func(pid int, cmdline string)) {
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		fn(pid, string(cmdline))
-	}
 }
 
 // startTime reads when the process started, in clock ticks since boot.

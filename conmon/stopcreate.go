@@ -45,7 +45,7 @@ func StopCreate(socketDir string) error {
 func creatingGroups(socketDir string) []int {
 	want := "\x00--socket-dir\x00" + socketDir + "\x00"
 	var groups []int
-	eachCmdline(func(pid int, cmdline string) {
+	procstat.EachCmdline(func(pid int, cmdline string) {
 		if !strings.Contains(cmdline, want) {
 			return
 		}

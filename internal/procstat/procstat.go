@@ -66,6 +66,24 @@ func Parse(data []byte) (Stat, error) {
 	return Stat{PID: pid, State: fields[0][0], Session: session, StartTime: start}, nil
 }
 
+// EachCmdline calls fn with the pid and the command line (arguments ending
+// in NUL) of every process; one that ends meanwhile is skipped. It is how a
+// process that was started but never recorded is found again.
+func EachCmdline(fn func(pid int, cmdline string)) {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		fn(pid, string(cmdline))
+	}
+}
+
 func truncate(b []byte) []byte {
 	if len(b) > 64 {
 		return b[:64]

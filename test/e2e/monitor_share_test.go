@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,26 +11,22 @@ import (
 	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // monitorsOf lists the pids of the daemon's container monitors (not its
 // infra processes), from their command lines.
 func (d *Daemon) monitorsOf() []int {
 	var pids []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+	procstat.EachCmdline(func(pid int, cmdline string) {
+		if !strings.Contains(cmdline, d.RunDir+"/containers/") {
+			return
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !strings.Contains(string(b), d.RunDir+"/containers/") {
-			continue
-		}
-		if args := strings.Split(string(b), "\x00"); len(args) > 1 && args[1] == "serve" && processRunning(pid) {
+		if args := strings.Split(cmdline, "\x00"); len(args) > 1 && args[1] == "serve" && processRunning(pid) {
 			pids = append(pids, pid)
 		}
-	}
+	})
 	slices.Sort(pids)
 	return pids
 }

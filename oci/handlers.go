@@ -2,7 +2,8 @@ package oci
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // DefaultHandler is the runtime handler used when a pod names none.
@@ -10,16 +11,21 @@ const DefaultHandler = "runc"
 
 // Handlers maps RuntimeClass handler names to runtimes, e.g. "runc" to
 // /usr/sbin/runc and "crun" to Debian's crun.
-type Handlers struct {
+type Handlers = HandlerSet[*Runtime]
+
+// HandlerSet maps handler names to runtimes of any kind: the daemon's are
+// *Runtime, the handler tests' are fakes that must pick a handler the same
+// way.
+type HandlerSet[R any] struct {
 	// Default is the handler for a pod with no RuntimeClass; "" means
 	// DefaultHandler.
 	Default  string
-	Runtimes map[string]*Runtime
+	Runtimes map[string]R
 }
 
 // Get returns the runtime of handler ("" selects the default);
 // ErrUnknownHandler names a handler with no configured runtime.
-func (h *Handlers) Get(handler string) (*Runtime, error) {
+func (h *HandlerSet[R]) Get(handler string) (R, error) {
 	if handler == "" {
 		handler = h.Default
 		if handler == "" {
@@ -28,17 +34,12 @@ func (h *Handlers) Get(handler string) (*Runtime, error) {
 	}
 	r, ok := h.Runtimes[handler]
 	if !ok {
-		return nil, fmt.Errorf("%w %q (configured: %v)", ErrUnknownHandler, handler, h.Names())
+		return r, fmt.Errorf("%w %q (configured: %v)", ErrUnknownHandler, handler, h.Names())
 	}
 	return r, nil
 }
 
 // Names lists the configured handlers, sorted.
-func (h *Handlers) Names() []string {
-	names := make([]string, 0, len(h.Runtimes))
-	for n := range h.Runtimes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+func (h *HandlerSet[R]) Names() []string {
+	return slices.Sorted(maps.Keys(h.Runtimes))
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"sync"
 	"syscall"
 
@@ -14,27 +12,9 @@ import (
 	"github.com/minicri/minicri/oci"
 )
 
-// Runtimes are fake OCI runtimes by handler name.
-type Runtimes struct {
-	Default  string
-	Runtimes map[string]*Runtime
-}
-
-// Get returns the runtime of handler, "" the default one.
-func (h *Runtimes) Get(handler string) (*Runtime, error) {
-	if handler == "" {
-		handler = h.Default
-	}
-	rt, ok := h.Runtimes[handler]
-	if !ok {
-		return nil, fmt.Errorf("%w %q", oci.ErrUnknownHandler, handler)
-	}
-	return rt, nil
-}
-
-func (h *Runtimes) Names() []string {
-	return slices.Sorted(maps.Keys(h.Runtimes))
-}
+// Runtimes are fake OCI runtimes by handler name, picked as the daemon
+// picks its real ones.
+type Runtimes = oci.HandlerSet[*Runtime]
 
 // Runtime is an OCI runtime whose containers are entries in a map. A
 // container is there once started; a Kill calls OnKill, which a test wires

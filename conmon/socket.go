@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/conmon/wire"
+	"github.com/minicri/minicri/internal/chans"
 )
 
 // dial connects to one of the monitor's sockets. A socket directory too long
@@ -145,23 +146,13 @@ func sendStdin(conn *net.UnixConn, send *sync.Mutex, stdin io.Reader) {
 }
 
 func sendResizes(conn *net.UnixConn, send *sync.Mutex, resize <-chan Size, done <-chan struct{}) {
-	for {
-		select {
-		case <-done:
-			return
-		case s, ok := <-resize:
-			if !ok {
-				return
-			}
-			p := wire.ResizePayload(s.Rows, s.Cols)
-			send.Lock()
-			_, err := conn.Write(append([]byte{wire.FrameResize}, p[:]...))
-			send.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}
+	chans.Each(resize, done, func(s Size) bool {
+		p := wire.ResizePayload(s.Rows, s.Cols)
+		send.Lock()
+		_, err := conn.Write(append([]byte{wire.FrameResize}, p[:]...))
+		send.Unlock()
+		return err == nil
+	})
 }
 
 // receiveOutput copies output frames until the monitor closes the

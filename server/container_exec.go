@@ -10,6 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/internal/chans"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/streaming"
 )
@@ -225,21 +226,14 @@ func forwardResizes[T any](in <-chan streaming.TerminalSize, convert func(stream
 	done := make(chan struct{})
 	go func() {
 		defer close(out)
-		for {
+		chans.Each(in, done, func(size streaming.TerminalSize) bool {
 			select {
+			case out <- convert(size):
+				return true
 			case <-done:
-				return
-			case size, ok := <-in:
-				if !ok {
-					return
-				}
-				select {
-				case out <- convert(size):
-				case <-done:
-					return
-				}
+				return false
 			}
-		}
+		})
 	}()
 	return out, func() { close(done) }
 }

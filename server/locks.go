@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sync"
+
+	"github.com/minicri/minicri/store"
 )
 
 // keyedLocks serialises the calls that change one object (a sandbox or a
@@ -79,4 +82,20 @@ func (s *Server) lockSandbox(ctx context.Context, op, id string) (_ context.Cont
 		phases.observe()
 		unlock()
 	}, nil
+}
+
+// underSandboxLock runs step, a stop or remove of the sandbox id, under the
+// sandbox's lock and its phase timer, and maps its error to a gRPC status.
+// An unknown sandbox needs no stop or removal: the CRI makes both
+// idempotent, and the kubelet repeats them until they succeed.
+func (s *Server) underSandboxLock(ctx context.Context, op, id string, step func(ctx context.Context, full string) error) error {
+	ctx, full, done, err := s.lockSandbox(ctx, op, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return toStatus(err)
+	}
+	defer done()
+	return toStatus(step(ctx, full))
 }

@@ -14,34 +14,34 @@ import (
 // resources and its record, and frees its name. Removing an unknown sandbox
 // succeeds: the CRI makes removal idempotent.
 func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSandboxRequest) (*runtime.RemovePodSandboxResponse, error) {
-	ctx, id, done, err := s.lockSandbox(ctx, "RemovePodSandbox", req.GetPodSandboxId())
-	if errors.Is(err, store.ErrNotFound) {
-		return &runtime.RemovePodSandboxResponse{}, nil
+	if err := s.underSandboxLock(ctx, "RemovePodSandbox", req.GetPodSandboxId(), s.removePodSandbox); err != nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	defer done()
+	return &runtime.RemovePodSandboxResponse{}, nil
+}
+
+// removePodSandbox is RemovePodSandbox under the sandbox's lock.
+func (s *Server) removePodSandbox(ctx context.Context, id string) error {
 	rec, err := s.sandboxes.Get(id)
 	if errors.Is(err, store.ErrNotFound) {
-		return &runtime.RemovePodSandboxResponse{}, nil // removed while we waited for the lock
+		return nil // removed while we waited for the lock
 	}
 	if err != nil {
-		return nil, toStatus(err)
+		return err
 	}
 	if err := s.removeContainers(ctx, id); err != nil {
-		return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
+		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
 	}
 	phaseDone(ctx, "containers")
 	crashPoint("sandbox-remove-after-containers")
 	wasReady := rec.State == stateReady
 	if err := s.removeSandbox(ctx, &rec); err != nil {
-		return nil, toStatus(fmt.Errorf("remove pod sandbox %s: %w", id, err))
+		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
 	}
 	s.sandboxNames.Release(rec.Name, id)
 	s.sandboxRemovedEvents(rec, wasReady)
 	s.cpuRates.forget(id)
-	return &runtime.RemovePodSandboxResponse{}, nil
+	return nil
 }
 
 // removeContainers removes the sandbox's containers together: each one's

@@ -12,23 +12,20 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/network"
-	"github.com/minicri/minicri/store"
 )
 
 // StopPodSandbox stops every container of the pod and releases its network
 // and namespaces. It succeeds for a sandbox that is already stopped or gone:
 // the kubelet calls it again and again until it does.
 func (s *Server) StopPodSandbox(ctx context.Context, req *runtime.StopPodSandboxRequest) (*runtime.StopPodSandboxResponse, error) {
-	ctx, id, done, err := s.lockSandbox(ctx, "StopPodSandbox", req.GetPodSandboxId())
-	if errors.Is(err, store.ErrNotFound) {
-		return &runtime.StopPodSandboxResponse{}, nil
-	}
+	err := s.underSandboxLock(ctx, "StopPodSandbox", req.GetPodSandboxId(), func(ctx context.Context, id string) error {
+		if err := s.stopSandbox(ctx, id); err != nil {
+			return fmt.Errorf("stop pod sandbox %s: %w", id, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, toStatus(err)
-	}
-	defer done()
-	if err := s.stopSandbox(ctx, id); err != nil {
-		return nil, toStatus(fmt.Errorf("stop pod sandbox %s: %w", id, err))
+		return nil, err
 	}
 	return &runtime.StopPodSandboxResponse{}, nil
 }

@@ -10,33 +10,32 @@ import (
 // ListContainers lists containers, filtered by ID (or prefix), state,
 // sandbox and labels, from the in-memory records.
 func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainersRequest) (*runtime.ListContainersResponse, error) {
-	f := req.GetFilter()
-	if err := validateContainerFilter(f); err != nil {
-		return nil, toStatus(err)
+	items, err := list(req.GetFilter(), validateContainerFilter, s.containers.List(), containerListed, containerItem)
+	if err != nil {
+		return nil, err
 	}
-	var out []*runtime.Container
-	for _, rec := range s.containers.List() {
-		if !containerMatches(f, rec) {
-			continue
-		}
-		state := containerState(rec)
-		if f.GetState() != nil && f.GetState().GetState() != state {
-			continue
-		}
-		out = append(out, &runtime.Container{
-			Id:           rec.ID,
-			PodSandboxId: rec.SandboxID,
-			Metadata:     &runtime.ContainerMetadata{Name: rec.Metadata.Name, Attempt: rec.Metadata.Attempt},
-			Image:        &runtime.ImageSpec{Image: rec.Image},
-			ImageRef:     rec.ImageRef,
-			ImageId:      rec.ImageID,
-			State:        state,
-			CreatedAt:    rec.CreatedAt,
-			Labels:       rec.Labels,
-			Annotations:  rec.Annotations,
-		})
+	return &runtime.ListContainersResponse{Containers: items}, nil
+}
+
+// containerListed is ListContainers' filter: containerMatches and the state.
+func containerListed(f *runtime.ContainerFilter, rec containerRecord) bool {
+	return containerMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == containerState(rec))
+}
+
+// containerItem is a container's entry in ListContainers.
+func containerItem(rec containerRecord) *runtime.Container {
+	return &runtime.Container{
+		Id:           rec.ID,
+		PodSandboxId: rec.SandboxID,
+		Metadata:     &runtime.ContainerMetadata{Name: rec.Metadata.Name, Attempt: rec.Metadata.Attempt},
+		Image:        &runtime.ImageSpec{Image: rec.Image},
+		ImageRef:     rec.ImageRef,
+		ImageId:      rec.ImageID,
+		State:        containerState(rec),
+		CreatedAt:    rec.CreatedAt,
+		Labels:       rec.Labels,
+		Annotations:  rec.Annotations,
 	}
-	return &runtime.ListContainersResponse{Containers: out}, nil
 }
 
 func validateContainerFilter(f *runtime.ContainerFilter) error {

@@ -11,31 +11,45 @@ import (
 // labels. It reads only the in-memory records: the kubelet calls it every
 // second.
 func (s *Server) ListPodSandbox(ctx context.Context, req *runtime.ListPodSandboxRequest) (*runtime.ListPodSandboxResponse, error) {
-	f := req.GetFilter()
-	if err := validateSandboxFilter(f); err != nil {
-		return nil, toStatus(err)
-	}
-	var items []*runtime.PodSandbox
-	for _, rec := range s.sandboxes.List() {
-		if !sandboxMatches(f, rec) {
-			continue
-		}
-		state := sandboxState(rec)
-		if f.GetState() != nil && f.GetState().GetState() != state {
-			continue
-		}
-		m := rec.Metadata
-		items = append(items, &runtime.PodSandbox{
-			Id:             rec.ID,
-			Metadata:       &runtime.PodSandboxMetadata{Name: m.Name, Namespace: m.Namespace, Uid: m.UID, Attempt: m.Attempt},
-			State:          state,
-			CreatedAt:      rec.CreatedAt,
-			Labels:         rec.Labels,
-			Annotations:    rec.Annotations,
-			RuntimeHandler: rec.Handler,
-		})
+	items, err := list(req.GetFilter(), validateSandboxFilter, s.sandboxes.List(), sandboxListed, sandboxItem)
+	if err != nil {
+		return nil, err
 	}
 	return &runtime.ListPodSandboxResponse{Items: items}, nil
+}
+
+// sandboxListed is ListPodSandbox's filter: sandboxMatches and the state.
+func sandboxListed(f *runtime.PodSandboxFilter, rec sandboxRecord) bool {
+	return sandboxMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == sandboxState(rec))
+}
+
+// sandboxItem is a sandbox's entry in ListPodSandbox.
+func sandboxItem(rec sandboxRecord) *runtime.PodSandbox {
+	m := rec.Metadata
+	return &runtime.PodSandbox{
+		Id:             rec.ID,
+		Metadata:       &runtime.PodSandboxMetadata{Name: m.Name, Namespace: m.Namespace, Uid: m.UID, Attempt: m.Attempt},
+		State:          sandboxState(rec),
+		CreatedAt:      rec.CreatedAt,
+		Labels:         rec.Labels,
+		Annotations:    rec.Annotations,
+		RuntimeHandler: rec.Handler,
+	}
+}
+
+// list checks a list call's filter, then makes the CRI entries of the
+// records that pass it, in the records' order (by ID).
+func list[F, R, T any](f F, validate func(F) error, recs []R, keep func(F, R) bool, item func(R) T) ([]T, error) {
+	if err := validate(f); err != nil {
+		return nil, toStatus(err)
+	}
+	var out []T
+	for _, rec := range recs {
+		if keep(f, rec) {
+			out = append(out, item(rec))
+		}
+	}
+	return out, nil
 }
 
 // listFilter is what every CRI list filter has. An empty ID (a prefix of

@@ -17,8 +17,8 @@ import (
 // answers its ID. An image already present is pulled again: the tag may have
 // moved, and the blobs that did not change are not downloaded twice.
 func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (*runtime.PullImageResponse, error) {
-	ref := req.GetImage().GetImage()
-	if err := validateImageRef("image.image", ref); err != nil {
+	ref, err := requestedImage(req.GetImage())
+	if err != nil {
 		return nil, toStatus(err)
 	}
 	// One image store serves every handler; an unknown handler is still

@@ -10,8 +10,8 @@ import (
 // RemoveImage removes an image unless a container uses it. Removing an image
 // that is not there succeeds: the CRI makes removal idempotent.
 func (s *Server) RemoveImage(ctx context.Context, req *runtime.RemoveImageRequest) (*runtime.RemoveImageResponse, error) {
-	ref := req.GetImage().GetImage()
-	if err := validateImageRef("image.image", ref); err != nil {
+	ref, err := requestedImage(req.GetImage())
+	if err != nil {
 		return nil, toStatus(err)
 	}
 	if err := s.images.Remove(ref); err != nil {

@@ -17,8 +17,8 @@ import (
 // with an empty status, not an error: that is how the kubelet learns it must
 // pull.
 func (s *Server) ImageStatus(ctx context.Context, req *runtime.ImageStatusRequest) (*runtime.ImageStatusResponse, error) {
-	ref := req.GetImage().GetImage()
-	if err := validateImageRef("image.image", ref); err != nil {
+	ref, err := requestedImage(req.GetImage())
+	if err != nil {
 		return nil, toStatus(err)
 	}
 	img, err := s.images.Get(ref)

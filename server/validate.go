@@ -780,6 +780,13 @@ func isID(s string) bool {
 	return s != "" && len(s) <= 64 && strings.Trim(s, "0123456789abcdefABCDEF") == ""
 }
 
+// requestedImage is the image reference an image call names (its
+// image.image), checked.
+func requestedImage(spec *runtime.ImageSpec) (string, error) {
+	ref := spec.GetImage()
+	return ref, validateImageRef("image.image", ref)
+}
+
 // validateImageRef checks an image reference (or an image ID, which the
 // kubelet also sends) before it reaches a registry client or a file name,
 // with the grammar PullImage parses it by.

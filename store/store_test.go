@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -76,6 +77,81 @@ func TestResolvePrefix(t *testing.T) {
 		got, err := tab.Resolve(c.in)
 		if got != c.want || !errors.Is(err, c.wantErr) {
 			t.Errorf("Resolve(%q) = %q, %v; want %q, %v", c.in, got, err, c.want, c.wantErr)
+		}
+	}
+}
+
+// TestListFollowsChanges: List answers in ID order whatever the order of
+// the writes, after updates, deletes and a reopen, and Resolve finds
+// prefixes in the same sorted list.
+func TestListFollowsChanges(t *testing.T) {
+	dir := t.TempDir()
+	tab, _, _ := Open[record](dir)
+	names := func(tab *Table[record]) string {
+		var out []string
+		for _, r := range tab.List() {
+			out = append(out, r.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	steps := []struct {
+		what string
+		do   func() error
+		want string
+	}{
+		{"puts out of order", func() error {
+			for _, id := range []string{"c3", "a1", "b2"} {
+				if err := tab.Put(id, record{Name: id}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, "a1,b2,c3"},
+		{"an update keeps one entry", func() error {
+			_, err := tab.Update("b2", func(r *record) error { r.Name = "B2"; return nil })
+			return err
+		}, "a1,B2,c3"},
+		{"a put over a record keeps one entry", func() error { return tab.Stage("c3", record{Name: "C3"}) }, "a1,B2,C3"},
+		{"delete the first", func() error { return tab.Delete("a1") }, "B2,C3"},
+		{"delete one not there", func() error { return tab.Delete("zz") }, "B2,C3"},
+		{"put it back, and one after the rest", func() error {
+			if err := tab.Put("a1", record{Name: "a1"}); err != nil {
+				return err
+			}
+			return tab.Put("d4", record{Name: "d4"})
+		}, "a1,B2,C3,d4"},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.what, err)
+		}
+		if got := names(tab); got != st.want {
+			t.Fatalf("after %s: List = %s, want %s", st.what, got, st.want)
+		}
+	}
+	again, _, err := Open[record](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(again); got != "a1,B2,C3,d4" {
+		t.Fatalf("after reopen: List = %s", got)
+	}
+	if id, err := again.Resolve("d"); id != "d4" || err != nil {
+		t.Fatalf("Resolve(d) = %q, %v after reopen", id, err)
+	}
+}
+
+// BenchmarkList200 is the kubelet's ListContainers at 200 containers, the
+// store's part.
+func BenchmarkList200(b *testing.B) {
+	tab, _, _ := Open[record](b.TempDir())
+	for i := range 200 {
+		_ = tab.Stage(fmt.Sprintf("%064x", i*7919), record{Name: "c"})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if len(tab.List()) != 200 {
+			b.Fatal("short list")
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 
@@ -41,6 +41,10 @@ type Table[T any] struct {
 	writeMu sync.Mutex
 	mu      sync.RWMutex
 	items   map[string]T
+	// ids are the keys of items, sorted: List and Resolve walk them instead
+	// of sorting or scanning the map on every call (the kubelet lists every
+	// second). Changed with items, under both locks.
+	ids []string
 	// write replaces a record file durably; a test slows it down.
 	write func(path string, data []byte, perm os.FileMode) error
 	// stage replaces a record file without making it durable (Stage).
@@ -88,7 +92,9 @@ func Open[T any](dir string) (*Table[T], []Corrupt, error) {
 			continue
 		}
 		t.items[id] = v
+		t.ids = append(t.ids, id)
 	}
+	slices.Sort(t.ids)
 	return t, corrupt, nil
 }
 
@@ -126,6 +132,10 @@ func (t *Table[T]) put(id string, v T, write func(string, []byte, os.FileMode) e
 // writeMu.
 func (t *Table[T]) publish(id string, v T) {
 	t.mu.Lock()
+	if _, ok := t.items[id]; !ok {
+		i, _ := slices.BinarySearch(t.ids, id)
+		t.ids = slices.Insert(t.ids, i, id)
+	}
 	t.items[id] = v
 	t.mu.Unlock()
 }
@@ -204,19 +214,16 @@ func (t *Table[T]) Resolve(idOrPrefix string) (string, error) {
 	if _, ok := t.items[idOrPrefix]; ok {
 		return idOrPrefix, nil
 	}
-	found := ""
-	for id := range t.items {
-		if strings.HasPrefix(id, idOrPrefix) {
-			if found != "" {
-				return "", fmt.Errorf("%q: %w", idOrPrefix, ErrAmbiguousID)
-			}
-			found = id
-		}
-	}
-	if found == "" {
+	// The IDs with this prefix are a run of the sorted list, from the
+	// first ID not below the prefix.
+	i, _ := slices.BinarySearch(t.ids, idOrPrefix)
+	if i == len(t.ids) || !strings.HasPrefix(t.ids[i], idOrPrefix) {
 		return "", fmt.Errorf("%q: %w", idOrPrefix, ErrNotFound)
 	}
-	return found, nil
+	if i+1 < len(t.ids) && strings.HasPrefix(t.ids[i+1], idOrPrefix) {
+		return "", fmt.Errorf("%q: %w", idOrPrefix, ErrAmbiguousID)
+	}
+	return t.ids[i], nil
 }
 
 // Delete removes a record. Deleting one that is not there succeeds: removal
@@ -230,6 +237,9 @@ func (t *Table[T]) Delete(id string) error {
 	// The file is gone: memory follows even when the directory's sync fails.
 	err := atomicfile.SyncDir(t.dir)
 	t.mu.Lock()
+	if i, ok := slices.BinarySearch(t.ids, id); ok {
+		t.ids = slices.Delete(t.ids, i, i+1)
+	}
 	delete(t.items, id)
 	t.mu.Unlock()
 	return err
@@ -238,16 +248,11 @@ func (t *Table[T]) Delete(id string) error {
 // List returns every record, ordered by ID so that answers are stable.
 func (t *Table[T]) List() []T {
 	t.mu.RLock()
-	ids := make([]string, 0, len(t.items))
-	for id := range t.items {
-		ids = append(ids, id)
+	defer t.mu.RUnlock()
+	out := make([]T, len(t.ids))
+	for i, id := range t.ids {
+		out[i] = t.items[id]
 	}
-	sort.Strings(ids)
-	out := make([]T, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, t.items[id])
-	}
-	t.mu.RUnlock()
 	return out
 }
 

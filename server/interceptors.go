@@ -61,20 +61,36 @@ func requestIDs(req any) logrus.Fields {
 }
 
 func logCall(log *logrus.Entry, method string, req any, took time.Duration, err error) {
-	entry := log.WithFields(requestIDs(req)).WithField("method", method).WithField("took", took.Round(time.Microsecond).String())
-	if err == nil {
-		entry.Debug("call")
+	level := callLogLevel(err)
+	if !log.Logger.IsLevelEnabled(level) {
+		// Most calls succeed and are logged at debug: at the default level
+		// their entry would be built (three maps) only to be dropped, on
+		// every one of the kubelet's list and status calls.
 		return
 	}
-	code := status.Code(err)
-	entry = entry.WithField("code", code.String()).WithError(err)
-	switch code {
-	case codes.NotFound, codes.Unimplemented, codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition, codes.Canceled:
-		// The caller's mistake or a retry of the kubelet's: worth a line, not an alarm.
-		entry.Info("call failed")
+	entry := log.WithFields(requestIDs(req)).WithField("method", method).WithField("took", took.Round(time.Microsecond).String())
+	switch {
+	case err == nil:
+		entry.Debug("call")
+	case level == logrus.InfoLevel:
+		entry.WithField("code", status.Code(err).String()).WithError(err).Info("call failed")
 	default:
-		entry.Error(fmt.Sprintf("call failed: %v", err))
+		entry.WithField("code", status.Code(err).String()).WithError(err).Error(fmt.Sprintf("call failed: %v", err))
 	}
+}
+
+// callLogLevel is the level a call's line is logged at: debug for a
+// success; info for the caller's mistake or a retry of the kubelet's (worth
+// a line, not an alarm); error for the rest.
+func callLogLevel(err error) logrus.Level {
+	if err == nil {
+		return logrus.DebugLevel
+	}
+	switch status.Code(err) {
+	case codes.NotFound, codes.Unimplemented, codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition, codes.Canceled:
+		return logrus.InfoLevel
+	}
+	return logrus.ErrorLevel
 }
 
 // MetricsUnaryInterceptor times every CRI call and counts its errors by

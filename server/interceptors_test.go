@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
@@ -64,5 +65,43 @@ func TestToStatus(t *testing.T) {
 	}
 	if toStatus(nil) != nil {
 		t.Error("toStatus(nil) is not nil")
+	}
+}
+
+// TestLogCallLevels: a call is logged at the level its outcome deserves,
+// with the IDs it names, and not at all below the logger's level.
+func TestLogCallLevels(t *testing.T) {
+	req := &runtime.StopContainerRequest{ContainerId: "c1"}
+	tests := []struct {
+		name      string
+		level     logrus.Level
+		err       error
+		wantLevel string // "" for no line
+	}{
+		{"success at info", logrus.InfoLevel, nil, ""},
+		{"success at debug", logrus.DebugLevel, nil, "debug"},
+		{"the caller's mistake", logrus.InfoLevel, status.Error(codes.NotFound, "no such container"), "info"},
+		{"the caller's mistake at warning", logrus.WarnLevel, status.Error(codes.InvalidArgument, "bad"), ""},
+		{"an internal error", logrus.WarnLevel, errors.New("disk on fire"), "error"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			l := logrus.New()
+			l.SetOutput(&out)
+			l.SetLevel(tc.level)
+			l.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
+			logCall(logrus.NewEntry(l), "/runtime.v1.RuntimeService/StopContainer", req, time.Millisecond, tc.err)
+			got := out.String()
+			if tc.wantLevel == "" {
+				if got != "" {
+					t.Fatalf("logged %q, want nothing", got)
+				}
+				return
+			}
+			if !strings.Contains(got, "level="+tc.wantLevel) || !strings.Contains(got, "container=c1") || !strings.Contains(got, "StopContainer") {
+				t.Fatalf("logged %q, want a %s line naming the method and container c1", got, tc.wantLevel)
+			}
+		})
 	}
 }

@@ -47,7 +47,7 @@ func (h fakeRuntimes) Get(handler string) (ociRuntime, error) {
 
 // newTestServer builds a testServer; edit, when given, changes the config
 // before the server is made.
-func newTestServer(t *testing.T, edit ...func(*config.Config)) *testServer {
+func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 	t.Helper()
 	dir := t.TempDir()
 	self, err := os.Executable()
@@ -132,7 +132,7 @@ func ctrConfig(name string) *runtime.ContainerConfig {
 }
 
 // runPod runs a pod and fails the test if it does not start.
-func (ts *testServer) runPod(t *testing.T, cfg *runtime.PodSandboxConfig) string {
+func (ts *testServer) runPod(t testing.TB, cfg *runtime.PodSandboxConfig) string {
 	t.Helper()
 	resp, err := ts.RunPodSandbox(bg, &runtime.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
@@ -142,7 +142,7 @@ func (ts *testServer) runPod(t *testing.T, cfg *runtime.PodSandboxConfig) string
 }
 
 // createCtr creates a container in a pod and fails the test if it cannot.
-func (ts *testServer) createCtr(t *testing.T, podID string, podCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig) string {
+func (ts *testServer) createCtr(t testing.TB, podID string, podCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig) string {
 	t.Helper()
 	resp, err := ts.CreateContainer(bg, &runtime.CreateContainerRequest{PodSandboxId: podID, Config: cfg, SandboxConfig: podCfg})
 	if err != nil {

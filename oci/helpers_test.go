@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -218,10 +219,18 @@ func baseSpec(t *testing.T, args ...string) ContainerSpec {
 // with its output in a file; cleanup kills, reaps and deletes it.
 func createContainer(t *testing.T, rt *Runtime, c ContainerSpec) *testContainer {
 	t.Helper()
+	return createEditedContainer(t, rt, c, func(*specs.Spec) {})
+}
+
+// createEditedContainer is createContainer with a change to the generated
+// spec, for what GenerateSpec never writes (hooks, say).
+func createEditedContainer(t *testing.T, rt *Runtime, c ContainerSpec, edit func(*specs.Spec)) *testContainer {
+	t.Helper()
 	s, err := GenerateSpec(c)
 	if err != nil {
 		t.Fatalf("GenerateSpec: %v", err)
 	}
+	edit(s)
 	bundle := t.TempDir()
 	if err := WriteSpec(bundle, s); err != nil {
 		t.Fatalf("WriteSpec: %v", err)

@@ -172,8 +172,12 @@ func (r *Runtime) run(ctx context.Context, stdin []byte, op, id string, args ...
 	return stdout.Bytes(), nil
 }
 
-// Start runs the container's process, created earlier by Create.
+// Start runs the container's process, created earlier by Create: by runc's
+// exec fifo where it can (startByFifo), else by `runtime start`.
 func (r *Runtime) Start(ctx context.Context, id string) error {
+	if err := r.startByFifo(ctx, id); !errors.Is(err, errNoFifoStart) {
+		return err
+	}
 	_, err := r.run(ctx, nil, "start", id, "start", id)
 	return err
 }

@@ -1,0 +1,137 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/procstat"
+)
+
+// runc's files in a container's state directory (<root>/<id>): the state it
+// wrote at create, and the fifo its waiting init opens for writing.
+const (
+	runcStateFile = "state.json"
+	runcExecFifo  = "exec.fifo"
+)
+
+// runcState is the part of runc's state.json that a start by the fifo reads.
+type runcState struct {
+	InitPID   int    `json:"init_process_pid"`
+	InitStart uint64 `json:"init_process_start"`
+	Config    struct {
+		Hooks map[string]json.RawMessage `json:"hooks"`
+	} `json:"config"`
+}
+
+// errNoFifoStart says that a container cannot be started by its exec fifo,
+// and `runtime start` must do it.
+var errNoFifoStart = errors.New("no start by the exec fifo")
+
+// startByFifo does what `runc start` does for a container that runc created:
+// it opens the exec fifo that the container's init (`runc init`) waits on,
+// takes the byte the init writes before it execs the container's process,
+// and removes the fifo, which runc's state then reads as running. Doing it
+// here spares a runc process on every container start, the largest part of
+// StartContainer.
+//
+// It returns errNoFifoStart, having changed nothing, wherever runc start
+// would do more or where the layout is not one it knows: another runtime
+// (crun keeps no state.json), no known root, poststart hooks (runc runs them
+// around the start), a systemd notify socket to pass on, an init or fifo
+// that is missing (runc start then gives its own error).
+func (r *Runtime) startByFifo(ctx context.Context, id string) error {
+	if r.Root == "" || os.Getenv("NOTIFY_SOCKET") != "" {
+		return errNoFifoStart
+	}
+	dir := filepath.Join(r.Root, id)
+	st, err := readRuncState(dir)
+	if err != nil || st.InitPID <= 0 || hasHook(st.Config.Hooks, "poststart") {
+		return errNoFifoStart
+	}
+	init, err := openInit(st.InitPID, st.InitStart)
+	if err != nil {
+		return errNoFifoStart
+	}
+	defer unix.Close(init)
+	fifoPath := filepath.Join(dir, runcExecFifo)
+	// Read and write: the open does not wait for the init, and a read never
+	// sees an end of file before the init's byte; the init's exit is seen
+	// on its pidfd instead.
+	fifo, err := unix.Open(fifoPath, unix.O_RDWR|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errNoFifoStart
+	}
+	defer unix.Close(fifo)
+	if err := awaitInitByte(ctx, fifo, init); err != nil {
+		return r.failure(ctx, "start", id, err.Error(), err)
+	}
+	if err := os.Remove(fifoPath); err != nil {
+		return r.failure(ctx, "start", id, "remove the exec fifo", err)
+	}
+	return nil
+}
+
+func readRuncState(dir string) (runcState, error) {
+	var st runcState
+	data, err := os.ReadFile(filepath.Join(dir, runcStateFile))
+	if err != nil {
+		return st, err
+	}
+	return st, json.Unmarshal(data, &st)
+}
+
+// hasHook reports whether hooks has a non-empty list under name.
+func hasHook(hooks map[string]json.RawMessage, name string) bool {
+	var list []json.RawMessage
+	return json.Unmarshal(hooks[name], &list) == nil && len(list) > 0
+}
+
+// openInit returns a pidfd of the container's init, checked against the start
+// time runc recorded so that a later process that reused the pid is not
+// taken for it.
+func openInit(pid int, start uint64) (int, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1, fmt.Errorf("pidfd of init %d: %w", pid, err)
+	}
+	if s, err := procstat.Read(pid); err != nil || s.StartTime != start || !s.Live() {
+		unix.Close(fd)
+		return -1, fmt.Errorf("init %d is not the one runc started", pid)
+	}
+	return fd, nil
+}
+
+// fifoPollSlice bounds each wait, so that a context that ends is seen.
+const fifoPollSlice = 100 * time.Millisecond
+
+// awaitInitByte waits for the init's byte on fifo, until the init exits
+// (its pidfd turns readable) or ctx ends. A byte that is there wins over an
+// exit: an init that wrote it and exec'd a process that ended at once has
+// started.
+func awaitInitByte(ctx context.Context, fifo, init int) error {
+	for {
+		fds := []unix.PollFd{{Fd: int32(fifo), Events: unix.POLLIN}, {Fd: int32(init), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, int(fifoPollSlice/time.Millisecond)); err != nil && err != unix.EINTR {
+			return fmt.Errorf("wait for the exec fifo: %w", err)
+		}
+		var b [1]byte
+		if n, err := unix.Read(fifo, b[:]); n == 1 {
+			return nil
+		} else if err != nil && err != unix.EAGAIN {
+			return fmt.Errorf("read the exec fifo: %w", err)
+		}
+		if fds[1].Revents != 0 {
+			return errors.New("container process is already dead")
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}

@@ -36,8 +36,8 @@ var errNoFifoStart = errors.New("no start by the exec fifo")
 
 // startByFifo does what `runc start` does for a container that runc created:
 // it opens the exec fifo that the container's init (`runc init`) waits on,
-// takes the byte the init writes before it execs the container's process,
-// and removes the fifo, which runc's state then reads as running. Doing it
+// removes it (runc's state then reads running), and takes the byte the init
+// writes before it execs the container's process. Doing it
 // here spares a runc process on every container start, the largest part of
 // StartContainer.
 //
@@ -69,11 +69,15 @@ func (r *Runtime) startByFifo(ctx context.Context, id string) error {
 		return errNoFifoStart
 	}
 	defer unix.Close(fifo)
-	if err := awaitInitByte(ctx, fifo, init); err != nil {
-		return r.failure(ctx, "start", id, err.Error(), err)
-	}
+	// The open has let the init go on (its open for writing no longer
+	// waits): the fifo goes at once, so that a daemon killed from here on
+	// leaves what runc reads as running, which it is about to be. The init
+	// writes through the descriptor it holds, not the path.
 	if err := os.Remove(fifoPath); err != nil {
 		return r.failure(ctx, "start", id, "remove the exec fifo", err)
+	}
+	if err := awaitInitByte(ctx, fifo, init); err != nil {
+		return r.failure(ctx, "start", id, err.Error(), err)
 	}
 	return nil
 }

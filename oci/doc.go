@@ -12,7 +12,8 @@
 //	err = oci.WriteSpec(bundle, spec)
 //
 // The monitor (minicri-conmon) runs the runtime's create, reaps the container
-// and reads its OOM kills; the daemon then calls Runtime.Start, State, Kill,
+// and reads its OOM kills; the daemon then calls Runtime.Start (which does
+// runc start's work on the exec fifo itself where it can), State, Kill,
 // Delete and Update, Exec (with ExecProcessSpec) for exec and ExecSync, and
 // ReadCgroupStats and ReadPodCgroupStats for the cgroups' numbers.
 //

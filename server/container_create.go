@@ -261,6 +261,7 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	}
 	crashPoint("container-discard-before-record-delete")
 	s.forgetWatch(rec.ID)
+	s.encodedContainers.forget(rec.ID)
 	return s.containers.Delete(rec.ID)
 }
 

@@ -78,6 +78,8 @@ type Server struct {
 
 	metrics  *metrics.Metrics // nil: not collected
 	cpuRates cpuRates         // last CPU samples, for usage_nano_cores
+	// encodedContainers are the ListContainers entries Codec keeps.
+	encodedContainers encodedContainers
 }
 
 // New builds the server and starts its streaming server, which Close stops.

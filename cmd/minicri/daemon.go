@@ -72,6 +72,7 @@ func runDaemon(cfg config.Config) error {
 		// nodes; 16 MiB is what it allows itself.
 		grpc.MaxRecvMsgSize(16<<20),
 		grpc.MaxSendMsgSize(16<<20),
+		grpc.ForceServerCodecV2(srv.Codec()),
 	)
 	srv.Register(g)
 

@@ -11,88 +11,89 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/config"
 )
 
-// fifoRuntimes are the runc releases a start by the fifo must work with:
-// Debian's, and the one make deps builds for the runc-current handler.
-func fifoRuntimes(t *testing.T) map[string]*Runtime {
+// forEachRunc runs test, bounded by ctx, with each runc release a start by
+// the fifo must work with: Debian's, and the runc-current handler's that
+// make deps builds.
+func forEachRunc(t *testing.T, test func(t *testing.T, ctx context.Context, rt *Runtime)) {
 	rts := map[string]*Runtime{"debian": testRuntime(t, "runc")}
-	if current := "/usr/local/lib/minicri/runc-v1.5.2/runc"; fileExists(current) {
-		rts["current"] = &Runtime{Path: current, Root: t.TempDir()}
+	if fileExists(config.CurrentRuncPath) {
+		rts["current"] = &Runtime{Path: config.CurrentRuncPath, Root: t.TempDir()}
 	}
-	return rts
+	for name, rt := range rts {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			test(t, ctx, rt)
+		})
+	}
 }
 
 // TestStartContainerByFifo: the start takes the init's byte itself, runc
 // then reports the container running, and its process runs.
 func TestStartContainerByFifo(t *testing.T) {
-	for name, rt := range fifoRuntimes(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			c := baseSpec(t, "/bin/sh", "-c", "echo started; exec sleep 60")
-			tc := createContainer(t, rt, c)
-			if err := rt.startByFifo(ctx, c.ID); err != nil {
-				t.Fatalf("startByFifo: %v, want the fifo start taken", err)
-			}
-			if _, err := os.Stat(filepath.Join(rt.Root, c.ID, runcExecFifo)); !os.IsNotExist(err) {
-				t.Errorf("exec fifo still there after the start: %v", err)
-			}
-			if st, err := rt.State(ctx, c.ID); err != nil || st.Status != StatusRunning {
-				t.Fatalf("state after the start = %+v, %v; want running", st, err)
-			}
-			waitForOutput(t, tc.out, "started")
-			// A second start is runc's to refuse, as for any started container.
-			if err := rt.Start(ctx, c.ID); err == nil {
-				t.Errorf("second Start succeeded, want runc's refusal")
-			}
-		})
-	}
+	forEachRunc(t, func(t *testing.T, ctx context.Context, rt *Runtime) {
+		c := baseSpec(t, "/bin/sh", "-c", "echo started; exec sleep 60")
+		tc := createContainer(t, rt, c)
+		if err := rt.startByFifo(ctx, c.ID); err != nil {
+			t.Fatalf("startByFifo: %v, want the fifo start taken", err)
+		}
+		if _, err := os.Stat(filepath.Join(rt.Root, c.ID, runcExecFifo)); !os.IsNotExist(err) {
+			t.Errorf("exec fifo still there after the start: %v", err)
+		}
+		if st, err := rt.State(ctx, c.ID); err != nil || st.Status != StatusRunning {
+			t.Fatalf("state after the start = %+v, %v; want running", st, err)
+		}
+		waitForOutput(t, tc.out, "started")
+		// A second start is runc's to refuse, as for any started container.
+		if err := rt.Start(ctx, c.ID); err == nil {
+			t.Errorf("second Start succeeded, want runc's refusal")
+		}
+	})
 }
 
 // TestStartContainerWhoseInitDied: an init killed before the start fails it
 // at once, as runc start does, and leaves the fifo for runc's delete.
 func TestStartContainerWhoseInitDied(t *testing.T) {
-	for name, rt := range fifoRuntimes(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			c := baseSpec(t, "/bin/true")
-			tc := createContainer(t, rt, c)
-			st, err := readRuncState(filepath.Join(rt.Root, c.ID))
-			if err != nil {
-				t.Fatal(err)
-			}
-			fd, err := openInit(st.InitPID, st.InitStart)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Close(fd)
-			if err := unix.Kill(tc.pid, unix.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			// Not reaped: a zombie, as the monitor's wait would leave it
-			// an instant, or gone once reaped; both must fail the start.
-			begin := time.Now()
-			err = rt.Start(ctx, c.ID)
-			if err == nil {
-				t.Fatal("Start of a container whose init was killed succeeded")
-			}
-			if ctx.Err() != nil || time.Since(begin) > 10*time.Second {
-				t.Fatalf("Start waited for its context: %v", err)
-			}
-			if _, err := tc.wait(5 * time.Second); err != nil {
-				t.Fatal(err)
-			}
-			tc.pid = 0
-			if err := rt.Delete(ctx, c.ID, true); err != nil {
-				t.Fatalf("Delete after the failed start: %v", err)
-			}
-			if _, err := os.Stat(filepath.Join(rt.Root, c.ID)); !os.IsNotExist(err) {
-				t.Errorf("runc state dir left after delete: %v", err)
-			}
-		})
-	}
+	forEachRunc(t, func(t *testing.T, ctx context.Context, rt *Runtime) {
+		c := baseSpec(t, "/bin/true")
+		tc := createContainer(t, rt, c)
+		st, err := readRuncState(filepath.Join(rt.Root, c.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := openInit(st.InitPID, st.InitStart)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Kill(tc.pid, unix.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// Not reaped: a zombie, as the monitor's wait would leave it
+		// an instant, or gone once reaped; both must fail the start.
+		begin := time.Now()
+		err = rt.Start(ctx, c.ID)
+		if err == nil {
+			t.Fatal("Start of a container whose init was killed succeeded")
+		}
+		if ctx.Err() != nil || time.Since(begin) > 10*time.Second {
+			t.Fatalf("Start waited for its context: %v", err)
+		}
+		if _, err := tc.wait(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		tc.pid = 0
+		if err := rt.Delete(ctx, c.ID, true); err != nil {
+			t.Fatalf("Delete after the failed start: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(rt.Root, c.ID)); !os.IsNotExist(err) {
+			t.Errorf("runc state dir left after delete: %v", err)
+		}
+	})
 }
 
 // TestStartByFifoDefersToRuntime: where runc start would do more than the
@@ -131,26 +132,22 @@ func TestStartByFifoDefersToRuntime(t *testing.T) {
 // TestStartWithPoststartHookRunsRuntimeStart: a container with a poststart
 // hook is left to runc start, which runs the hook.
 func TestStartWithPoststartHookRunsRuntimeStart(t *testing.T) {
-	for name, rt := range fifoRuntimes(t) {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			mark := filepath.Join(t.TempDir(), "poststart-ran")
-			c := baseSpec(t, "/bin/sleep", "60")
-			createEditedContainer(t, rt, c, func(s *specs.Spec) {
-				s.Hooks = &specs.Hooks{Poststart: []specs.Hook{{Path: "/bin/sh", Args: []string{"sh", "-c", "touch " + mark}}}}
-			})
-			if err := rt.startByFifo(ctx, c.ID); !errors.Is(err, errNoFifoStart) {
-				t.Fatalf("startByFifo = %v, want errNoFifoStart for a poststart hook", err)
-			}
-			if err := rt.Start(ctx, c.ID); err != nil {
-				t.Fatalf("Start: %v", err)
-			}
-			if !fileExists(mark) {
-				t.Error("the poststart hook did not run")
-			}
+	forEachRunc(t, func(t *testing.T, ctx context.Context, rt *Runtime) {
+		mark := filepath.Join(t.TempDir(), "poststart-ran")
+		c := baseSpec(t, "/bin/sleep", "60")
+		createEditedContainer(t, rt, c, func(s *specs.Spec) {
+			s.Hooks = &specs.Hooks{Poststart: []specs.Hook{{Path: "/bin/sh", Args: []string{"sh", "-c", "touch " + mark}}}}
 		})
-	}
+		if err := rt.startByFifo(ctx, c.ID); !errors.Is(err, errNoFifoStart) {
+			t.Fatalf("startByFifo = %v, want errNoFifoStart for a poststart hook", err)
+		}
+		if err := rt.Start(ctx, c.ID); err != nil {
+			t.Fatalf("Start: %v", err)
+		}
+		if !fileExists(mark) {
+			t.Error("the poststart hook did not run")
+		}
+	})
 }
 
 // waitForOutput polls a container's output file for want.

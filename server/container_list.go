@@ -10,7 +10,7 @@ import (
 // ListContainers lists containers, filtered by ID (or prefix), state,
 // sandbox and labels, from the in-memory records.
 func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainersRequest) (*runtime.ListContainersResponse, error) {
-	items, err := list(req.GetFilter(), validateContainerFilter, s.containers.List(), containerListed, containerItem)
+	items, err := list(req.GetFilter(), validateContainerFilter, s.containers.Range, containerListed, containerItem)
 	if err != nil {
 		return nil, err
 	}

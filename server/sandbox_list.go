@@ -11,7 +11,7 @@ import (
 // labels. It reads only the in-memory records: the kubelet calls it every
 // second.
 func (s *Server) ListPodSandbox(ctx context.Context, req *runtime.ListPodSandboxRequest) (*runtime.ListPodSandboxResponse, error) {
-	items, err := list(req.GetFilter(), validateSandboxFilter, s.sandboxes.List(), sandboxListed, sandboxItem)
+	items, err := list(req.GetFilter(), validateSandboxFilter, s.sandboxes.Range, sandboxListed, sandboxItem)
 	if err != nil {
 		return nil, err
 	}
@@ -38,17 +38,19 @@ func sandboxItem(rec sandboxRecord) *runtime.PodSandbox {
 }
 
 // list checks a list call's filter, then makes the CRI entries of the
-// records that pass it, in the records' order (by ID).
-func list[F, R, T any](f F, validate func(F) error, recs []R, keep func(F, R) bool, item func(R) T) ([]T, error) {
+// records that pass it, in the records' order (by ID), walking them with
+// their table's Range.
+func list[F, R, T any](f F, validate func(F) error, records func(func(R) bool), keep func(F, R) bool, item func(R) T) ([]T, error) {
 	if err := validate(f); err != nil {
 		return nil, toStatus(err)
 	}
 	var out []T
-	for _, rec := range recs {
+	records(func(rec R) bool {
 		if keep(f, rec) {
 			out = append(out, item(rec))
 		}
-	}
+		return true
+	})
 	return out, nil
 }
 

@@ -81,9 +81,9 @@ func TestResolvePrefix(t *testing.T) {
 	}
 }
 
-// TestListFollowsChanges: List answers in ID order whatever the order of
-// the writes, after updates, deletes and a reopen, and Resolve finds
-// prefixes in the same sorted list.
+// TestListFollowsChanges: List and Range answer in ID order whatever the
+// order of the writes, after updates, deletes and a reopen, and Resolve
+// finds prefixes in the same sorted list.
 func TestListFollowsChanges(t *testing.T) {
 	dir := t.TempDir()
 	tab, _, _ := Open[record](dir)
@@ -128,6 +128,14 @@ func TestListFollowsChanges(t *testing.T) {
 		if got := names(tab); got != st.want {
 			t.Fatalf("after %s: List = %s, want %s", st.what, got, st.want)
 		}
+	}
+	var walked []string
+	tab.Range(func(r record) bool {
+		walked = append(walked, r.Name)
+		return r.Name != "C3"
+	})
+	if got := strings.Join(walked, ","); got != "a1,B2,C3" {
+		t.Fatalf("Range walked %s, want a1,B2,C3 and a stop there", got)
 	}
 	again, _, err := Open[record](dir)
 	if err != nil {

@@ -256,4 +256,18 @@ func (t *Table[T]) List() []T {
 	return out
 }
 
+// Range calls fn with each record, in ID order, until fn returns false,
+// copying none into a slice: the kubelet's list calls walk every record
+// every second. fn runs under the table's read lock, so it must neither
+// call the table nor block.
+func (t *Table[T]) Range(fn func(T) bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, id := range t.ids {
+		if !fn(t.items[id]) {
+			return
+		}
+	}
+}
+
 func (t *Table[T]) path(id string) string { return filepath.Join(t.dir, id+".json") }

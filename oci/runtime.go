@@ -196,8 +196,13 @@ func (r *Runtime) State(ctx context.Context, id string) (State, error) {
 	return st, nil
 }
 
-// Kill sends sig to the container's init, or with all to every process in it.
+// Kill sends sig to the container's init, or with all to every process in
+// it: by a pidfd of the init where that is the same (killByPidfd), else by
+// `runtime kill`.
 func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error {
+	if err := r.killByPidfd(ctx, id, sig, all); !errors.Is(err, errNoPidfdKill) {
+		return err
+	}
 	args := []string{"kill"}
 	if all {
 		args = append(args, "--all")

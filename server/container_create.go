@@ -246,7 +246,7 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	// The monitor writes its exit file into the bundle once the container
 	// is gone; removing the bundle under it could fail or leave that file.
 	s.waitMonitorDone(rec)
-	s.monitors.release(rec.ID)
+	s.releaseMonitor(rec.ID)
 	if err := s.images.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}

@@ -77,7 +77,7 @@ func (s *Server) watchContainer(rec containerRecord) {
 // that nobody reaps or logs for: it is killed and recorded as failed, so it
 // never shows as running when it is not watched.
 func (s *Server) recordExit(id string) {
-	s.monitors.release(id)
+	s.releaseMonitor(id)
 	rec, err := s.containers.Get(id)
 	if err != nil {
 		return // removed meanwhile

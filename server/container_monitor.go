@@ -81,10 +81,10 @@ func (p *monitorPlacement) assign(ref monitorRef, containerID, podID string) {
 	m.containers[containerID] = podID
 }
 
-// release takes a container out of its monitor. A monitor left empty exits
-// and removes its join directory; one that was killed cannot, and its
-// directory goes here. Releasing twice does nothing.
-func (p *monitorPlacement) release(containerID string) {
+// release takes a container out of its monitor, and reports the monitor
+// when that was its last container: it takes no more. Releasing twice does
+// nothing.
+func (p *monitorPlacement) release(containerID string) (emptied monitorRef, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for pid, m := range p.monitors {
@@ -94,12 +94,29 @@ func (p *monitorPlacement) release(containerID string) {
 		delete(m.containers, containerID)
 		if len(m.containers) == 0 {
 			delete(p.monitors, pid)
-			if m.ref.JoinDir != "" && !conmon.Alive(m.ref.PID, m.ref.StartTime) {
-				os.RemoveAll(m.ref.JoinDir)
-			}
+			return m.ref, true
 		}
+		return monitorRef{}, false
+	}
+	return monitorRef{}, false
+}
+
+// releaseMonitor takes a container out of its monitor. A monitor left
+// empty exits and removes its join directory; one that was killed cannot,
+// so the directory goes here once the monitor is gone. Whether it is gone
+// is waited for, not looked at: a killed monitor closes its sockets, which
+// is how its containers' ends are seen, before it is a zombie.
+func (s *Server) releaseMonitor(containerID string) {
+	ref, emptied := s.monitors.release(containerID)
+	if !emptied || ref.JoinDir == "" {
 		return
 	}
+	gone, err := conmon.WatchMonitor(ref.PID, ref.StartTime)
+	if err != nil || !waitClosed(context.Background(), gone, killGrace) {
+		s.log.WithField("monitor", ref.PID).WithError(err).Warn("shared monitor still there after its last container; its join directory stays for the start-up sweep")
+		return
+	}
+	os.RemoveAll(ref.JoinDir)
 }
 
 // markClosed marks a monitor that refused a join: it takes no more
@@ -133,7 +150,7 @@ func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt ociRu
 		created, err := s.monitor.Join(ctx, ref.JoinDir, opts)
 		if errors.Is(err, conmon.ErrJoinRefused) {
 			s.log.WithField("monitor", ref.PID).WithError(err).Info("shared monitor takes no more containers")
-			s.monitors.release(rec.ID)
+			s.releaseMonitor(rec.ID)
 			s.monitors.markClosed(ref)
 			continue
 		}
@@ -141,7 +158,7 @@ func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt ociRu
 			err = fmt.Errorf("joined monitor %d, not the shared monitor %d", created.MonitorPID, ref.PID)
 		}
 		if err != nil {
-			s.monitors.release(rec.ID)
+			s.releaseMonitor(rec.ID)
 			return monitorRef{}, err
 		}
 		return ref, nil

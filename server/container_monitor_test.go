@@ -2,8 +2,12 @@ package server
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 func TestMonitorPlacementReserve(t *testing.T) {
@@ -54,22 +58,61 @@ func TestMonitorPlacementReserve(t *testing.T) {
 }
 
 func TestMonitorPlacementRelease(t *testing.T) {
+	ts := newTestServer(t)
+	ts.monitors = newMonitorPlacement(8)
 	dir := filepath.Join(t.TempDir(), "m")
 	os.Mkdir(dir, 0o700)
 	dead := monitorRef{PID: 1 << 30, StartTime: 1, JoinDir: dir}
-	p := newMonitorPlacement(8)
-	p.assign(dead, "a", "pod")
-	p.assign(dead, "b", "pod")
-	p.release("a")
-	p.release("a") // twice: nothing more
+	ts.monitors.assign(dead, "a", "pod")
+	ts.monitors.assign(dead, "b", "pod")
+	ts.releaseMonitor("a")
+	ts.releaseMonitor("a") // twice: nothing more
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatalf("join dir gone while the monitor still has a container: %v", err)
 	}
-	p.release("b")
+	ts.releaseMonitor("b")
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("join dir of a dead monitor after its last container: %v, want removed", err)
 	}
-	if len(p.monitors) != 0 {
-		t.Errorf("an empty monitor is still placed: %+v", p.monitors)
+	if len(ts.monitors.monitors) != 0 {
+		t.Errorf("an empty monitor is still placed: %+v", ts.monitors.monitors)
+	}
+}
+
+// TestReleaseMonitorWaitsForAKilledMonitor: a killed monitor's sockets
+// close, and its containers' ends are seen, before it is gone; its join
+// directory must still go once it is.
+func TestReleaseMonitorWaitsForAKilledMonitor(t *testing.T) {
+	ts := newTestServer(t)
+	ts.monitors = newMonitorPlacement(8)
+	dir := filepath.Join(t.TempDir(), "m")
+	os.Mkdir(dir, 0o700)
+	monitor := exec.Command("sleep", "60")
+	if err := monitor.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { monitor.Process.Kill(); monitor.Wait() })
+	st, err := procstat.Read(monitor.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.monitors.assign(monitorRef{PID: monitor.Process.Pid, StartTime: st.StartTime, JoinDir: dir}, "c", "pod")
+	released := make(chan struct{})
+	go func() {
+		ts.releaseMonitor("c")
+		close(released)
+	}()
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("join dir removed while its monitor lives: %v", err)
+	}
+	monitor.Process.Kill()
+	monitor.Wait()
+	select {
+	case <-released:
+	case <-time.After(killGrace + 5*time.Second):
+		t.Fatal("releaseMonitor did not return once the monitor was gone")
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("join dir of the killed monitor: %v, want removed", err)
 	}
 }

@@ -13,7 +13,8 @@
 //
 // The monitor (minicri-conmon) runs the runtime's create, reaps the container
 // and reads its OOM kills; the daemon then calls Runtime.Start (which does
-// runc start's work on the exec fifo itself where it can), State, Kill,
+// runc start's work on the exec fifo itself where it can), State, Kill
+// (which signals the init by a pidfd where that is the same as runc kill),
 // Delete and Update, Exec (with ExecProcessSpec) for exec and ExecSync, and
 // ReadCgroupStats and ReadPodCgroupStats for the cgroups' numbers.
 //

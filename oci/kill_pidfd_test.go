@@ -59,9 +59,7 @@ func TestKillByPidfd(t *testing.T) {
 // a PID namespace, or a signal other than SIGKILL to all of them, is runc
 // kill's to send.
 func TestKillByPidfdDefersToRuntime(t *testing.T) {
-	rt := testRuntime(t, "runc")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	rt, ctx := debianRunc(t)
 	c := baseSpec(t, "/bin/sleep", "60")
 	c.Namespaces.PID = Namespace{Mode: NamespaceHost}
 	createContainer(t, rt, c)

@@ -32,6 +32,13 @@ func forEachRunc(t *testing.T, test func(t *testing.T, ctx context.Context, rt *
 	}
 }
 
+// debianRunc is Debian's runc, with a context that bounds the test.
+func debianRunc(t *testing.T) (*Runtime, context.Context) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return testRuntime(t, "runc"), ctx
+}
+
 // TestStartContainerByFifo: the start takes the init's byte itself, runc
 // then reports the container running, and its process runs.
 func TestStartContainerByFifo(t *testing.T) {
@@ -99,9 +106,7 @@ func TestStartContainerWhoseInitDied(t *testing.T) {
 // TestStartByFifoDefersToRuntime: where runc start would do more than the
 // fifo, or the layout is not runc's, nothing is touched and runc start runs.
 func TestStartByFifoDefersToRuntime(t *testing.T) {
-	rt := testRuntime(t, "runc")
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	rt, ctx := debianRunc(t)
 	c := baseSpec(t, "/bin/sleep", "60")
 	createContainer(t, rt, c)
 	fifo := filepath.Join(rt.Root, c.ID, runcExecFifo)

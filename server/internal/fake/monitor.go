@@ -30,6 +30,10 @@ type Monitor struct {
 
 	// AttachOutput is what an Attach gets on stdout.
 	AttachOutput string
+	// OnStopPause, when set, runs after StopPause stopped an infra
+	// process: a test ends the containers of its PID namespace, as the
+	// kernel does.
+	OnStopPause func(conmon.Infra)
 }
 
 func NewMonitor() *Monitor {
@@ -184,9 +188,15 @@ func (m *Monitor) StartPause(binary, podDir string) (conmon.Infra, error) {
 
 // StopPause stops an infra process; a zero or stopped one is fine.
 func (m *Monitor) StopPause(in conmon.Infra) error {
-	return m.locked("StopPause", &m.mu, func() {
+	var stopped bool
+	err := m.locked("StopPause", &m.mu, func() {
+		stopped = m.infra[in.PID]
 		delete(m.infra, in.PID)
 	})
+	if stopped && m.OnStopPause != nil {
+		m.OnStopPause(in)
+	}
+	return err
 }
 
 // Infras counts the infra processes running.

@@ -100,6 +100,9 @@ type ociRuntime interface {
 	Delete(ctx context.Context, id string, force bool) error
 	Update(ctx context.Context, id string, res *specs.LinuxResources) error
 	Exec(ctx context.Context, id, stateDir string, proc *specs.Process, o oci.ExecIO) (int, error)
+	// PrimeCgroupMove readies the kernel, in the background, for the move
+	// into a cgroup that a create is about to make (oci.Runtime's).
+	PrimeCgroupMove()
 	runtimeBinary
 }
 

@@ -35,6 +35,7 @@ type Runtime struct {
 	deleted  map[string]int
 	kills    []syscall.Signal
 	execArgs [][]string
+	primes   int
 }
 
 func NewRuntime() *Runtime {
@@ -127,6 +128,20 @@ func (r *Runtime) Exec(ctx context.Context, id, stateDir string, proc *specs.Pro
 		}
 	}
 	return r.ExecCode, nil
+}
+
+// PrimeCgroupMove counts the calls; the real one readies the kernel.
+func (r *Runtime) PrimeCgroupMove() {
+	r.mu.Lock()
+	r.primes++
+	r.mu.Unlock()
+}
+
+// Primes counts the calls of PrimeCgroupMove.
+func (r *Runtime) Primes() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.primes
 }
 
 // Execs lists the args of each Exec.

@@ -47,9 +47,18 @@ var containersField = (&runtime.ListContainersResponse{}).ProtoReflect().Descrip
 // entry. An entry is a record's ID, sandbox, metadata, image, creation time,
 // labels and annotations, which never change for an ID, and its state, which
 // is compared: a container in another state is encoded again.
+//
+// It also keeps the last answer listing every container, with the version
+// of the containers table it was made from, and that answer's encoding
+// once made: while the table does not change, that answer is sent again as
+// it is, neither walked nor encoded.
 type encodedContainers struct {
 	mu   sync.Mutex
 	byID map[string]encodedContainer
+
+	every        *runtime.ListContainersResponse
+	everyVersion uint64
+	everyData    []byte // nil until encode made it; never changed after
 }
 
 type encodedContainer struct {
@@ -57,12 +66,41 @@ type encodedContainer struct {
 	data  []byte
 }
 
+// lastOfEvery returns the kept answer listing every container if it was
+// made from this version of the containers table, else nil.
+func (e *encodedContainers) lastOfEvery(version uint64) *runtime.ListContainersResponse {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.every != nil && e.everyVersion == version {
+		return e.every
+	}
+	return nil
+}
+
+// keepEvery keeps resp, an answer listing every container made from this
+// version of the table, unless one of a later version is kept already.
+func (e *encodedContainers) keepEvery(version uint64, resp *runtime.ListContainersResponse) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.every == nil || version >= e.everyVersion {
+		e.every, e.everyVersion, e.everyData = resp, version, nil
+	}
+}
+
 // encode writes resp as proto.Marshal would, field for field (map entries
-// aside, whose order protobuf leaves open), into a buffer of grpc's pool
-// that grpc returns once it is sent.
+// aside, whose order protobuf leaves open). The kept answer listing every
+// container is encoded once, into memory it keeps, and then sent from it;
+// any other answer goes into a buffer of grpc's pool that grpc returns once
+// it is sent.
 func (e *encodedContainers) encode(resp *runtime.ListContainersResponse) (mem.BufferSlice, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	kept := resp == e.every
+	if kept && e.everyData != nil {
+		// Read only, by grpc and by every call sending it: SliceBuffer's
+		// Free returns nothing to a pool.
+		return mem.BufferSlice{mem.SliceBuffer(e.everyData)}, nil
+	}
 	entries := make([][]byte, len(resp.GetContainers()))
 	size := 0
 	for i, c := range resp.GetContainers() {
@@ -80,8 +118,12 @@ func (e *encodedContainers) encode(resp *runtime.ListContainersResponse) (mem.Bu
 		}
 		return b
 	}
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		return mem.BufferSlice{mem.SliceBuffer(appendEntries(make([]byte, 0, size)))}, nil
+	if kept || mem.IsBelowBufferPoolingThreshold(size) {
+		data := appendEntries(make([]byte, 0, size))
+		if kept {
+			e.everyData = data
+		}
+		return mem.BufferSlice{mem.SliceBuffer(data)}, nil
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)

@@ -75,3 +75,99 @@ func TestCodecEncodesListContainersAsProtobuf(t *testing.T) {
 		t.Error("another message is not encoded as grpc's codec does")
 	}
 }
+
+// An unfiltered ListContainers answer is made once per version of the
+// containers table: asked again it is the same answer with the same
+// encoding, and any change of a record makes a new one that shows it.
+func TestListContainersAnswerIsKeptUntilARecordChanges(t *testing.T) {
+	ts := newTestServer(t)
+	codec := ts.Codec()
+	var ids []string
+	for i := range 12 { // over grpc's pooling threshold
+		pod := podConfig(fmt.Sprintf("web-%d", i))
+		ids = append(ids, ts.createCtr(t, ts.runPod(t, pod), pod, kubeletLikeConfig(pod, "app")))
+	}
+	listAll := func(filter *runtime.ContainerFilter) *runtime.ListContainersResponse {
+		t.Helper()
+		resp, err := ts.ListContainers(bg, &runtime.ListContainersRequest{Filter: filter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// fresh is the answer made from the records, with nothing kept.
+	fresh := func() *runtime.ListContainersResponse {
+		var items []*runtime.Container
+		for _, rec := range ts.containers.List() {
+			items = append(items, containerItem(rec))
+		}
+		return &runtime.ListContainersResponse{Containers: items}
+	}
+	encodedAt := func(resp *runtime.ListContainersResponse) *byte {
+		t.Helper()
+		data, err := codec.Marshal(resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) != 1 {
+			t.Fatalf("the answer is in %d buffers, want 1", len(data))
+		}
+		return &data[0].ReadOnlyData()[0]
+	}
+
+	first := listAll(nil)
+	if again := listAll(&runtime.ContainerFilter{}); again != first {
+		t.Error("an unchanged table's second unfiltered list (an empty filter, as the kubelet sends) made a new answer")
+	}
+	if encodedAt(first) != encodedAt(first) {
+		t.Error("the kept answer was encoded twice")
+	}
+	created := &runtime.ContainerFilter{State: &runtime.ContainerStateValue{State: runtime.ContainerState_CONTAINER_CREATED}}
+	if filtered := listAll(created); filtered == first || len(filtered.GetContainers()) != len(ids) {
+		t.Errorf("a filtered list gave the kept answer, or %d containers, want a new one with %d", len(filtered.GetContainers()), len(ids))
+	}
+	if listAll(nil) != first {
+		t.Error("a filtered list replaced the kept unfiltered answer")
+	}
+
+	changes := []struct {
+		what string
+		do   func() error
+	}{
+		{"a start", func() error {
+			_, err := ts.StartContainer(bg, &runtime.StartContainerRequest{ContainerId: ids[0]})
+			return err
+		}},
+		{"a removal", func() error {
+			_, err := ts.RemoveContainer(bg, &runtime.RemoveContainerRequest{ContainerId: ids[1]})
+			return err
+		}},
+		{"a create", func() error {
+			pod := podConfig("late")
+			ts.createCtr(t, ts.runPod(t, pod), pod, ctrConfig("app"))
+			return nil
+		}},
+	}
+	last := first
+	for _, c := range changes {
+		if err := c.do(); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		got := listAll(nil)
+		if got == last {
+			t.Fatalf("after %s the kept answer was given", c.what)
+		}
+		if !proto.Equal(got, fresh()) {
+			t.Fatalf("after %s the answer\n%v\nis not the records'\n%v", c.what, got, fresh())
+		}
+		decoded := &runtime.ListContainersResponse{}
+		data, err := codec.Marshal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proto.Unmarshal(data.Materialize(), decoded); err != nil || !proto.Equal(decoded, got) {
+			t.Fatalf("after %s the encoding does not decode to the answer: %v", c.what, err)
+		}
+		last = got
+	}
+}

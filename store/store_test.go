@@ -122,12 +122,26 @@ func TestListFollowsChanges(t *testing.T) {
 		}, "a1,B2,C3,d4"},
 	}
 	for _, st := range steps {
+		before := tab.Version()
 		if err := st.do(); err != nil {
 			t.Fatalf("%s: %v", st.what, err)
 		}
-		if got := names(tab); got != st.want {
+		got := names(tab)
+		if got != st.want {
 			t.Fatalf("after %s: List = %s, want %s", st.what, got, st.want)
 		}
+		// Version moves with every change, and only then: a caller
+		// keeping what it derived from the records relies on both.
+		changed := st.what != "delete one not there"
+		if moved := tab.Version() != before; moved != changed {
+			t.Fatalf("after %s: Version moved %v, want %v", st.what, moved, changed)
+		}
+	}
+	v := tab.Version()
+	tab.List()
+	tab.Range(func(record) bool { return true })
+	if _, err := tab.Get("b2"); err != nil || tab.Version() != v {
+		t.Fatalf("reads moved the Version (%d, was %d) or Get failed: %v", tab.Version(), v, err)
 	}
 	var walked []string
 	tab.Range(func(r record) bool {

@@ -45,6 +45,8 @@ type Table[T any] struct {
 	// of sorting or scanning the map on every call (the kubelet lists every
 	// second). Changed with items, under both locks.
 	ids []string
+	// version counts the changes of items, under both locks: see Version.
+	version uint64
 	// write replaces a record file durably; a test slows it down.
 	write func(path string, data []byte, perm os.FileMode) error
 	// stage replaces a record file without making it durable (Stage).
@@ -137,6 +139,7 @@ func (t *Table[T]) publish(id string, v T) {
 		t.ids = slices.Insert(t.ids, i, id)
 	}
 	t.items[id] = v
+	t.version++
 	t.mu.Unlock()
 }
 
@@ -239,10 +242,22 @@ func (t *Table[T]) Delete(id string) error {
 	t.mu.Lock()
 	if i, ok := slices.BinarySearch(t.ids, id); ok {
 		t.ids = slices.Delete(t.ids, i, i+1)
+		delete(t.items, id)
+		t.version++
 	}
-	delete(t.items, id)
 	t.mu.Unlock()
 	return err
+}
+
+// Version counts the table's changes: a List or Range that follows a
+// Version call sees at least the records of that version, and a later
+// call that returns the same Version means nothing changed in between. A
+// caller that keeps something derived from every record (ListContainers'
+// answer) tells by it whether that is still true.
+func (t *Table[T]) Version() uint64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.version
 }
 
 // List returns every record, ordered by ID so that answers are stable.

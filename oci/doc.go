@@ -16,7 +16,10 @@
 // runc start's work on the exec fifo itself where it can), State, Kill
 // (which signals the init by a pidfd where that is the same as runc kill),
 // Delete and Update, Exec (with ExecProcessSpec) for exec and ExecSync, and
-// ReadCgroupStats and ReadPodCgroupStats for the cgroups' numbers.
+// ReadCgroupStats and ReadPodCgroupStats for the cgroups' numbers. Before a
+// create it calls PrimeCgroupMove (Exec calls it itself), which readies the
+// kernel's cgroup migration lock for the runtime's move of the container's
+// process into its cgroup.
 //
 // Host facts that a spec depends on (the daemon's own oom_score_adj, RLIMIT_NOFILE
 // and capability bounding set, the kernel's last capability, the cgroup mode,

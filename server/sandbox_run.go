@@ -137,10 +137,22 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		}
 	}
 	crashPoint("sandbox-before-ready")
+	s.primeForCreate(handler)
 	rec.State = stateReady
 	err = s.sandboxes.Put(id, rec)
 	phaseDone(ctx, "record")
 	return err
+}
+
+// primeForCreate gives the move into a cgroup of the container that the
+// kubelet creates next in a new pod a head start (ociRuntime.PrimeCgroupMove):
+// started here, before the pod's durable record write, it has ended by the
+// time CreateContainer primes again, which then finds the kernel's lock
+// ready and keeps it so until runc's move.
+func (s *Server) primeForCreate(handler string) {
+	if rt, err := s.runtimes.Get(handler); err == nil {
+		rt.PrimeCgroupMove()
+	}
 }
 
 // pinSandbox pins the pod's own namespaces and mounts its /dev/shm, noting

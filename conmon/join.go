@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -22,27 +23,66 @@ var ErrJoinRefused = errors.New("shared monitor takes no more containers")
 // its own: same options (JoinDir aside), same guarantees. The monitor
 // starts a helper for the create, which the deadline kills with the
 // runtime's create if it passes. Created.MonitorPID is the shared
-// monitor's.
+// monitor's. The bundle must be complete: Join is BeginJoin and Finish.
 func Join(ctx context.Context, joinDir string, o Options) (Created, error) {
+	p, err := BeginJoin(ctx, joinDir, o)
+	if err != nil {
+		return Created{}, err
+	}
+	return p.Finish()
+}
+
+// PendingJoin is a join whose helper starts and prepares the container's
+// stdio and sockets while the daemon completes the bundle; its runtime's
+// create waits for Finish. Exactly one of Finish and Cancel must follow.
+type PendingJoin struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   func() bool // the deadline's hold on conn
+	conn   *net.UnixConn
+	cfg    wire.Config
+}
+
+// BeginJoin sends the join request to the shared monitor in joinDir (as
+// Join, but before the bundle is complete). Only its SocketDir must exist:
+// the helper binds its sockets there meanwhile. ctx bounds Finish too.
+func BeginJoin(ctx context.Context, joinDir string, o Options) (*PendingJoin, error) {
 	o.JoinDir = ""
 	cfg, err := o.config()
 	if err != nil {
-		return Created{}, fmt.Errorf("monitor options: %w", err)
+		return nil, fmt.Errorf("monitor options: %w", err)
 	}
 	ctx, cancel := createContext(ctx)
-	defer cancel()
 	conn, err := dial(ctx, joinDir, wire.JoinSocket)
 	if err != nil {
-		return Created{}, fmt.Errorf("%w: %w", ErrJoinRefused, err)
+		cancel()
+		return nil, fmt.Errorf("%w: %w", ErrJoinRefused, err)
 	}
-	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
+	p := &PendingJoin{ctx: ctx, cancel: cancel, stop: stop, conn: conn, cfg: cfg}
 	if _, err := conn.Write([]byte(strings.Join(cfg.Args(), "\x00"))); err != nil {
-		return Created{}, fmt.Errorf("%w: %w", ErrJoinRefused, err)
+		p.release()
+		return nil, fmt.Errorf("%w: %w", ErrJoinRefused, err)
 	}
+	return p, nil
+}
+
+func (p *PendingJoin) release() {
+	p.stop()
+	p.conn.Close()
+	p.cancel()
+}
+
+// Finish tells the helper that the bundle is complete and waits for the
+// container's create, as Join does.
+func (p *PendingJoin) Finish() (Created, error) {
+	defer p.release()
+	cfg, ctx := p.cfg, p.ctx
+	// A write to a monitor that refused the join fails or is never read:
+	// the first read below says which.
+	p.conn.Write([]byte(wire.GoMessage))
 	buf := make([]byte, 1<<16)
-	n, err := conn.Read(buf)
+	n, err := p.conn.Read(buf)
 	if err != nil {
 		// Queued when the monitor closed its socket, or refused: no
 		// helper ran.
@@ -56,7 +96,7 @@ func Join(ctx context.Context, joinDir string, o Options) (Created, error) {
 		return Created{}, err
 	}
 	exited := helperExited(helper)
-	n, err = conn.Read(buf)
+	n, err = p.conn.Read(buf)
 	if err == nil {
 		var containerPID, monitorPID int
 		containerPID, monitorPID, err = wire.ParseSync(buf[:n])
@@ -74,6 +114,22 @@ func Join(ctx context.Context, joinDir string, o Options) (Created, error) {
 	}
 	abandon(helper, cfg, exited, errors.Is(err, ErrCreateFailed))
 	return Created{}, fmt.Errorf("create container %s: %w", cfg.ID, err)
+}
+
+// Cancel gives the container up before its create: the helper, told so by
+// the connection's end, removes what it made and exits. Cancel returns once
+// it has (within cleanupTimeout), so that the caller's own cleanup of the
+// socket directory does not race it.
+func (p *PendingJoin) Cancel() {
+	defer p.release()
+	p.conn.CloseWrite()
+	p.conn.SetReadDeadline(time.Now().Add(cleanupTimeout))
+	buf := make([]byte, 1<<16)
+	for {
+		if _, err := p.conn.Read(buf); err != nil {
+			return // the helper's end, or no helper: the monitor closed it
+		}
+	}
 }
 
 // helperExited is closed when the join helper, not the daemon's child, has

@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // TestSharedMonitorServesSeveralContainers runs three containers in one
@@ -264,4 +265,96 @@ func TestWatchRightAfterJoin(t *testing.T) {
 		default:
 		}
 	}
+}
+
+// TestJoinCreatesOnlyOnceFinished: a join's helper starts and prepares
+// while the daemon completes the bundle, and runs the runtime's create only
+// at Finish: until then it waits on the connection, no runtime has run, and
+// the bundle need not hold config.json yet.
+func TestJoinCreatesOnlyOnceFinished(t *testing.T) {
+	joinDir := filepath.Join(t.TempDir(), "m")
+	os.Mkdir(joinDir, 0o700)
+	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
+	first.run()
+	late := newContainer(t, []string{"sh", "-c", "echo late"}, nil)
+	spec := readSpec(t, late)
+	if err := os.Remove(filepath.Join(late.opts.Bundle, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := conmon.BeginJoin(ctx, joinDir, late.opts)
+	if err != nil {
+		t.Fatalf("BeginJoin: %v", err)
+	}
+	waitForHelperAwaitingGo(t, late.id)
+	if _, err := os.Stat(filepath.Join(late.opts.RuntimeRoot, late.id)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the runtime's state of %s before Finish: %v, want none", late.id, err)
+	}
+	writeSpec(t, late, spec)
+	created, err := p.Finish()
+	if err != nil {
+		t.Fatalf("Finish once the bundle is complete: %v", err)
+	}
+	late.created, late.joined = created, true
+	late.runc("start", late.id)
+	if e := late.waitDone(5 * time.Second); e.Code != 0 || !logHas(late, "late") {
+		t.Errorf("joined container: exit %d, logged %v; want 0 and its line", e.Code, logHas(late, "late"))
+	}
+}
+
+// TestCancelledJoinLeavesNothing: a join given up before Finish (the
+// daemon's bundle failed) ends its helper, which removes what it made, by
+// the time Cancel returns; the shared monitor takes the next join.
+func TestCancelledJoinLeavesNothing(t *testing.T) {
+	joinDir := filepath.Join(t.TempDir(), "m")
+	os.Mkdir(joinDir, 0o700)
+	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
+	first.run()
+	given := newContainer(t, []string{"sh", "-c", "echo never"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := conmon.BeginJoin(ctx, joinDir, given.opts)
+	if err != nil {
+		t.Fatalf("BeginJoin: %v", err)
+	}
+	helper := waitForHelperAwaitingGo(t, given.id)
+	p.Cancel()
+	if procstat.Live(helper) { // a zombie the monitor has yet to reap is gone enough
+		t.Errorf("join helper %d still runs after Cancel", helper)
+	}
+	entries, _ := os.ReadDir(given.opts.SocketDir)
+	for _, e := range entries {
+		t.Errorf("left in the socket dir: %s", e.Name())
+	}
+	if _, err := os.Stat(filepath.Join(given.opts.RuntimeRoot, given.id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the runtime's state of a cancelled join: %v, want none", err)
+	}
+	if !conmon.Alive(first.created.MonitorPID, first.created.MonitorStartTime) {
+		t.Fatal("a cancelled join ended the shared monitor")
+	}
+	next := newContainer(t, []string{"sh", "-c", "echo next"}, nil)
+	next.join(joinDir)
+	if e := next.waitDone(5 * time.Second); e.Code != 0 {
+		t.Errorf("container joined after a cancelled one: exit %d, want 0", e.Code)
+	}
+}
+
+// waitForHelperAwaitingGo finds the join helper of container id and waits
+// until it blocks reading its connection (fd 3) for the daemon's go, the
+// step before the runtime's create; it returns the helper's pid.
+func waitForHelperAwaitingGo(t *testing.T, id string) int {
+	t.Helper()
+	var helper int
+	waitFor(t, "the join helper of "+id+" to wait for its go", 10*time.Second, func() bool {
+		procstat.EachCmdline(func(pid int, cmdline string) {
+			if strings.HasPrefix(cmdline, "minicri-conmon\x00join\x00") && strings.Contains(cmdline, "\x00"+id+"\x00") {
+				helper = pid
+			}
+		})
+		// read(2) is syscall 0 on amd64: "0 0x3 ..." while blocked on fd 3.
+		call, err := os.ReadFile("/proc/" + strconv.Itoa(helper) + "/syscall")
+		return helper > 0 && err == nil && strings.HasPrefix(string(call), "0 0x3 ")
+	})
+	return helper
 }

@@ -28,8 +28,10 @@ func (u undo) run() {
 // made is gone again, the runtime's state included. A monitor's first image
 // becomes the child subreaper, so that the container's init is its child
 // once the runtime exits; a join helper must not, so that the init goes to
-// the shared monitor above it instead.
-func create(cfg wire.Config, subreaper bool) (m *monitor, err error) {
+// the shared monitor above it instead. bundleReady, when not nil, waits
+// until the bundle may be read, after the preparations and before the
+// runtime's create.
+func create(cfg wire.Config, subreaper bool, bundleReady func() error) (m *monitor, err error) {
 	var u undo
 	defer func() {
 		if err != nil {
@@ -51,6 +53,11 @@ func create(cfg wire.Config, subreaper bool) (m *monitor, err error) {
 	io, err := m.prepareStdio(&u)
 	if err != nil {
 		return nil, err
+	}
+	if bundleReady != nil {
+		if err := bundleReady(); err != nil {
+			return nil, err
+		}
 	}
 	if err := m.runCreate(io); err != nil {
 		return nil, err

@@ -249,7 +249,7 @@ func Join(args []string) int {
 		Report(wire.SyncFD, wire.FailedMessage("minicri-conmon join: "+err.Error()))
 		return 2
 	}
-	m, err := create(cfg, false)
+	m, err := create(cfg, false, func() error { return awaitGo(wire.SyncFD) })
 	if err != nil {
 		Report(wire.SyncFD, wire.FailedMessage(err.Error()))
 		return 1
@@ -261,6 +261,21 @@ func Join(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// awaitGo waits on the daemon's connection for wire.GoMessage, which
+// says the bundle is complete.
+func awaitGo(conn int) error {
+	tv := unix.NsecToTimeval(wire.GoTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(conn, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		return errors.New("wait for the bundle: " + err.Error())
+	}
+	var b [16]byte
+	n, err := readRequest(conn, b[:])
+	if err != nil || string(b[:max(n, 0)]) != wire.GoMessage {
+		return errors.New("the daemon gave the container up before its create")
+	}
+	return nil
 }
 
 // sendHandover sends the monitor's state to the shared monitor: the

@@ -88,7 +88,7 @@ func newMonitor(cfg wire.Config) *monitor {
 // outcome of the create on syncFD and returns the process's exit code.
 func Run(cfg wire.Config, syncFD int) int {
 	tuneRuntime()
-	m, err := create(cfg, true)
+	m, err := create(cfg, true, nil)
 	if err != nil {
 		Report(syncFD, wire.FailedMessage(err.Error()))
 		return 1

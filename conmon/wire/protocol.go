@@ -19,10 +19,21 @@ const (
 
 // JoinSocket is the SOCK_SEQPACKET socket in a shared monitor's join
 // directory. A connection is one container to create: the daemon sends
-// the container's monitor arguments (Config.Args) separated by NUL bytes;
-// the monitor answers HelperMessage, then its join helper answers on the
-// same connection as a new monitor answers on its sync pipe.
+// the container's monitor arguments (Config.Args) separated by NUL bytes,
+// and GoMessage once the container's bundle is complete; the monitor
+// answers HelperMessage, then its join helper answers on the same
+// connection as a new monitor answers on its sync pipe.
 const JoinSocket = "join"
+
+// GoMessage tells a join helper that the bundle is complete: the helper
+// starts and prepares while the daemon writes it, and runs the runtime's
+// create only once this comes. The end of the connection instead, or
+// anything else, means the daemon gave the container up; so does nothing
+// within GoTimeout.
+const GoMessage = "go"
+
+// GoTimeout bounds a join helper's wait for GoMessage.
+const GoTimeout = time.Minute
 
 // Frames on the attach socket. Every message starts with one of these bytes;
 // SOCK_SEQPACKET keeps message boundaries, so there is no length field.

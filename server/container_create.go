@@ -152,15 +152,29 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	defer s.undoOnFailure(ctx, &retErr, "container", id, func(ctx context.Context) error {
 		return s.discardContainer(ctx, rec)
 	})
+	// A shared monitor's join begins before the bundle is written: its
+	// helper starts and prepares meanwhile, and creates once it is.
+	if err := os.MkdirAll(rec.Bundle, 0o700); err != nil {
+		return fmt.Errorf("create bundle: %w", err)
+	}
+	opts, err := s.monitorOptions(rec, rt, cfg)
+	if err != nil {
+		return err
+	}
+	monitor, err := s.beginMonitor(ctx, rec, opts)
+	if err != nil {
+		return err
+	}
 	spec, err := s.writeBundle(rec, sb, sbCfg, cfg, img, refs)
 	if err != nil {
+		s.cancelMonitor(rec, monitor)
 		return err
 	}
 	rec.CgroupsPath = spec.Linux.CgroupsPath
 	rec.User = specUser(spec)
 	phaseDone(ctx, "bundle")
 	crashPoint("container-after-bundle")
-	if rec.Monitor, err = s.startMonitor(ctx, rec, rt, cfg); err != nil {
+	if rec.Monitor, err = s.finishMonitor(ctx, rec, monitor); err != nil {
 		return err
 	}
 	phaseDone(ctx, "monitor_runtime_create")
@@ -175,11 +189,9 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	return nil
 }
 
-// writeBundle mounts the container's root filesystem and writes config.json.
+// writeBundle mounts the container's root filesystem and writes
+// config.json into the bundle directory.
 func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (*specs.Spec, error) {
-	if err := os.MkdirAll(rec.Bundle, 0o700); err != nil {
-		return nil, fmt.Errorf("create bundle: %w", err)
-	}
 	if err := s.images.PrepareRootfs(rec.ID, img.ID); err != nil {
 		return nil, fmt.Errorf("prepare rootfs: %w", err)
 	}

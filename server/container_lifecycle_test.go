@@ -333,6 +333,32 @@ func TestCreateContainerTargetPIDNamespace(t *testing.T) {
 	}
 }
 
+// A shared monitor's join begins before the bundle is written: a bundle
+// that fails gives the join up (its helper removes what it made), and the
+// monitor's place goes to the next container.
+func TestCreateContainerCancelsTheJoinOfAFailedBundle(t *testing.T) {
+	ts := newTestServer(t, func(c *config.Config) { c.Runtime.MonitorShare = 2 })
+	pod := podConfig("web")
+	podID := ts.runPod(t, pod)
+	first := ts.createCtr(t, podID, pod, ctrConfig("a"))
+	ts.images.Fail("MountRootfs", fake.ErrInjected)
+	_, err := ts.CreateContainer(bg, &runtime.CreateContainerRequest{PodSandboxId: podID, Config: ctrConfig("b"), SandboxConfig: pod})
+	wantCode(t, "CreateContainer whose rootfs fails to mount", err, codes.Internal, fake.ErrInjected.Error())
+	if n := ts.monitor.Cancels(); n != 1 {
+		t.Errorf("%d joins given up after the bundle failed, want 1", n)
+	}
+	ts.images.Fail("MountRootfs", nil)
+	second := ts.createCtr(t, podID, pod, ctrConfig("b"))
+	a, _ := ts.containers.Get(first)
+	b, _ := ts.containers.Get(second)
+	if a.Monitor.PID != b.Monitor.PID {
+		t.Errorf("monitors %d and %d: the failed create kept the shared monitor's last place", a.Monitor.PID, b.Monitor.PID)
+	}
+	if n := ts.monitor.Cancels(); n != 1 {
+		t.Errorf("%d joins given up after a create that succeeded, want still 1", n)
+	}
+}
+
 // With monitor_share, a pod's containers share a monitor; a monitor that
 // refuses a join is not asked again: a new one starts and takes the next.
 func TestCreateContainerSharesMonitors(t *testing.T) {

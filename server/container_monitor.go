@@ -8,8 +8,9 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/minicri/minicri/conmon"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/conmon"
 )
 
 // monitorPlacement decides which minicri-conmon process serves a new
@@ -130,39 +131,69 @@ func (p *monitorPlacement) markClosed(ref monitorRef) {
 	}
 }
 
-// startMonitor has the container created by a monitor: a shared one with
-// room, else a new one, which is shared in turn unless monitor_share is 1.
-func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt ociRuntime, cfg *runtime.ContainerConfig) (monitorRef, error) {
-	if rec.LogPath != "" {
-		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
-			return monitorRef{}, fmt.Errorf("create log dir: %w", err)
-		}
-	}
-	opts, err := s.monitorOptions(rec, rt, cfg)
-	if err != nil {
-		return monitorRef{}, err
-	}
+// monitorStart is a container's monitor under way: the shared monitor it
+// joins, whose join began while the bundle was written, or none yet, when a
+// new monitor starts once the bundle is complete.
+type monitorStart struct {
+	opts conmon.Options
+	ref  monitorRef  // the shared monitor joined
+	join pendingJoin // nil: a new monitor
+}
+
+// beginMonitor picks the container's monitor before its bundle is written:
+// a shared one with room, whose join begins at once, so that its helper
+// (a process of its own) starts and prepares meanwhile; else none yet.
+func (s *Server) beginMonitor(ctx context.Context, rec containerRecord, opts conmon.Options) (*monitorStart, error) {
 	for {
 		ref, ok := s.monitors.reserve(rec.ID, rec.SandboxID)
 		if !ok {
-			break
+			return &monitorStart{opts: opts}, nil
 		}
-		created, err := s.monitor.Join(ctx, ref.JoinDir, opts)
+		join, err := s.monitor.BeginJoin(ctx, ref.JoinDir, opts)
 		if errors.Is(err, conmon.ErrJoinRefused) {
-			s.log.WithField("monitor", ref.PID).WithError(err).Info("shared monitor takes no more containers")
-			s.releaseMonitor(rec.ID)
-			s.monitors.markClosed(ref)
+			s.joinRefused(rec.ID, ref, err)
 			continue
 		}
-		if err == nil && (created.MonitorPID != ref.PID || created.MonitorStartTime != ref.StartTime) {
-			err = fmt.Errorf("joined monitor %d, not the shared monitor %d", created.MonitorPID, ref.PID)
+		if err != nil {
+			s.releaseMonitor(rec.ID)
+			return nil, err
+		}
+		return &monitorStart{opts: opts, ref: ref, join: join}, nil
+	}
+}
+
+// cancelMonitor gives up the join begun for a container whose bundle
+// failed; its helper is gone when it returns.
+func (s *Server) cancelMonitor(rec containerRecord, st *monitorStart) {
+	if st.join != nil {
+		st.join.Cancel()
+		s.releaseMonitor(rec.ID)
+	}
+}
+
+// finishMonitor has the container created once its bundle is complete: by
+// the shared monitor joined, else (none, or it refused) by another shared
+// one or a new one, which is shared in turn unless monitor_share is 1.
+func (s *Server) finishMonitor(ctx context.Context, rec containerRecord, st *monitorStart) (monitorRef, error) {
+	for st.join != nil {
+		created, err := st.join.Finish()
+		if errors.Is(err, conmon.ErrJoinRefused) {
+			s.joinRefused(rec.ID, st.ref, err)
+			if st, err = s.beginMonitor(ctx, rec, st.opts); err != nil {
+				return monitorRef{}, err
+			}
+			continue
+		}
+		if err == nil && (created.MonitorPID != st.ref.PID || created.MonitorStartTime != st.ref.StartTime) {
+			err = fmt.Errorf("joined monitor %d, not the shared monitor %d", created.MonitorPID, st.ref.PID)
 		}
 		if err != nil {
 			s.releaseMonitor(rec.ID)
 			return monitorRef{}, err
 		}
-		return ref, nil
+		return st.ref, nil
 	}
+	opts := st.opts
 	if s.cfg.Runtime.MonitorShare > 1 {
 		opts.JoinDir = filepath.Join(s.cfg.RunDir, "monitors", rec.ID)
 		if err := os.MkdirAll(opts.JoinDir, 0o700); err != nil {
@@ -181,7 +212,22 @@ func (s *Server) startMonitor(ctx context.Context, rec containerRecord, rt ociRu
 	return ref, nil
 }
 
+// joinRefused takes a shared monitor that refused a join out of the
+// placement: it is not asked again.
+func (s *Server) joinRefused(containerID string, ref monitorRef, err error) {
+	s.log.WithField("monitor", ref.PID).WithError(err).Info("shared monitor takes no more containers")
+	s.releaseMonitor(containerID)
+	s.monitors.markClosed(ref)
+}
+
+// monitorOptions are the options of the container's monitor; the
+// directory of its log is made here.
 func (s *Server) monitorOptions(rec containerRecord, rt runtimeBinary, cfg *runtime.ContainerConfig) (conmon.Options, error) {
+	if rec.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
+			return conmon.Options{}, fmt.Errorf("create log dir: %w", err)
+		}
+	}
 	bin, err := rt.Binary()
 	if err != nil {
 		return conmon.Options{}, err

@@ -65,11 +65,22 @@ type sandboxPins interface {
 // (conmon).
 type containerMonitor interface {
 	Create(ctx context.Context, o conmon.Options) (conmon.Created, error)
-	Join(ctx context.Context, joinDir string, o conmon.Options) (conmon.Created, error)
+	// BeginJoin has the shared monitor in joinDir start preparing the
+	// container while its bundle is written; the runtime's create waits
+	// for Finish.
+	BeginJoin(ctx context.Context, joinDir string, o conmon.Options) (pendingJoin, error)
 	// WatchContainer returns a channel closed once the monitor is done
 	// with the container whose socket is in socketDir.
 	WatchContainer(socketDir string) (<-chan struct{}, error)
 	monitorSockets
+}
+
+// pendingJoin is a join begun before the bundle was complete
+// (*conmon.PendingJoin): exactly one of Finish, once the bundle is
+// written, and Cancel, when it could not be, follows.
+type pendingJoin interface {
+	Finish() (conmon.Created, error)
+	Cancel()
 }
 
 // monitorSockets are the calls on a running monitor's socket.
@@ -141,8 +152,12 @@ func (conmonMonitor) Create(ctx context.Context, o conmon.Options) (conmon.Creat
 	return conmon.Create(ctx, o)
 }
 
-func (conmonMonitor) Join(ctx context.Context, joinDir string, o conmon.Options) (conmon.Created, error) {
-	return conmon.Join(ctx, joinDir, o)
+func (conmonMonitor) BeginJoin(ctx context.Context, joinDir string, o conmon.Options) (pendingJoin, error) {
+	p, err := conmon.BeginJoin(ctx, joinDir, o)
+	if err != nil {
+		return nil, err // not a nil *conmon.PendingJoin in a non-nil interface
+	}
+	return p, nil
 }
 
 func (conmonMonitor) WatchContainer(socketDir string) (<-chan struct{}, error) {

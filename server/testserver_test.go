@@ -16,6 +16,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/server/internal/fake"
@@ -43,6 +44,17 @@ func (h fakeRuntimes) Get(handler string) (ociRuntime, error) {
 		return nil, err
 	}
 	return rt, nil
+}
+
+// fakeMonitor gives fake.Monitor the method set of containerMonitor.
+type fakeMonitor struct{ *fake.Monitor }
+
+func (m fakeMonitor) BeginJoin(ctx context.Context, joinDir string, o conmon.Options) (pendingJoin, error) {
+	p, err := m.Monitor.BeginJoin(ctx, joinDir, o)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // newTestServer builds a testServer; edit, when given, changes the config
@@ -89,7 +101,7 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 		cni:            ts.network,
 		images:         ts.images,
 		pins:           ts.pins,
-		monitor:        ts.monitor,
+		monitor:        fakeMonitor{ts.monitor},
 		infra:          ts.monitor,
 		runtimes:       fakeRuntimes{&fake.Runtimes{Default: "runc", Runtimes: map[string]*fake.Runtime{"runc": ts.runc}}},
 	}

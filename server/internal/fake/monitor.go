@@ -27,6 +27,7 @@ type Monitor struct {
 	monitors map[string]conmon.Created // by join dir
 	infra    map[int]bool
 	reopens  map[string]int // by socket dir
+	cancels  int
 
 	// AttachOutput is what an Attach gets on stdout.
 	AttachOutput string
@@ -60,8 +61,42 @@ func (m *Monitor) Create(ctx context.Context, o conmon.Options) (conmon.Created,
 	return c, nil
 }
 
-// Join has the monitor created with joinDir take the container.
-func (m *Monitor) Join(ctx context.Context, joinDir string, o conmon.Options) (conmon.Created, error) {
+// BeginJoin begins a join of the monitor created with joinDir, which
+// takes the container at Finish. A failure set for "BeginJoin" comes from
+// here; one set for "Join" comes from Finish, where a real monitor's
+// refusal or failed create shows.
+func (m *Monitor) BeginJoin(ctx context.Context, joinDir string, o conmon.Options) (*PendingJoin, error) {
+	if err := m.err("BeginJoin"); err != nil {
+		return nil, err
+	}
+	return &PendingJoin{m: m, joinDir: joinDir, o: o}, nil
+}
+
+// PendingJoin is a fake monitor's join between BeginJoin and Finish.
+type PendingJoin struct {
+	m       *Monitor
+	joinDir string
+	o       conmon.Options
+}
+
+func (p *PendingJoin) Finish() (conmon.Created, error) { return p.m.join(p.joinDir, p.o) }
+
+// Cancel counts the joins given up (Cancels).
+func (p *PendingJoin) Cancel() {
+	p.m.mu.Lock()
+	p.m.cancels++
+	p.m.mu.Unlock()
+}
+
+// Cancels counts the PendingJoins cancelled.
+func (m *Monitor) Cancels() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cancels
+}
+
+// join has the monitor created with joinDir take the container.
+func (m *Monitor) join(joinDir string, o conmon.Options) (conmon.Created, error) {
 	if err := m.err("Join"); err != nil {
 		return conmon.Created{}, err
 	}

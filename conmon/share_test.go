@@ -93,10 +93,7 @@ func TestSharedMonitorServesSeveralContainers(t *testing.T) {
 // ErrCreateFailed with nothing of the container left, and the shared
 // monitor goes on serving the rest.
 func TestJoinFailureLeavesNothing(t *testing.T) {
-	joinDir := filepath.Join(t.TempDir(), "m")
-	os.Mkdir(joinDir, 0o700)
-	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
-	first.run()
+	joinDir, first := runSharedMonitor(t)
 	bad := newContainer(t, []string{"/no/such/binary"}, func(s *specs.Spec, _ *conmon.Options) { s.Process.Cwd = "relative" })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -104,20 +101,28 @@ func TestJoinFailureLeavesNothing(t *testing.T) {
 	if !errors.Is(err, conmon.ErrCreateFailed) {
 		t.Fatalf("Join of a bad spec: %v, want ErrCreateFailed", err)
 	}
-	entries, _ := os.ReadDir(bad.opts.SocketDir)
-	for _, e := range entries {
-		t.Errorf("left in the socket dir: %s", e.Name())
-	}
 	if _, err := os.Stat(bad.opts.LogPath); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("log file of the failed create: %v, want none", err)
 	}
-	if !conmon.Alive(first.created.MonitorPID, first.created.MonitorStartTime) {
-		t.Fatal("a failed join ended the shared monitor")
+	wantNothingLeftOfJoin(t, "a failed join", bad, first, joinDir)
+}
+
+// wantNothingLeftOfJoin checks what a join that failed or was given up
+// leaves: nothing in c's socket directory, and the shared monitor of
+// first still serving and taking the next join.
+func wantNothingLeftOfJoin(t *testing.T, what string, c, first *container, joinDir string) {
+	t.Helper()
+	entries, _ := os.ReadDir(c.opts.SocketDir)
+	for _, e := range entries {
+		t.Errorf("left in the socket dir after %s: %s", what, e.Name())
 	}
-	ok := newContainer(t, []string{"sh", "-c", "echo after"}, nil)
-	ok.join(joinDir)
-	if e := ok.waitDone(5 * time.Second); e.Code != 0 {
-		t.Errorf("container joined after a failure: exit %d, want 0", e.Code)
+	if !conmon.Alive(first.created.MonitorPID, first.created.MonitorStartTime) {
+		t.Fatalf("%s ended the shared monitor", what)
+	}
+	next := newContainer(t, []string{"sh", "-c", "echo next"}, nil)
+	next.join(joinDir)
+	if e := next.waitDone(5 * time.Second); e.Code != 0 {
+		t.Errorf("container joined after %s: exit %d, want 0", what, e.Code)
 	}
 }
 
@@ -183,10 +188,7 @@ func TestJoinTerminalInLongDirectories(t *testing.T) {
 // deadline with the helper and the runtime killed and nothing left, and
 // the shared monitor serves on and takes the next container.
 func TestJoinHonoursDeadline(t *testing.T) {
-	joinDir := filepath.Join(t.TempDir(), "m")
-	os.Mkdir(joinDir, 0o700)
-	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
-	first.run()
+	joinDir, first := runSharedMonitor(t)
 
 	hanging, pidFile := hangingRuntime(t)
 	c := newContainer(t, []string{"true"}, func(_ *specs.Spec, o *conmon.Options) { o.Runtime = hanging })
@@ -221,10 +223,7 @@ func TestJoinHonoursDeadline(t *testing.T) {
 // SIGCHLD (here: a stream of them). A watch must only end with its
 // container.
 func TestWatchRightAfterJoin(t *testing.T) {
-	joinDir := filepath.Join(t.TempDir(), "m")
-	os.Mkdir(joinDir, 0o700)
-	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
-	first.run()
+	joinDir, first := runSharedMonitor(t)
 	// What a helper's exit does, many times over: a SIGCHLD at any moment.
 	stop := make(chan struct{})
 	defer close(stop)
@@ -272,21 +271,13 @@ func TestWatchRightAfterJoin(t *testing.T) {
 // at Finish: until then it waits on the connection, no runtime has run, and
 // the bundle need not hold config.json yet.
 func TestJoinCreatesOnlyOnceFinished(t *testing.T) {
-	joinDir := filepath.Join(t.TempDir(), "m")
-	os.Mkdir(joinDir, 0o700)
-	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
-	first.run()
+	joinDir, first := runSharedMonitor(t)
 	late := newContainer(t, []string{"sh", "-c", "echo late"}, nil)
 	spec := readSpec(t, late)
 	if err := os.Remove(filepath.Join(late.opts.Bundle, "config.json")); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	p, err := conmon.BeginJoin(ctx, joinDir, late.opts)
-	if err != nil {
-		t.Fatalf("BeginJoin: %v", err)
-	}
+	p := beginJoin(t, joinDir, late)
 	waitForHelperAwaitingGo(t, late.id)
 	if _, err := os.Stat(filepath.Join(late.opts.RuntimeRoot, late.id)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the runtime's state of %s before Finish: %v, want none", late.id, err)
@@ -295,6 +286,9 @@ func TestJoinCreatesOnlyOnceFinished(t *testing.T) {
 	created, err := p.Finish()
 	if err != nil {
 		t.Fatalf("Finish once the bundle is complete: %v", err)
+	}
+	if created.MonitorPID != first.created.MonitorPID {
+		t.Errorf("joined monitor %d, want the shared monitor %d", created.MonitorPID, first.created.MonitorPID)
 	}
 	late.created, late.joined = created, true
 	late.runc("start", late.id)
@@ -307,37 +301,43 @@ func TestJoinCreatesOnlyOnceFinished(t *testing.T) {
 // daemon's bundle failed) ends its helper, which removes what it made, by
 // the time Cancel returns; the shared monitor takes the next join.
 func TestCancelledJoinLeavesNothing(t *testing.T) {
-	joinDir := filepath.Join(t.TempDir(), "m")
-	os.Mkdir(joinDir, 0o700)
-	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
-	first.run()
+	joinDir, first := runSharedMonitor(t)
 	given := newContainer(t, []string{"sh", "-c", "echo never"}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	p, err := conmon.BeginJoin(ctx, joinDir, given.opts)
-	if err != nil {
-		t.Fatalf("BeginJoin: %v", err)
-	}
+	p := beginJoin(t, joinDir, given)
 	helper := waitForHelperAwaitingGo(t, given.id)
 	p.Cancel()
 	if procstat.Live(helper) { // a zombie the monitor has yet to reap is gone enough
 		t.Errorf("join helper %d still runs after Cancel", helper)
 	}
-	entries, _ := os.ReadDir(given.opts.SocketDir)
-	for _, e := range entries {
-		t.Errorf("left in the socket dir: %s", e.Name())
-	}
 	if _, err := os.Stat(filepath.Join(given.opts.RuntimeRoot, given.id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the runtime's state of a cancelled join: %v, want none", err)
 	}
-	if !conmon.Alive(first.created.MonitorPID, first.created.MonitorStartTime) {
-		t.Fatal("a cancelled join ended the shared monitor")
+	wantNothingLeftOfJoin(t, "a cancelled join", given, first, joinDir)
+}
+
+// runSharedMonitor runs a sleeping container whose monitor takes further
+// containers, and returns the monitor's join directory and the container.
+func runSharedMonitor(t *testing.T) (string, *container) {
+	t.Helper()
+	joinDir := filepath.Join(t.TempDir(), "m")
+	if err := os.Mkdir(joinDir, 0o700); err != nil {
+		t.Fatal(err)
 	}
-	next := newContainer(t, []string{"sh", "-c", "echo next"}, nil)
-	next.join(joinDir)
-	if e := next.waitDone(5 * time.Second); e.Code != 0 {
-		t.Errorf("container joined after a cancelled one: exit %d, want 0", e.Code)
+	first := newContainer(t, []string{"sleep", "1000"}, func(_ *specs.Spec, o *conmon.Options) { o.JoinDir = joinDir })
+	first.run()
+	return joinDir, first
+}
+
+// beginJoin begins c's join of the shared monitor in joinDir.
+func beginJoin(t *testing.T, joinDir string, c *container) *conmon.PendingJoin {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	p, err := conmon.BeginJoin(ctx, joinDir, c.opts)
+	if err != nil {
+		t.Fatalf("BeginJoin: %v", err)
 	}
+	return p
 }
 
 // waitForHelperAwaitingGo finds the join helper of container id and waits

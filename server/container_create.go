@@ -153,9 +153,15 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 		return s.discardContainer(ctx, rec)
 	})
 	// A shared monitor's join begins before the bundle is written: its
-	// helper starts and prepares meanwhile, and creates once it is.
+	// helper starts and prepares meanwhile, in the bundle directory and
+	// with the log's, and creates once the bundle is complete.
 	if err := os.MkdirAll(rec.Bundle, 0o700); err != nil {
 		return fmt.Errorf("create bundle: %w", err)
+	}
+	if rec.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
+			return fmt.Errorf("create log dir: %w", err)
+		}
 	}
 	opts, err := s.monitorOptions(rec, rt, cfg)
 	if err != nil {

@@ -220,14 +220,7 @@ func (s *Server) joinRefused(containerID string, ref monitorRef, err error) {
 	s.monitors.markClosed(ref)
 }
 
-// monitorOptions are the options of the container's monitor; the
-// directory of its log is made here.
 func (s *Server) monitorOptions(rec containerRecord, rt runtimeBinary, cfg *runtime.ContainerConfig) (conmon.Options, error) {
-	if rec.LogPath != "" {
-		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
-			return conmon.Options{}, fmt.Errorf("create log dir: %w", err)
-		}
-	}
 	bin, err := rt.Binary()
 	if err != nil {
 		return conmon.Options{}, err

@@ -125,10 +125,24 @@ func (p *PendingJoin) Cancel() {
 	p.conn.CloseWrite()
 	p.conn.SetReadDeadline(time.Now().Add(cleanupTimeout))
 	buf := make([]byte, 1<<16)
+	n, err := p.conn.Read(buf)
+	if err != nil {
+		return // no helper: the monitor refused the join or closed it
+	}
+	exited := closedChannel()
+	if helper, err := wire.ParseHelper(buf[:n]); err == nil {
+		exited = helperExited(helper)
+	}
 	for {
 		if _, err := p.conn.Read(buf); err != nil {
-			return // the helper's end, or no helper: the monitor closed it
+			break
 		}
+	}
+	// The connection ends as the helper's descriptors close, a moment
+	// before the helper has exited.
+	select {
+	case <-exited:
+	case <-time.After(cleanupTimeout):
 	}
 }
 

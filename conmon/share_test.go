@@ -352,9 +352,15 @@ func waitForHelperAwaitingGo(t *testing.T, id string) int {
 				helper = pid
 			}
 		})
-		// read(2) is syscall 0 on amd64: "0 0x3 ..." while blocked on fd 3.
-		call, err := os.ReadFile("/proc/" + strconv.Itoa(helper) + "/syscall")
-		return helper > 0 && err == nil && strings.HasPrefix(string(call), "0 0x3 ")
+		// read(2) is syscall 0 on amd64: "0 0x3 ..." while blocked on fd 3,
+		// on whichever of the helper's threads runs the read.
+		calls, _ := filepath.Glob("/proc/" + strconv.Itoa(helper) + "/task/*/syscall")
+		for _, c := range calls {
+			if call, err := os.ReadFile(c); err == nil && strings.HasPrefix(string(call), "0 0x3 ") {
+				return true
+			}
+		}
+		return false
 	})
 	return helper
 }

@@ -9,12 +9,14 @@ import (
 	"sync"
 )
 
-// ErrSlow ends a subscription whose buffer was full when a value was sent:
-// the subscriber did not keep up.
-var ErrSlow = errors.New("subscriber too slow: its buffer of events is full")
-
-// ErrClosed ends every subscription when the hub is closed.
-var ErrClosed = errors.New("event hub closed")
+// The errors that end a subscription, as its Err says.
+var (
+	// ErrSlow: the subscriber's buffer was full when a value was sent; it
+	// did not keep up.
+	ErrSlow = errors.New("subscriber too slow: its buffer of events is full")
+	// ErrClosed: the hub was closed, which ends every subscription.
+	ErrClosed = errors.New("event hub closed")
+)
 
 // Hub sends values of type T to its subscribers, in the order Send is
 // called, the same order for every subscriber. The zero Hub is ready to use;

@@ -16,24 +16,16 @@ var ErrInjected = errors.New("injected failure")
 // Failures holds the errors to inject, by the name of the method that
 // returns them; the zero value injects none. It is embedded in every fake.
 type Failures struct {
-	mu   sync.Mutex
-	errs map[string]error
+	errs sync.Map // method name → error
 }
 
 // Fail makes every later call of method return err (nil: succeed again).
-func (f *Failures) Fail(method string, err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.errs == nil {
-		f.errs = map[string]error{}
-	}
-	f.errs[method] = err
-}
+func (f *Failures) Fail(method string, err error) { f.errs.Store(method, err) }
 
 func (f *Failures) err(method string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.errs[method]
+	v, _ := f.errs.Load(method)
+	err, _ := v.(error) // Fail(method, nil) stores a nil interface
+	return err
 }
 
 // locked is the whole of a fake method that only records what it was

@@ -26,41 +26,32 @@ func invalidf(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", errInvalid, field, fmt.Sprintf(format, args...))
 }
 
-// codeMappings lists, in order, which wrapped error becomes which gRPC code.
-// The packages below server/ return plain wrapped errors and sentinels; this
-// is the one place where they meet gRPC codes.
+// codeMappings lists, in order, which wrapped errors become which gRPC code;
+// toStatus answers with the first that matches. The packages below server/
+// return plain wrapped errors and sentinels; this is the one place where they
+// meet gRPC codes. minicri's own sentinels come before the system's errors, so
+// that one of them wrapping, say, a missing file keeps its own code.
 var codeMappings = []struct {
-	target error
-	code   codes.Code
+	code    codes.Code
+	targets []error
 }{
-	{errInvalid, codes.InvalidArgument},
-	{store.ErrAmbiguousID, codes.InvalidArgument},
-	{store.ErrNameReserved, codes.AlreadyExists},
-	{store.ErrNotFound, codes.NotFound},
-	{image.ErrNotFound, codes.NotFound},
-	{image.ErrInvalidReference, codes.InvalidArgument},
-	{image.ErrAmbiguous, codes.InvalidArgument},
-	{image.ErrInUse, codes.FailedPrecondition},
-	{image.ErrUnauthorized, codes.Unauthenticated},
-	{image.ErrTooLarge, codes.ResourceExhausted},
-	{oci.ErrInvalid, codes.InvalidArgument},
-	{oci.ErrNoCommand, codes.InvalidArgument},
-	{oci.ErrUnknownHandler, codes.InvalidArgument},
-	{oci.ErrNotFound, codes.NotFound},
-	{network.ErrNotReady, codes.FailedPrecondition},
-	{conmon.ErrNotRunning, codes.FailedPrecondition},
-	{errNotRunning, codes.FailedPrecondition},
-	{errHandlerUnavailable, codes.FailedPrecondition},
-	{streaming.ErrTooManyRequests, codes.ResourceExhausted},
-	{broadcast.ErrSlow, codes.ResourceExhausted},
-	{broadcast.ErrClosed, codes.Unavailable},
+	{codes.InvalidArgument, []error{errInvalid, store.ErrAmbiguousID,
+		image.ErrInvalidReference, image.ErrAmbiguous,
+		oci.ErrInvalid, oci.ErrNoCommand, oci.ErrUnknownHandler}},
+	{codes.AlreadyExists, []error{store.ErrNameReserved}},
+	{codes.NotFound, []error{store.ErrNotFound, image.ErrNotFound, oci.ErrNotFound}},
+	{codes.FailedPrecondition, []error{image.ErrInUse, network.ErrNotReady,
+		conmon.ErrNotRunning, errNotRunning, errHandlerUnavailable}},
+	{codes.Unauthenticated, []error{image.ErrUnauthorized}},
+	{codes.ResourceExhausted, []error{image.ErrTooLarge, streaming.ErrTooManyRequests, broadcast.ErrSlow}},
+	{codes.Unavailable, []error{broadcast.ErrClosed}},
 	// A full or read-only state dir is the node's condition, not a bug:
 	// answered so that the caller backs off instead of reporting Internal.
-	{syscall.ENOSPC, codes.ResourceExhausted},
-	{syscall.EROFS, codes.FailedPrecondition},
-	{context.DeadlineExceeded, codes.DeadlineExceeded},
-	{context.Canceled, codes.Canceled},
-	{os.ErrNotExist, codes.NotFound},
+	{codes.ResourceExhausted, []error{syscall.ENOSPC}},
+	{codes.FailedPrecondition, []error{syscall.EROFS}},
+	{codes.DeadlineExceeded, []error{context.DeadlineExceeded}},
+	{codes.Canceled, []error{context.Canceled}},
+	{codes.NotFound, []error{os.ErrNotExist}},
 }
 
 // toStatus turns an error into a gRPC status error. Errors that already carry
@@ -73,8 +64,10 @@ func toStatus(err error) error {
 		return err
 	}
 	for _, m := range codeMappings {
-		if errors.Is(err, m.target) {
-			return status.Error(m.code, err.Error())
+		for _, target := range m.targets {
+			if errors.Is(err, target) {
+				return status.Error(m.code, err.Error())
+			}
 		}
 	}
 	return status.Error(codes.Internal, err.Error())

@@ -16,6 +16,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/image"
 )
 
 func quietLog() *logrus.Entry {
@@ -56,6 +59,9 @@ func TestToStatus(t *testing.T) {
 		{fmt.Errorf("exec: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{status.Error(codes.AlreadyExists, "taken"), codes.AlreadyExists},
 		{fmt.Errorf("write record: %w", syscall.ENOSPC), codes.ResourceExhausted},
+		// minicri's sentinel wins over the system error it wraps.
+		{fmt.Errorf("%w: dial monitor: %w", conmon.ErrNotRunning, os.ErrNotExist), codes.FailedPrecondition},
+		{fmt.Errorf("%w: open blob: %w", image.ErrNotFound, syscall.EROFS), codes.NotFound},
 		{errors.New("disk on fire"), codes.Internal},
 	}
 	for _, c := range cases {

@@ -139,16 +139,12 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 
 		ImageVolumes: vols,
 	}
-	// Recorded before anything is made: a crash from here on is rolled back
-	// at start from this record. Staged, not durable (see store.Stage): a
-	// crashed machine loses the bundle and the monitor with the run dir, and
-	// the sweep of orphans finds the root filesystem. The created write
-	// below is the durable one.
-	if err := s.containers.Stage(id, rec); err != nil {
+	// Staged: a crashed machine loses the bundle and the monitor with the
+	// run dir, and the sweep of orphans finds the root filesystem. The
+	// created write below is the durable one.
+	if err := stageFirstRecord(ctx, s.containers, id, rec, "container-after-record"); err != nil {
 		return err
 	}
-	phaseDone(ctx, "record")
-	crashPoint("container-after-record")
 	defer s.undoOnFailure(ctx, &retErr, "container", id, func(ctx context.Context) error {
 		return s.discardContainer(ctx, rec)
 	})

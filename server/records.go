@@ -11,6 +11,7 @@ import (
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/store"
 )
 
 // stateCreating is the first state of both kinds of record. A record is
@@ -152,6 +153,19 @@ func (r *containerRecord) config() (*runtime.ContainerConfig, error) {
 		return nil, fmt.Errorf("decode config of container %s: %w", r.ID, err)
 	}
 	return &c, nil
+}
+
+// stageFirstRecord writes a new object's first record before anything of it
+// is made, so that a crash from here on is rolled back at start from it. The
+// write is staged, not durable (see store.Stage): each caller says why that
+// is enough for what it makes.
+func stageFirstRecord[T any](ctx context.Context, table *store.Table[T], id string, rec T, crashAt string) error {
+	if err := table.Stage(id, rec); err != nil {
+		return err
+	}
+	phaseDone(ctx, "record")
+	crashPoint(crashAt)
+	return nil
 }
 
 // undoOnFailure is deferred by a handler right after it recorded a new

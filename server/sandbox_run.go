@@ -86,15 +86,13 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		Dir:         filepath.Join(s.cfg.RunDir, "pods", id),
 		Config:      raw,
 	}
-	// Staged, not durable: a killed daemon still finds it (the page cache
-	// outlives the process); a crashed machine ends the pins and the infra
-	// process anyway, and the sweep of orphans finds the CNI attachment.
-	// The ready write below is the durable one.
-	if err := s.sandboxes.Stage(id, rec); err != nil {
+	// Staged: a killed daemon still finds it (the page cache outlives the
+	// process); a crashed machine ends the pins and the infra process
+	// anyway, and the sweep of orphans finds the CNI attachment. The ready
+	// write below is the durable one.
+	if err := stageFirstRecord(ctx, s.sandboxes, id, rec, "sandbox-after-record"); err != nil {
 		return err
 	}
-	phaseDone(ctx, "record")
-	crashPoint("sandbox-after-record")
 	defer s.undoOnFailure(ctx, &retErr, "pod", id, func(ctx context.Context) error {
 		// The local record, not the stored one: when a Put failed (a full
 		// disk), only rec knows what was made, e.g. the infra process.

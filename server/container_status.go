@@ -20,13 +20,19 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtime.ContainerStat
 	}
 	resp := &runtime.ContainerStatusResponse{Status: containerStatus(rec, cfg)}
 	if req.GetVerbose() {
-		info, _ := json.Marshal(struct {
-			Record containerRecord          `json:"record"`
-			Config *runtime.ContainerConfig `json:"config"`
-		}{rec, cfg})
-		resp.Info = map[string]string{"info": string(info)}
+		resp.Info = verboseInfo(rec, cfg)
 	}
 	return resp, nil
+}
+
+// verboseInfo is the info of a verbose status answer, which crictl inspect
+// prints: the record minicri keeps and the config the kubelet sent, as JSON.
+func verboseInfo(rec, cfg any) map[string]string {
+	info, _ := json.Marshal(struct {
+		Record any `json:"record"`
+		Config any `json:"config"`
+	}{rec, cfg})
+	return map[string]string{"info": string(info)}
 }
 
 // containerStatus is a container's CRI status, from its record and config.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -228,6 +229,48 @@ func TestReopenContainerLog(t *testing.T) {
 	ts.monitor.Fail("ReopenLog", fake.ErrInjected)
 	_, err = ts.ReopenContainerLog(bg, &runtime.ReopenContainerLogRequest{ContainerId: running})
 	wantCode(t, "a failed reopen", err, codes.Internal, fake.ErrInjected.Error())
+}
+
+// A verbose status carries, for crictl inspect, the record and the config
+// the kubelet sent, as JSON; a plain one carries none.
+func TestVerboseStatusCarriesRecordAndConfig(t *testing.T) {
+	ts := newTestServer(t)
+	pod := podConfig("web")
+	podID := ts.runPod(t, pod)
+	ctrID := ts.createCtr(t, podID, pod, ctrConfig("app"))
+	answers := map[string]func(verbose bool) (map[string]string, error){
+		"PodSandboxStatus": func(verbose bool) (map[string]string, error) {
+			resp, err := ts.PodSandboxStatus(bg, &runtime.PodSandboxStatusRequest{PodSandboxId: podID, Verbose: verbose})
+			return resp.GetInfo(), err
+		},
+		"ContainerStatus": func(verbose bool) (map[string]string, error) {
+			resp, err := ts.ContainerStatus(bg, &runtime.ContainerStatusRequest{ContainerId: ctrID, Verbose: verbose})
+			return resp.GetInfo(), err
+		},
+	}
+	wantIDs := map[string]string{"PodSandboxStatus": podID, "ContainerStatus": ctrID}
+	wantNames := map[string]string{"PodSandboxStatus": "web", "ContainerStatus": "app"}
+	for call, answer := range answers {
+		if info, err := answer(false); err != nil || len(info) != 0 {
+			t.Errorf("%s, not verbose = %v, %v; want no info", call, info, err)
+		}
+		info, err := answer(true)
+		if err != nil {
+			t.Fatalf("%s, verbose: %v", call, err)
+		}
+		var got struct {
+			Record struct{ ID string }
+			Config struct {
+				Metadata struct{ Name string }
+			}
+		}
+		if err := json.Unmarshal([]byte(info["info"]), &got); err != nil {
+			t.Fatalf("%s info %q: %v", call, info["info"], err)
+		}
+		if got.Record.ID != wantIDs[call] || got.Config.Metadata.Name != wantNames[call] {
+			t.Errorf("%s info = %s; want record %s and config name %s", call, info["info"], wantIDs[call], wantNames[call])
+		}
+	}
 }
 
 // A restarted daemon finds its pods and containers again from the records:

@@ -3,7 +3,6 @@ package server
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"slices"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -33,11 +32,7 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtime.PodSandboxSt
 		ContainersStatuses: s.podContainerStatuses(rec),
 	}
 	if req.GetVerbose() {
-		info, _ := json.Marshal(struct {
-			Record sandboxRecord             `json:"record"`
-			Config *runtime.PodSandboxConfig `json:"config"`
-		}{rec, cfg})
-		resp.Info = map[string]string{"info": string(info)}
+		resp.Info = verboseInfo(rec, cfg)
 	}
 	return resp, nil
 }

@@ -68,27 +68,43 @@ var (
 	mFsWriteBytes     = counter("container_fs_writes_bytes_total", "Cumulative count of bytes written", "device")
 	mFsReads          = counter("container_fs_reads_total", "Cumulative count of reads completed", "device")
 	mFsWrites         = counter("container_fs_writes_total", "Cumulative count of writes completed", "device")
-	mCPUWaiting       = counter("container_pressure_cpu_waiting_seconds_total", "Total time duration tasks in the container have waited due to CPU congestion.")
-	mCPUStalled       = counter("container_pressure_cpu_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to CPU congestion.")
-	mMemWaiting       = counter("container_pressure_memory_waiting_seconds_total", "Total time duration tasks in the container have waited due to memory congestion.")
-	mMemStalled       = counter("container_pressure_memory_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to memory congestion.")
-	mIOWaiting        = counter("container_pressure_io_waiting_seconds_total", "Total time duration tasks in the container have waited due to IO congestion.")
-	mIOStalled        = counter("container_pressure_io_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to IO congestion.")
-	mNetRxBytes       = counter("container_network_receive_bytes_total", "Cumulative count of bytes received", "interface")
-	mNetRxPackets     = counter("container_network_receive_packets_total", "Cumulative count of packets received", "interface")
-	mNetRxDropped     = counter("container_network_receive_packets_dropped_total", "Cumulative count of packets dropped while receiving", "interface")
-	mNetRxErrors      = counter("container_network_receive_errors_total", "Cumulative count of errors encountered while receiving", "interface")
-	mNetTxBytes       = counter("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", "interface")
-	mNetTxPackets     = counter("container_network_transmit_packets_total", "Cumulative count of packets transmitted", "interface")
-	mNetTxDropped     = counter("container_network_transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting", "interface")
-	mNetTxErrors      = counter("container_network_transmit_errors_total", "Cumulative count of errors encountered while transmitting", "interface")
+	mCPUPressure      = pressureOf("cpu", "CPU")
+	mMemPressure      = pressureOf("memory", "memory")
+	mIOPressure       = pressureOf("io", "IO")
+	mNetRx            = trafficOf("receive", "received", "receiving")
+	mNetTx            = trafficOf("transmit", "transmitted", "transmitting")
 )
+
+// pressureDefs are the two stall figures of one resource's pressure (PSI).
+type pressureDefs struct{ waiting, stalled *metricDef }
+
+func pressureOf(resource, shown string) pressureDefs {
+	prefix, cause := "container_pressure_"+resource, " due to "+shown+" congestion."
+	return pressureDefs{
+		waiting: counter(prefix+"_waiting_seconds_total", "Total time duration tasks in the container have waited"+cause),
+		stalled: counter(prefix+"_stalled_seconds_total", "Total time duration no tasks in the container could make progress"+cause),
+	}
+}
+
+// trafficDefs are the counters of one direction of a network interface.
+type trafficDefs struct{ bytes, packets, dropped, errors *metricDef }
+
+func trafficOf(direction, done, doing string) trafficDefs {
+	prefix := "container_network_" + direction
+	return trafficDefs{
+		bytes:   counter(prefix+"_bytes_total", "Cumulative count of bytes "+done, "interface"),
+		packets: counter(prefix+"_packets_total", "Cumulative count of packets "+done, "interface"),
+		dropped: counter(prefix+"_packets_dropped_total", "Cumulative count of packets dropped while "+doing, "interface"),
+		errors:  counter(prefix+"_errors_total", "Cumulative count of errors encountered while "+doing, "interface"),
+	}
+}
 
 var metricDefs = []*metricDef{
 	mCPUUsage, mCPUUser, mCPUSystem, mCFSPeriods, mCFSThrottled, mCFSThrottledSecs,
 	mMemUsage, mMemWorkingSet, mMemRSS, mMemCache, mMemSwap, mMemFailures, mMemLimit,
 	mProcesses, mFsUsage, mFsReadBytes, mFsWriteBytes, mFsReads, mFsWrites,
-	mCPUWaiting, mCPUStalled, mMemWaiting, mMemStalled, mIOWaiting, mIOStalled,
-	mNetRxBytes, mNetRxPackets, mNetRxDropped, mNetRxErrors,
-	mNetTxBytes, mNetTxPackets, mNetTxDropped, mNetTxErrors,
+	mCPUPressure.waiting, mCPUPressure.stalled, mMemPressure.waiting, mMemPressure.stalled,
+	mIOPressure.waiting, mIOPressure.stalled,
+	mNetRx.bytes, mNetRx.packets, mNetRx.dropped, mNetRx.errors,
+	mNetTx.bytes, mNetTx.packets, mNetTx.dropped, mNetTx.errors,
 }

@@ -101,29 +101,29 @@ func (m *metricSink) cgroup(cg *oci.CgroupStats) {
 	}
 	// The kernel counts stall time in microseconds.
 	for _, p := range []struct {
-		psi              *oci.Pressure
-		waiting, stalled *metricDef
+		psi  *oci.Pressure
+		defs pressureDefs
 	}{
-		{cg.CPUPressure, mCPUWaiting, mCPUStalled},
-		{cg.MemoryPressure, mMemWaiting, mMemStalled},
-		{cg.IOPressure, mIOWaiting, mIOStalled},
+		{cg.CPUPressure, mCPUPressure},
+		{cg.MemoryPressure, mMemPressure},
+		{cg.IOPressure, mIOPressure},
 	} {
 		if p.psi != nil {
-			m.add(p.waiting, p.psi.Some.Total/1e6)
-			m.add(p.stalled, p.psi.Full.Total/1e6)
+			m.add(p.defs.waiting, p.psi.Some.Total/1e6)
+			m.add(p.defs.stalled, p.psi.Full.Total/1e6)
 		}
 	}
 }
 
 func (m *metricSink) network(ifs []network.InterfaceCounters) {
 	for _, i := range ifs {
-		m.add(mNetRxBytes, i.RxBytes, i.Name)
-		m.add(mNetRxPackets, i.RxPackets, i.Name)
-		m.add(mNetRxDropped, i.RxDropped, i.Name)
-		m.add(mNetRxErrors, i.RxErrors, i.Name)
-		m.add(mNetTxBytes, i.TxBytes, i.Name)
-		m.add(mNetTxPackets, i.TxPackets, i.Name)
-		m.add(mNetTxDropped, i.TxDropped, i.Name)
-		m.add(mNetTxErrors, i.TxErrors, i.Name)
+		m.add(mNetRx.bytes, i.RxBytes, i.Name)
+		m.add(mNetRx.packets, i.RxPackets, i.Name)
+		m.add(mNetRx.dropped, i.RxDropped, i.Name)
+		m.add(mNetRx.errors, i.RxErrors, i.Name)
+		m.add(mNetTx.bytes, i.TxBytes, i.Name)
+		m.add(mNetTx.packets, i.TxPackets, i.Name)
+		m.add(mNetTx.dropped, i.TxDropped, i.Name)
+		m.add(mNetTx.errors, i.TxErrors, i.Name)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,10 +34,42 @@ type Config struct {
 	Metrics   MetricsConfig   `toml:"metrics" comment:"Prometheus metrics of the daemon (see docs/observability.md)."`
 }
 
+// Validate checks values that the types alone cannot; each error names its
+// key. Each section checks its own keys, beside its declaration; the first
+// bad key is reported.
+func (c *Config) Validate() error {
+	for _, err := range slices.Concat(c.check(), c.Runtime.check(), c.Streaming.check(),
+		c.CNI.check(), c.Image.check(), c.CDI.check(), c.Metrics.check()) {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check checks the top-level keys.
+func (c *Config) check() []error {
+	return []error{
+		absolute("listen", c.Listen),
+		refuse(len(c.Listen) > 107, "listen", "a unix socket path must be shorter than 108 bytes"),
+		absolute("root", c.Root),
+		absolute("run_dir", c.RunDir),
+		oneOf("log_level", c.LogLevel, "trace", "debug", "info", "warn", "error"),
+		oneOf("log_format", c.LogFormat, "text", "json"),
+		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),
+		refuse(c.ShutdownTimeout < 0, "shutdown_timeout", "must not be negative"),
+		listenAddress("profile_address", c.ProfileAddress, false),
+	}
+}
+
 // MetricsConfig places the Prometheus metrics endpoint.
 type MetricsConfig struct {
 	Address          string `toml:"address" comment:"host:port where the metrics are served over plain HTTP at /metrics, e.g. 127.0.0.1:9388. Empty: off, and nothing is counted. A loopback address unless allow_non_loopback is set."`
 	AllowNonLoopback bool   `toml:"allow_non_loopback" comment:"Accept a metrics address that is not loopback (say the node's IP, for a Prometheus elsewhere). The endpoint has no authentication and no TLS: put a firewall or a proxy in front."`
+}
+
+func (m MetricsConfig) check() []error {
+	return []error{listenAddress("metrics.address", m.Address, m.AllowNonLoopback)}
 }
 
 // RuntimeConfig chooses the OCI runtime per runtime handler.
@@ -46,6 +79,20 @@ type RuntimeConfig struct {
 	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged. Whatever this says, the two together are cut to 16776192 bytes (16 MiB less 1 KiB), each keeping at least half, so that the answer fits the 16 MiB message the kubelet's CRI client accepts."`
 	MonitorShare      int                       `toml:"monitor_share" comment:"Containers one minicri-conmon process serves at most. A pod's containers share one where they fit, and pods fill a monitor before another starts: each saves a Go runtime (about 0.5 MiB). 1 gives every container its own monitor; a monitor that dies ends the logs and the containers it served."`
 	Handlers          map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
+}
+
+func (r RuntimeConfig) check() []error {
+	checks := []error{
+		refuse(r.MonitorShare < 1, "runtime.monitor_share", "must be at least 1 container"),
+		refuse(r.ExecSyncMaxOutput < 1, "runtime.exec_sync_max_output", "must be at least 1 byte"),
+	}
+	if _, ok := r.Handlers[r.DefaultHandler]; !ok {
+		checks = append(checks, &InvalidError{"runtime.default_handler", fmt.Sprintf("%q has no [runtime.handlers.%s] table", r.DefaultHandler, r.DefaultHandler)})
+	}
+	for name, h := range r.Handlers {
+		checks = append(checks, h.check("runtime.handlers."+name))
+	}
+	return checks
 }
 
 // CurrentRuncHandler names the handler of the runc release that make deps
@@ -64,6 +111,14 @@ type RuntimeHandler struct {
 	Root string `toml:"root" comment:"The runtime's own state directory (its --root); empty means RUN_DIR/runtime/NAME."`
 }
 
+// check checks the handler whose table is key.
+func (h RuntimeHandler) check(key string) error {
+	if h.Path == "" {
+		return &InvalidError{key + ".path", "must not be empty"}
+	}
+	return absolute(key+".root", h.Root)
+}
+
 // StreamingConfig places the exec/attach/port-forward server.
 type StreamingConfig struct {
 	Address  string   `toml:"address" comment:"Address the streaming server binds. The kubelet proxies to it, so loopback is the safe default."`
@@ -77,6 +132,17 @@ type StreamingConfig struct {
 	MaxConnections  int      `toml:"max_connections" comment:"Connections open at once, streams included. At the cap a new connection takes the place of the oldest one waiting for a request, or is closed when every one is busy."`
 }
 
+func (s StreamingConfig) check() []error {
+	return []error{
+		refuse(s.Port < 0 || s.Port > 65535, "streaming.port", fmt.Sprintf("%d is not a port (0-65535)", s.Port)),
+		refuse(s.TokenTTL <= 0, "streaming.token_ttl", "must be positive"),
+		refuse(s.RequestTimeout <= 0, "streaming.request_timeout", "must be positive"),
+		refuse(s.IdleConnTimeout <= 0, "streaming.idle_conn_timeout", "must be positive"),
+		refuse(s.MaxConnections < 1, "streaming.max_connections", "must be at least 1"),
+		refuse((s.TLSCert == "") != (s.TLSKey == ""), "streaming.tls_cert", "tls_cert and tls_key must be set together"),
+	}
+}
+
 // CNIConfig finds the network configuration and plugins.
 type CNIConfig struct {
 	ConfDir string   `toml:"conf_dir" comment:"Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is used."`
@@ -84,6 +150,10 @@ type CNIConfig struct {
 	// ConfTemplate has containerd's conf_template semantics, so that a
 	// template written for containerd works unchanged.
 	ConfTemplate string `toml:"conf_template" comment:"Go text/template file of a CNI network config list. When set, and the kubelet sends the node's pod CIDR (UpdateRuntimeConfig, with the kubelet's podCIDR set), minicri writes it to CONF_DIR/10-minicri-net.conflist with {{.PodCIDR}} (the first CIDR), {{.PodCIDRRanges}} (all of them) and {{.Routes}} (0.0.0.0/0 and/or ::/0) filled in, as containerd's conf_template does; only while conf_dir holds no other network config. Empty: minicri never writes a network config."`
+}
+
+func (c CNIConfig) check() []error {
+	return []error{absolute("cni.conf_dir", c.ConfDir), absoluteOrEmpty("cni.conf_template", c.ConfTemplate)}
 }
 
 // ImageConfig tunes pulls and names registry mirrors.
@@ -96,6 +166,16 @@ type ImageConfig struct {
 	Registries             map[string]RegistryConfig `toml:"registries" comment:"Per registry host: [image.registries.\"HOST\"] with mirrors = [...] and insecure = true|false."`
 }
 
+func (c ImageConfig) check() []error {
+	return []error{
+		refuse(c.MaxConcurrentDownloads < 1, "image.max_concurrent_downloads", "must be at least 1"),
+		refuse(c.PullTimeout < 0, "image.pull_timeout", "must not be negative"),
+		refuse(c.MaxUnpackedBytes < 1, "image.max_unpacked_bytes", "must be at least 1 byte"),
+		refuse(c.MaxUnpackedEntries < 1, "image.max_unpacked_entries", "must be at least 1"),
+		refuse(c.MaxPathDepth < 1, "image.max_path_depth", "must be at least 1"),
+	}
+}
+
 // RegistryConfig is what a node knows about one registry host.
 type RegistryConfig struct {
 	Mirrors  []string `toml:"mirrors" comment:"Endpoints tried in order before the registry itself."`
@@ -106,6 +186,14 @@ type RegistryConfig struct {
 type CDIConfig struct {
 	Enabled  bool     `toml:"enabled" comment:"Resolve the CDI devices a container asks for and add them to it. When false, a container that asks for CDI devices is refused, never started without them."`
 	SpecDirs []string `toml:"spec_dirs" comment:"Directories of CDI spec files (.json, .yaml), in rising priority: a device in a later directory wins over the same device in an earlier one. Read again at each create that asks for a CDI device, so specs added later are seen."`
+}
+
+func (c CDIConfig) check() []error {
+	checks := make([]error, 0, len(c.SpecDirs))
+	for _, dir := range c.SpecDirs {
+		checks = append(checks, absolute("cdi.spec_dirs", dir))
+	}
+	return checks
 }
 
 // ExecSyncOutputLimit is the most ExecSync output, stdout and stderr
@@ -194,82 +282,34 @@ type InvalidError struct {
 
 func (e *InvalidError) Error() string { return fmt.Sprintf("config key %q: %s", e.Key, e.Reason) }
 
-// Validate checks values that the types alone cannot; each error names its key.
-func (c *Config) Validate() error {
-	oneOf := func(key, v string, allowed ...string) error {
-		for _, a := range allowed {
-			if v == a {
-				return nil
-			}
-		}
-		return &InvalidError{key, fmt.Sprintf("%q is not one of %s", v, strings.Join(allowed, ", "))}
-	}
-	absolute := func(key, p string) error {
-		if !filepath.IsAbs(p) {
-			return &InvalidError{key, fmt.Sprintf("%q must be an absolute path", p)}
-		}
+// oneOf refuses a value that is none of allowed.
+func oneOf(key, v string, allowed ...string) error {
+	if slices.Contains(allowed, v) {
 		return nil
 	}
-	absoluteOrEmpty := func(key, p string) error {
-		if p == "" {
-			return nil
-		}
-		return absolute(key, p)
+	return &InvalidError{key, fmt.Sprintf("%q is not one of %s", v, strings.Join(allowed, ", "))}
+}
+
+// absolute refuses a path that is not absolute.
+func absolute(key, p string) error {
+	if !filepath.IsAbs(p) {
+		return &InvalidError{key, fmt.Sprintf("%q must be an absolute path", p)}
 	}
-	// refuse is the check of one condition: reason when bad holds.
-	refuse := func(bad bool, key, reason string) error {
-		if bad {
-			return &InvalidError{key, reason}
-		}
+	return nil
+}
+
+// absoluteOrEmpty is absolute for a path that may be left out.
+func absoluteOrEmpty(key, p string) error {
+	if p == "" {
 		return nil
 	}
-	checks := []error{
-		absolute("listen", c.Listen),
-		absolute("root", c.Root),
-		absolute("run_dir", c.RunDir),
-		absolute("cni.conf_dir", c.CNI.ConfDir),
-		absoluteOrEmpty("cni.conf_template", c.CNI.ConfTemplate),
-		oneOf("log_level", c.LogLevel, "trace", "debug", "info", "warn", "error"),
-		oneOf("log_format", c.LogFormat, "text", "json"),
-		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),
-		refuse(len(c.Listen) > 107, "listen", "a unix socket path must be shorter than 108 bytes"),
-		refuse(c.ShutdownTimeout < 0, "shutdown_timeout", "must not be negative"),
-		refuse(c.Streaming.Port < 0 || c.Streaming.Port > 65535, "streaming.port", fmt.Sprintf("%d is not a port (0-65535)", c.Streaming.Port)),
-		refuse(c.Streaming.TokenTTL <= 0, "streaming.token_ttl", "must be positive"),
-		refuse(c.Streaming.RequestTimeout <= 0, "streaming.request_timeout", "must be positive"),
-		refuse(c.Streaming.IdleConnTimeout <= 0, "streaming.idle_conn_timeout", "must be positive"),
-		refuse(c.Streaming.MaxConnections < 1, "streaming.max_connections", "must be at least 1"),
-		refuse(c.Runtime.MonitorShare < 1, "runtime.monitor_share", "must be at least 1 container"),
-		refuse(c.Runtime.ExecSyncMaxOutput < 1, "runtime.exec_sync_max_output", "must be at least 1 byte"),
-		refuse((c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == ""), "streaming.tls_cert", "tls_cert and tls_key must be set together"),
-		listenAddress("metrics.address", c.Metrics.Address, c.Metrics.AllowNonLoopback),
-		listenAddress("profile_address", c.ProfileAddress, false),
-		refuse(c.Image.MaxConcurrentDownloads < 1, "image.max_concurrent_downloads", "must be at least 1"),
-		refuse(c.Image.PullTimeout < 0, "image.pull_timeout", "must not be negative"),
-		refuse(c.Image.MaxUnpackedBytes < 1, "image.max_unpacked_bytes", "must be at least 1 byte"),
-		refuse(c.Image.MaxUnpackedEntries < 1, "image.max_unpacked_entries", "must be at least 1"),
-		refuse(c.Image.MaxPathDepth < 1, "image.max_path_depth", "must be at least 1"),
-	}
-	for _, err := range checks {
-		if err != nil {
-			return err
-		}
-	}
-	for _, dir := range c.CDI.SpecDirs {
-		if err := absolute("cdi.spec_dirs", dir); err != nil {
-			return err
-		}
-	}
-	if _, ok := c.Runtime.Handlers[c.Runtime.DefaultHandler]; !ok {
-		return &InvalidError{"runtime.default_handler", fmt.Sprintf("%q has no [runtime.handlers.%s] table", c.Runtime.DefaultHandler, c.Runtime.DefaultHandler)}
-	}
-	for name, h := range c.Runtime.Handlers {
-		if h.Path == "" {
-			return &InvalidError{"runtime.handlers." + name + ".path", "must not be empty"}
-		}
-		if err := absolute("runtime.handlers."+name+".root", h.Root); err != nil {
-			return err
-		}
+	return absolute(key, p)
+}
+
+// refuse is the check of one condition: reason when bad holds.
+func refuse(bad bool, key, reason string) error {
+	if bad {
+		return &InvalidError{key, reason}
 	}
 	return nil
 }

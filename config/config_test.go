@@ -109,6 +109,9 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 		{"flag not an integer", "", []string{"--streaming-port", "ten"}, "--streaming-port"},
 		{"bad enum flag", "", []string{"--log-format", "xml"}, `"log_format"`},
 		{"default handler missing", "[runtime]\ndefault_handler = \"kata\"\n", nil, `"runtime.default_handler"`},
+		{"relative handler root", "[runtime.handlers.runc]\npath = \"runc\"\nroot = \"state\"\n", nil, `"runtime.handlers.runc.root"`},
+		{"metrics off loopback", "[metrics]\naddress = \"10.0.0.1:9388\"\n", nil, `"metrics.address"`},
+		{"no image download", "[image]\nmax_concurrent_downloads = 0\n", nil, `"image.max_concurrent_downloads"`},
 		{"tls half set", "[streaming]\ntls_cert = \"/c.pem\"\n", nil, "tls_cert"},
 		{"relative cdi spec dir", "[cdi]\nspec_dirs = [\"etc/cdi\"]\n", nil, `"cdi.spec_dirs"`},
 		{"relative conf template", "[cni]\nconf_template = \"tmpl.json\"\n", nil, `"cni.conf_template"`},
@@ -125,6 +128,18 @@ func TestBadConfigNamesTheKey(t *testing.T) {
 				t.Fatalf("error %q does not name %s", err, c.want)
 			}
 		})
+	}
+}
+
+// A file's handler without a path gets its name as the path (fillDerived);
+// a Config built in code is checked too.
+func TestValidateRefusesAHandlerWithoutAPath(t *testing.T) {
+	cfg := Default()
+	cfg.fillDerived()
+	cfg.Runtime.Handlers["kata"] = RuntimeHandler{Root: "/run/kata"}
+	var invalid *InvalidError
+	if err := cfg.Validate(); !errors.As(err, &invalid) || invalid.Key != "runtime.handlers.kata.path" {
+		t.Errorf("Validate = %v, want an error naming runtime.handlers.kata.path", err)
 	}
 }
 

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -22,7 +21,7 @@ func (s *Server) ContainerStats(ctx context.Context, req *runtime.ContainerStats
 	}
 	st, err := s.containerStats(rec)
 	if err != nil {
-		return nil, toStatus(fmt.Errorf("stats of container %s: %w", rec.ID, err))
+		return nil, toStatus(err)
 	}
 	return &runtime.ContainerStatsResponse{Stats: st}, nil
 }
@@ -31,27 +30,26 @@ func (s *Server) ContainerStats(ctx context.Context, req *runtime.ContainerStats
 // filter. Containers that are not running have no cgroup figures and are
 // left out, as containerd does.
 func (s *Server) ListContainerStats(ctx context.Context, req *runtime.ListContainerStatsRequest) (*runtime.ListContainerStatsResponse, error) {
-	f := req.GetFilter()
-	var out []*runtime.ContainerStats
-	for _, rec := range s.containers.List() {
-		if rec.State != stateRunning || !containerMatches(f, rec) {
-			continue
-		}
-		st, err := s.containerStats(rec)
-		if errors.Is(err, oci.ErrNotFound) {
-			continue // exited since the list was taken
-		}
-		if err != nil {
-			return nil, toStatus(fmt.Errorf("stats of container %s: %w", rec.ID, err))
-		}
-		out = append(out, st)
+	stats, err := statsList(req.GetFilter(), s.containers.List(), containerStatsListed, s.containerStats)
+	if err != nil {
+		return nil, toStatus(err)
 	}
-	return &runtime.ListContainerStatsResponse{Stats: out}, nil
+	return &runtime.ListContainerStatsResponse{Stats: stats}, nil
 }
 
+// containerStatsListed is ListContainerStats' filter: containerMatches, and
+// running.
+func containerStatsListed(f *runtime.ContainerStatsFilter, rec containerRecord) bool {
+	return rec.State == stateRunning && containerMatches(f, rec)
+}
+
+// containerStats is the CRI part of containerStatsAndCgroup.
 func (s *Server) containerStats(rec containerRecord) (*runtime.ContainerStats, error) {
 	st, _, err := s.containerStatsAndCgroup(rec)
-	return st, err
+	if err != nil {
+		return nil, fmt.Errorf("stats of container %s: %w", rec.ID, err)
+	}
+	return st, nil
 }
 
 // containerStatsAndCgroup also returns the cgroup figures the CRI message

@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/oci"
 )
 
 // ListPodSandbox lists sandboxes, filtered by ID (or ID prefix), state and
@@ -51,6 +54,27 @@ func list[F, R, T any](f F, validate func(F) error, records func(func(R) bool), 
 		}
 		return true
 	})
+	return out, nil
+}
+
+// statsList reads the stats of the records that keep accepts, in the
+// records' order. A record whose cgroup is gone (oci.ErrNotFound) stopped
+// since the records were taken, and is left out.
+func statsList[F, R, S any](f F, records []R, keep func(F, R) bool, read func(R) (S, error)) ([]S, error) {
+	var out []S
+	for _, rec := range records {
+		if !keep(f, rec) {
+			continue
+		}
+		st, err := read(rec)
+		if errors.Is(err, oci.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
 	return out, nil
 }
 

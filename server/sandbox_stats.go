@@ -21,28 +21,35 @@ func (s *Server) PodSandboxStats(ctx context.Context, req *runtime.PodSandboxSta
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	sample, err := s.sandboxSample(rec)
+	st, err := s.sandboxStats(rec)
 	if err != nil {
-		return nil, toStatus(fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err))
+		return nil, toStatus(err)
 	}
-	return &runtime.PodSandboxStatsResponse{Stats: sample.stats}, nil
+	return &runtime.PodSandboxStatsResponse{Stats: st}, nil
 }
 
 // ListPodSandboxStats reports the stats of the ready sandboxes that match the filter.
 func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtime.ListPodSandboxStatsRequest) (*runtime.ListPodSandboxStatsResponse, error) {
-	f := req.GetFilter()
-	var out []*runtime.PodSandboxStats
-	for _, rec := range s.sandboxes.List() {
-		if rec.State != stateReady || !sandboxMatches(f, rec) {
-			continue
-		}
-		sample, err := s.sandboxSample(rec)
-		if err != nil {
-			return nil, toStatus(fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err))
-		}
-		out = append(out, sample.stats)
+	stats, err := statsList(req.GetFilter(), s.sandboxes.List(), sandboxStatsListed, s.sandboxStats)
+	if err != nil {
+		return nil, toStatus(err)
 	}
-	return &runtime.ListPodSandboxStatsResponse{Stats: out}, nil
+	return &runtime.ListPodSandboxStatsResponse{Stats: stats}, nil
+}
+
+// sandboxStatsListed is ListPodSandboxStats' filter: sandboxMatches, and
+// ready.
+func sandboxStatsListed(f *runtime.PodSandboxStatsFilter, rec sandboxRecord) bool {
+	return rec.State == stateReady && sandboxMatches(f, rec)
+}
+
+// sandboxStats is the CRI part of a pod's sample.
+func (s *Server) sandboxStats(rec sandboxRecord) (*runtime.PodSandboxStats, error) {
+	sample, err := s.sandboxSample(rec)
+	if err != nil {
+		return nil, fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err)
+	}
+	return sample.stats, nil
 }
 
 // podSample is one reading of a pod: its CRI stats, and the figures the

@@ -12,12 +12,20 @@ import (
 // running container has a monitor writing its log: any other is refused
 // with FailedPrecondition.
 func (s *Server) ReopenContainerLog(ctx context.Context, req *runtime.ReopenContainerLogRequest) (*runtime.ReopenContainerLogResponse, error) {
-	rec, err := s.runningContainer(req.GetContainerId())
-	if err != nil {
-		return nil, toStatus(fmt.Errorf("reopen log: %w", err))
-	}
-	if err := s.monitor.ReopenLog(ctx, rec.Bundle); err != nil {
-		return nil, toStatus(fmt.Errorf("reopen log of container %s: %w", rec.ID, err))
+	if err := s.reopenLog(ctx, req.GetContainerId()); err != nil {
+		return nil, toStatus(err)
 	}
 	return &runtime.ReopenContainerLogResponse{}, nil
+}
+
+// reopenLog asks the monitor of a running container for a new log file.
+func (s *Server) reopenLog(ctx context.Context, id string) error {
+	rec, err := s.runningContainer(id)
+	if err != nil {
+		return fmt.Errorf("reopen log: %w", err)
+	}
+	if err := s.monitor.ReopenLog(ctx, rec.Bundle); err != nil {
+		return fmt.Errorf("container %s: %w", rec.ID, err) // the monitor's error says "reopen log"
+	}
+	return nil
 }

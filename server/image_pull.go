@@ -17,16 +17,9 @@ import (
 // answers its ID. An image already present is pulled again: the tag may have
 // moved, and the blobs that did not change are not downloaded twice.
 func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (*runtime.PullImageResponse, error) {
-	ref, err := requestedImage(req.GetImage())
+	ref, err := s.pullTarget(req.GetImage())
 	if err != nil {
 		return nil, toStatus(err)
-	}
-	// One image store serves every handler; an unknown handler is still
-	// refused, as the CRI asks.
-	if h := req.GetImage().GetRuntimeHandler(); h != "" {
-		if _, err := s.handlerName(h); err != nil {
-			return nil, toStatus(invalidf("image.runtime_handler", "no runtime handler %q is configured", h))
-		}
 	}
 	start := time.Now()
 	img, err := s.images.Pull(ctx, ref, pullAuth(req.GetAuth()))
@@ -35,6 +28,21 @@ func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (
 		return nil, pullStatus(fmt.Errorf("pull image %q: %w", ref, err))
 	}
 	return &runtime.PullImageResponse{ImageRef: img.ID}, nil
+}
+
+// pullTarget is the reference a pull asks for, checked. One image store
+// serves every handler, yet an unknown handler is refused, as the CRI asks.
+func (s *Server) pullTarget(spec *runtime.ImageSpec) (string, error) {
+	ref, err := requestedImage(spec)
+	if err != nil {
+		return "", err
+	}
+	if h := spec.GetRuntimeHandler(); h != "" {
+		if _, err := s.handlerName(h); err != nil {
+			return "", invalidf("image.runtime_handler", "no runtime handler %q is configured", h)
+		}
+	}
+	return ref, nil
 }
 
 // pullStatus is toStatus for pulls. A registry that is down is Unavailable

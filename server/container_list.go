@@ -76,6 +76,12 @@ type containerFilter interface {
 	GetPodSandboxId() string
 }
 
+// containerStatsListed is ListContainerStats' filter: containerMatches, and
+// running.
+func containerStatsListed(f *runtime.ContainerStatsFilter, rec containerRecord) bool {
+	return rec.State == stateRunning && containerMatches(f, rec)
+}
+
 // containerMatches reports whether rec passes f's ID and pod ID prefixes
 // and its label selector.
 func containerMatches(f containerFilter, rec containerRecord) bool {

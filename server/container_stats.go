@@ -15,11 +15,7 @@ import (
 // and its rootfs. The kubelet's CRI stats provider calls the List form
 // every few seconds for the summary API and eviction.
 func (s *Server) ContainerStats(ctx context.Context, req *runtime.ContainerStatsRequest) (*runtime.ContainerStatsResponse, error) {
-	rec, err := s.lookupContainer(req.GetContainerId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	st, err := s.containerStats(rec)
+	st, err := statsOf(req.GetContainerId(), s.lookupContainer, s.containerStats)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -35,12 +31,6 @@ func (s *Server) ListContainerStats(ctx context.Context, req *runtime.ListContai
 		return nil, toStatus(err)
 	}
 	return &runtime.ListContainerStatsResponse{Stats: stats}, nil
-}
-
-// containerStatsListed is ListContainerStats' filter: containerMatches, and
-// running.
-func containerStatsListed(f *runtime.ContainerStatsFilter, rec containerRecord) bool {
-	return rec.State == stateRunning && containerMatches(f, rec)
 }
 
 // containerStats is the CRI part of containerStatsAndCgroup.

@@ -26,6 +26,12 @@ func sandboxListed(f *runtime.PodSandboxFilter, rec sandboxRecord) bool {
 	return sandboxMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == sandboxState(rec))
 }
 
+// sandboxStatsListed is ListPodSandboxStats' filter: sandboxMatches, and
+// ready.
+func sandboxStatsListed(f *runtime.PodSandboxStatsFilter, rec sandboxRecord) bool {
+	return rec.State == stateReady && sandboxMatches(f, rec)
+}
+
 // sandboxItem is a sandbox's entry in ListPodSandbox.
 func sandboxItem(rec sandboxRecord) *runtime.PodSandbox {
 	m := rec.Metadata
@@ -76,6 +82,17 @@ func statsList[F, R, S any](f F, records []R, keep func(F, R) bool, read func(R)
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// statsOf reads the stats of the record id names: the single form of a
+// stats list, which answers for a record in any state.
+func statsOf[R, S any](id string, lookup func(string) (R, error), read func(R) (S, error)) (S, error) {
+	rec, err := lookup(id)
+	if err != nil {
+		var none S
+		return none, err
+	}
+	return read(rec)
 }
 
 // listFilter is what every CRI list filter has. An empty ID (a prefix of

@@ -12,46 +12,6 @@ import (
 	"github.com/minicri/minicri/oci"
 )
 
-// PodSandboxStats reports a pod's usage, read from the pod's own cgroup (its
-// cgroup parent) so that it never goes backwards when a container exits,
-// its network counters and process count, with each running container's
-// own stats beside it.
-func (s *Server) PodSandboxStats(ctx context.Context, req *runtime.PodSandboxStatsRequest) (*runtime.PodSandboxStatsResponse, error) {
-	rec, err := s.lookupSandbox(req.GetPodSandboxId())
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	st, err := s.sandboxStats(rec)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &runtime.PodSandboxStatsResponse{Stats: st}, nil
-}
-
-// ListPodSandboxStats reports the stats of the ready sandboxes that match the filter.
-func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtime.ListPodSandboxStatsRequest) (*runtime.ListPodSandboxStatsResponse, error) {
-	stats, err := statsList(req.GetFilter(), s.sandboxes.List(), sandboxStatsListed, s.sandboxStats)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &runtime.ListPodSandboxStatsResponse{Stats: stats}, nil
-}
-
-// sandboxStatsListed is ListPodSandboxStats' filter: sandboxMatches, and
-// ready.
-func sandboxStatsListed(f *runtime.PodSandboxStatsFilter, rec sandboxRecord) bool {
-	return rec.State == stateReady && sandboxMatches(f, rec)
-}
-
-// sandboxStats is the CRI part of a pod's sample.
-func (s *Server) sandboxStats(rec sandboxRecord) (*runtime.PodSandboxStats, error) {
-	sample, err := s.sandboxSample(rec)
-	if err != nil {
-		return nil, fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err)
-	}
-	return sample.stats, nil
-}
-
 // podSample is one reading of a pod: its CRI stats, and the figures the
 // metrics need beyond them.
 type podSample struct {
@@ -67,6 +27,36 @@ type containerSample struct {
 	rec    containerRecord
 	stats  *runtime.ContainerStats
 	cgroup *oci.CgroupStats
+}
+
+// PodSandboxStats reports a pod's usage, read from the pod's own cgroup (its
+// cgroup parent) so that it never goes backwards when a container exits,
+// its network counters and process count, with each running container's
+// own stats beside it.
+func (s *Server) PodSandboxStats(ctx context.Context, req *runtime.PodSandboxStatsRequest) (*runtime.PodSandboxStatsResponse, error) {
+	st, err := statsOf(req.GetPodSandboxId(), s.lookupSandbox, s.sandboxStats)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &runtime.PodSandboxStatsResponse{Stats: st}, nil
+}
+
+// sandboxStats is the CRI part of a pod's sample.
+func (s *Server) sandboxStats(rec sandboxRecord) (*runtime.PodSandboxStats, error) {
+	sample, err := s.sandboxSample(rec)
+	if err != nil {
+		return nil, fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err)
+	}
+	return sample.stats, nil
+}
+
+// ListPodSandboxStats reports the stats of the ready sandboxes that match the filter.
+func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtime.ListPodSandboxStatsRequest) (*runtime.ListPodSandboxStatsResponse, error) {
+	stats, err := statsList(req.GetFilter(), s.sandboxes.List(), sandboxStatsListed, s.sandboxStats)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &runtime.ListPodSandboxStatsResponse{Stats: stats}, nil
 }
 
 func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {

@@ -43,3 +43,39 @@ func TestStatsList(t *testing.T) {
 		})
 	}
 }
+
+// statsOf reads the record it looks up and passes on any failure, even the
+// stop that statsList skips; a failed lookup reads nothing.
+func TestStatsOf(t *testing.T) {
+	unknown := errors.New("no such record")
+	lookup := func(id string) (string, error) {
+		if id == "unknown" {
+			return "", unknown
+		}
+		return id, nil
+	}
+	var reads []string
+	read := func(rec string) (string, error) {
+		reads = append(reads, rec)
+		if rec == "gone" {
+			return "", oci.ErrNotFound
+		}
+		return "stats of " + rec, nil
+	}
+	tests := []struct {
+		id, want  string
+		wantErr   error
+		wantReads []string
+	}{
+		{"a", "stats of a", nil, []string{"a"}},
+		{"gone", "", oci.ErrNotFound, []string{"gone"}},
+		{"unknown", "", unknown, nil},
+	}
+	for _, tc := range tests {
+		reads = nil
+		got, err := statsOf(tc.id, lookup, read)
+		if got != tc.want || !errors.Is(err, tc.wantErr) || !slices.Equal(reads, tc.wantReads) {
+			t.Errorf("statsOf(%q) = %q, %v after reading %q; want %q, %v after reading %q", tc.id, got, err, reads, tc.want, tc.wantErr, tc.wantReads)
+		}
+	}
+}

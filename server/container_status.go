@@ -8,6 +8,20 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// verboseInfo is the info of a status answer, for the container's and the
+// pod's alike: when the call is verbose (crictl inspect), the record minicri
+// keeps and the config the kubelet sent, as JSON; else none.
+func verboseInfo(verbose bool, rec, cfg any) map[string]string {
+	if !verbose {
+		return nil
+	}
+	info, _ := json.Marshal(struct {
+		Record any `json:"record"`
+		Config any `json:"config"`
+	}{rec, cfg})
+	return map[string]string{"info": string(info)}
+}
+
 // ContainerStatus reports a container's state, times, exit and config.
 func (s *Server) ContainerStatus(ctx context.Context, req *runtime.ContainerStatusRequest) (*runtime.ContainerStatusResponse, error) {
 	rec, err := s.lookupContainer(req.GetContainerId())
@@ -18,21 +32,10 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtime.ContainerStat
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &runtime.ContainerStatusResponse{Status: containerStatus(rec, cfg)}
-	if req.GetVerbose() {
-		resp.Info = verboseInfo(rec, cfg)
-	}
-	return resp, nil
-}
-
-// verboseInfo is the info of a verbose status answer, which crictl inspect
-// prints: the record minicri keeps and the config the kubelet sent, as JSON.
-func verboseInfo(rec, cfg any) map[string]string {
-	info, _ := json.Marshal(struct {
-		Record any `json:"record"`
-		Config any `json:"config"`
-	}{rec, cfg})
-	return map[string]string{"info": string(info)}
+	return &runtime.ContainerStatusResponse{
+		Status: containerStatus(rec, cfg),
+		Info:   verboseInfo(req.GetVerbose(), rec, cfg),
+	}, nil
 }
 
 // containerStatus is a container's CRI status, from its record and config.

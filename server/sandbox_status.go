@@ -23,18 +23,16 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtime.PodSandboxSt
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	containers := s.podContainerStatuses(rec)
 	cfg, err := rec.config()
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	resp := &runtime.PodSandboxStatusResponse{
+	return &runtime.PodSandboxStatusResponse{
 		Status:             sandboxStatus(rec, cfg),
-		ContainersStatuses: s.podContainerStatuses(rec),
-	}
-	if req.GetVerbose() {
-		resp.Info = verboseInfo(rec, cfg)
-	}
-	return resp, nil
+		ContainersStatuses: containers,
+		Info:               verboseInfo(req.GetVerbose(), rec, cfg),
+	}, nil
 }
 
 // podContainerStatuses are the statuses of the containers of a sandbox's

@@ -13,25 +13,53 @@ import (
 	"time"
 )
 
-// Config is the whole configuration. Every field carries its TOML key and a
-// comment: the comment is printed by `minicri config` and shown by --help, so
-// it is written for a node operator.
+// Config is the whole configuration. Every field carries its TOML key in its
+// tag and a doc comment written for a node operator: `minicri config` prints
+// it above the key and --help under the key's flag. They read it from
+// field_docs.go, which `go test ./config -run TestFieldDocsAreCurrent
+// -update` makes from these comments (the test fails while the two differ).
+// A note for developers goes on the type, not the field.
 type Config struct {
-	Listen          string   `toml:"listen" comment:"Unix socket the CRI gRPC server listens on (mode 0660)."`
-	Root            string   `toml:"root" comment:"State root: records of pods and containers, images, layers. Kept across reboots."`
-	RunDir          string   `toml:"run_dir" comment:"Run dir: pinned namespaces, monitor sockets, runtime state. Lost at reboot, as it should be."`
-	LogLevel        string   `toml:"log_level" comment:"Daemon log level: trace, debug, info, warn, error. debug logs one line per RPC with its duration."`
-	LogFormat       string   `toml:"log_format" comment:"Daemon log format: text or json."`
-	CgroupDriver    string   `toml:"cgroup_driver" comment:"Cgroup driver, the same as the kubelet's --cgroup-driver: cgroupfs or systemd."`
-	ShutdownTimeout Duration `toml:"shutdown_timeout" comment:"On SIGTERM/SIGINT, how long in-flight calls may run before the daemon exits anyway. Containers are never touched."`
-	ProfileAddress  string   `toml:"profile_address" comment:"host:port on loopback where Go's net/http/pprof profiles are served (/debug/pprof/), e.g. 127.0.0.1:6060. Empty: off. Profiles show memory contents, so only a loopback address is accepted."`
+	// Unix socket the CRI gRPC server listens on (mode 0660).
+	Listen string `toml:"listen"`
+	// State root: records of pods and containers, images, layers. Kept across
+	// reboots.
+	Root string `toml:"root"`
+	// Run dir: pinned namespaces, monitor sockets, runtime state. Lost at
+	// reboot, as it should be.
+	RunDir string `toml:"run_dir"`
+	// Daemon log level: trace, debug, info, warn, error. debug logs one line per
+	// RPC with its duration.
+	LogLevel string `toml:"log_level"`
+	// Daemon log format: text or json.
+	LogFormat string `toml:"log_format"`
+	// Cgroup driver, the same as the kubelet's --cgroup-driver: cgroupfs or
+	// systemd.
+	CgroupDriver string `toml:"cgroup_driver"`
+	// On SIGTERM/SIGINT, how long in-flight calls may run before the daemon
+	// exits anyway. Containers are never touched.
+	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+	// host:port on loopback where Go's net/http/pprof profiles are served
+	// (/debug/pprof/), e.g. 127.0.0.1:6060. Empty: off. Profiles show memory
+	// contents, so only a loopback address is accepted.
+	ProfileAddress string `toml:"profile_address"`
 
-	Runtime   RuntimeConfig   `toml:"runtime" comment:"OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under [runtime.handlers.NAME]."`
-	Streaming StreamingConfig `toml:"streaming" comment:"The streaming server that serves exec, attach and port-forward to the kubelet."`
-	CNI       CNIConfig       `toml:"cni" comment:"Pod networking with CNI plugins."`
-	Image     ImageConfig     `toml:"image" comment:"Image pulls and registries."`
-	CDI       CDIConfig       `toml:"cdi" comment:"Container Device Interface (CDI): the devices that device plugins and DRA drivers describe in spec files and that containers ask for by name (CDI_devices, cdi.k8s.io/* annotations)."`
-	Metrics   MetricsConfig   `toml:"metrics" comment:"Prometheus metrics of the daemon (see docs/observability.md)."`
+	// OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under
+	// [runtime.handlers.NAME].
+	Runtime RuntimeConfig `toml:"runtime"`
+	// The streaming server that serves exec, attach and port-forward to the
+	// kubelet.
+	Streaming StreamingConfig `toml:"streaming"`
+	// Pod networking with CNI plugins.
+	CNI CNIConfig `toml:"cni"`
+	// Image pulls and registries.
+	Image ImageConfig `toml:"image"`
+	// Container Device Interface (CDI): the devices that device plugins and DRA
+	// drivers describe in spec files and that containers ask for by name
+	// (CDI_devices, cdi.k8s.io/* annotations).
+	CDI CDIConfig `toml:"cdi"`
+	// Prometheus metrics of the daemon (see docs/observability.md).
+	Metrics MetricsConfig `toml:"metrics"`
 }
 
 // Validate checks values that the types alone cannot; each error names its
@@ -64,8 +92,14 @@ func (c *Config) check() []error {
 
 // MetricsConfig places the Prometheus metrics endpoint.
 type MetricsConfig struct {
-	Address          string `toml:"address" comment:"host:port where the metrics are served over plain HTTP at /metrics, e.g. 127.0.0.1:9388. Empty: off, and nothing is counted. A loopback address unless allow_non_loopback is set."`
-	AllowNonLoopback bool   `toml:"allow_non_loopback" comment:"Accept a metrics address that is not loopback (say the node's IP, for a Prometheus elsewhere). The endpoint has no authentication and no TLS: put a firewall or a proxy in front."`
+	// host:port where the metrics are served over plain HTTP at /metrics, e.g.
+	// 127.0.0.1:9388. Empty: off, and nothing is counted. A loopback address
+	// unless allow_non_loopback is set.
+	Address string `toml:"address"`
+	// Accept a metrics address that is not loopback (say the node's IP, for a
+	// Prometheus elsewhere). The endpoint has no authentication and no TLS: put
+	// a firewall or a proxy in front.
+	AllowNonLoopback bool `toml:"allow_non_loopback"`
 }
 
 func (m MetricsConfig) check() []error {
@@ -74,11 +108,24 @@ func (m MetricsConfig) check() []error {
 
 // RuntimeConfig chooses the OCI runtime per runtime handler.
 type RuntimeConfig struct {
-	DefaultHandler    string                    `toml:"default_handler" comment:"Handler used when a pod names none (RuntimeClass unset)."`
-	MonitorPath       string                    `toml:"monitor_path" comment:"Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH."`
-	ExecSyncMaxOutput int                       `toml:"exec_sync_max_output" comment:"Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged. Whatever this says, the two together are cut to 16776192 bytes (16 MiB less 1 KiB), each keeping at least half, so that the answer fits the 16 MiB message the kubelet's CRI client accepts."`
-	MonitorShare      int                       `toml:"monitor_share" comment:"Containers one minicri-conmon process serves at most. A pod's containers share one where they fit, and pods fill a monitor before another starts: each saves a Go runtime (about 0.5 MiB). 1 gives every container its own monitor; a monitor that dies ends the logs and the containers it served."`
-	Handlers          map[string]RuntimeHandler `toml:"handlers" comment:"One table per handler: [runtime.handlers.NAME] with path and root."`
+	// Handler used when a pod names none (RuntimeClass unset).
+	DefaultHandler string `toml:"default_handler"`
+	// Path of the minicri-conmon monitor binary; a bare name is looked up next
+	// to the daemon binary, then in PATH.
+	MonitorPath string `toml:"monitor_path"`
+	// Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest
+	// is dropped and the truncation logged. Whatever this says, the two together
+	// are cut to 16776192 bytes (16 MiB less 1 KiB), each keeping at least half,
+	// so that the answer fits the 16 MiB message the kubelet's CRI client
+	// accepts.
+	ExecSyncMaxOutput int `toml:"exec_sync_max_output"`
+	// Containers one minicri-conmon process serves at most. A pod's containers
+	// share one where they fit, and pods fill a monitor before another starts:
+	// each saves a Go runtime (about 0.5 MiB). 1 gives every container its own
+	// monitor; a monitor that dies ends the logs and the containers it served.
+	MonitorShare int `toml:"monitor_share"`
+	// One table per handler: [runtime.handlers.NAME] with path and root.
+	Handlers map[string]RuntimeHandler `toml:"handlers"`
 }
 
 func (r RuntimeConfig) check() []error {
@@ -107,8 +154,11 @@ const CurrentRuncPath = "/usr/local/lib/minicri/runc-v1.5.2/runc"
 
 // RuntimeHandler is one OCI runtime binary and its state directory.
 type RuntimeHandler struct {
-	Path string `toml:"path" comment:"OCI runtime binary; a bare name is looked up in PATH."`
-	Root string `toml:"root" comment:"The runtime's own state directory (its --root); empty means RUN_DIR/runtime/NAME."`
+	// OCI runtime binary; a bare name is looked up in PATH.
+	Path string `toml:"path"`
+	// The runtime's own state directory (its --root); empty means
+	// RUN_DIR/runtime/NAME.
+	Root string `toml:"root"`
 }
 
 // check checks the handler whose table is key.
@@ -121,15 +171,31 @@ func (h RuntimeHandler) check(key string) error {
 
 // StreamingConfig places the exec/attach/port-forward server.
 type StreamingConfig struct {
-	Address  string   `toml:"address" comment:"Address the streaming server binds. The kubelet proxies to it, so loopback is the safe default."`
-	Port     int      `toml:"port" comment:"Port of the streaming server; 0 picks a free port at start."`
-	TLSCert  string   `toml:"tls_cert" comment:"PEM certificate for the streaming server; empty serves plain HTTP (fine on loopback)."`
-	TLSKey   string   `toml:"tls_key" comment:"PEM private key matching tls_cert."`
-	TokenTTL Duration `toml:"token_ttl" comment:"How long an exec/attach/port-forward URL handed to the kubelet stays valid before its single use."`
+	// Address the streaming server binds. The kubelet proxies to it, so loopback
+	// is the safe default.
+	Address string `toml:"address"`
+	// Port of the streaming server; 0 picks a free port at start.
+	Port int `toml:"port"`
+	// PEM certificate for the streaming server; empty serves plain HTTP (fine on
+	// loopback).
+	TLSCert string `toml:"tls_cert"`
+	// PEM private key matching tls_cert.
+	TLSKey string `toml:"tls_key"`
+	// How long an exec/attach/port-forward URL handed to the kubelet stays valid
+	// before its single use.
+	TokenTTL Duration `toml:"token_ttl"`
 
-	RequestTimeout  Duration `toml:"request_timeout" comment:"A connection must send its whole request (TLS handshake, headers) and take the answer within this, until it is upgraded to a stream; an upgraded exec, attach or port-forward stream is never cut by it."`
-	IdleConnTimeout Duration `toml:"idle_conn_timeout" comment:"A connection that is not a stream and waits for its next request (after a refused token, say) is closed after this."`
-	MaxConnections  int      `toml:"max_connections" comment:"Connections open at once, streams included. At the cap a new connection takes the place of the oldest one waiting for a request, or is closed when every one is busy."`
+	// A connection must send its whole request (TLS handshake, headers) and take
+	// the answer within this, until it is upgraded to a stream; an upgraded
+	// exec, attach or port-forward stream is never cut by it.
+	RequestTimeout Duration `toml:"request_timeout"`
+	// A connection that is not a stream and waits for its next request (after a
+	// refused token, say) is closed after this.
+	IdleConnTimeout Duration `toml:"idle_conn_timeout"`
+	// Connections open at once, streams included. At the cap a new connection
+	// takes the place of the oldest one waiting for a request, or is closed when
+	// every one is busy.
+	MaxConnections int `toml:"max_connections"`
 }
 
 func (s StreamingConfig) check() []error {
@@ -143,13 +209,23 @@ func (s StreamingConfig) check() []error {
 	}
 }
 
-// CNIConfig finds the network configuration and plugins.
+// CNIConfig finds the network configuration and plugins. ConfTemplate has
+// containerd's conf_template semantics, so that a template written for
+// containerd works unchanged.
 type CNIConfig struct {
-	ConfDir string   `toml:"conf_dir" comment:"Directory of CNI network configs; the first .conflist/.conf/.json in lexical order is used."`
-	BinDirs []string `toml:"bin_dirs" comment:"Directories searched for CNI plugin binaries, in order."`
-	// ConfTemplate has containerd's conf_template semantics, so that a
-	// template written for containerd works unchanged.
-	ConfTemplate string `toml:"conf_template" comment:"Go text/template file of a CNI network config list. When set, and the kubelet sends the node's pod CIDR (UpdateRuntimeConfig, with the kubelet's podCIDR set), minicri writes it to CONF_DIR/10-minicri-net.conflist with {{.PodCIDR}} (the first CIDR), {{.PodCIDRRanges}} (all of them) and {{.Routes}} (0.0.0.0/0 and/or ::/0) filled in, as containerd's conf_template does; only while conf_dir holds no other network config. Empty: minicri never writes a network config."`
+	// Directory of CNI network configs; the first .conflist/.conf/.json in
+	// lexical order is used.
+	ConfDir string `toml:"conf_dir"`
+	// Directories searched for CNI plugin binaries, in order.
+	BinDirs []string `toml:"bin_dirs"`
+	// Go text/template file of a CNI network config list. When set, and the
+	// kubelet sends the node's pod CIDR (UpdateRuntimeConfig, with the kubelet's
+	// podCIDR set), minicri writes it to CONF_DIR/10-minicri-net.conflist with
+	// {{.PodCIDR}} (the first CIDR), {{.PodCIDRRanges}} (all of them) and
+	// {{.Routes}} (0.0.0.0/0 and/or ::/0) filled in, as containerd's
+	// conf_template does; only while conf_dir holds no other network config.
+	// Empty: minicri never writes a network config.
+	ConfTemplate string `toml:"conf_template"`
 }
 
 func (c CNIConfig) check() []error {
@@ -158,12 +234,25 @@ func (c CNIConfig) check() []error {
 
 // ImageConfig tunes pulls and names registry mirrors.
 type ImageConfig struct {
-	PullTimeout            Duration                  `toml:"pull_timeout" comment:"A pull that takes longer than this is cancelled; 0 means no limit."`
-	MaxConcurrentDownloads int                       `toml:"max_concurrent_downloads" comment:"Layers downloaded at once by one pull."`
-	MaxUnpackedBytes       int64                     `toml:"max_unpacked_bytes" comment:"Bytes that the files of one image may declare, summed over the layers a pull or import unpacks (the apparent size: a sparse file counts whole, though its holes and runs of zeros take no disk). An image over it is refused and nothing of it kept. Default 64 GiB; raise it for images that carry large models."`
-	MaxUnpackedEntries     int64                     `toml:"max_unpacked_entries" comment:"Files, directories (implicit parents too), links and whiteouts that one image may unpack, summed over its layers. An image over it is refused."`
-	MaxPathDepth           int                       `toml:"max_path_depth" comment:"Directories a path in an image layer may have. A layer with a deeper path is refused."`
-	Registries             map[string]RegistryConfig `toml:"registries" comment:"Per registry host: [image.registries.\"HOST\"] with mirrors = [...] and insecure = true|false."`
+	// A pull that takes longer than this is cancelled; 0 means no limit.
+	PullTimeout Duration `toml:"pull_timeout"`
+	// Layers downloaded at once by one pull.
+	MaxConcurrentDownloads int `toml:"max_concurrent_downloads"`
+	// Bytes that the files of one image may declare, summed over the layers a
+	// pull or import unpacks (the apparent size: a sparse file counts whole,
+	// though its holes and runs of zeros take no disk). An image over it is
+	// refused and nothing of it kept. Default 64 GiB; raise it for images that
+	// carry large models.
+	MaxUnpackedBytes int64 `toml:"max_unpacked_bytes"`
+	// Files, directories (implicit parents too), links and whiteouts that one
+	// image may unpack, summed over its layers. An image over it is refused.
+	MaxUnpackedEntries int64 `toml:"max_unpacked_entries"`
+	// Directories a path in an image layer may have. A layer with a deeper path
+	// is refused.
+	MaxPathDepth int `toml:"max_path_depth"`
+	// Per registry host: [image.registries."HOST"] with mirrors = [...] and
+	// insecure = true|false.
+	Registries map[string]RegistryConfig `toml:"registries"`
 }
 
 func (c ImageConfig) check() []error {
@@ -178,14 +267,23 @@ func (c ImageConfig) check() []error {
 
 // RegistryConfig is what a node knows about one registry host.
 type RegistryConfig struct {
-	Mirrors  []string `toml:"mirrors" comment:"Endpoints tried in order before the registry itself."`
-	Insecure bool     `toml:"insecure" comment:"Allow plain HTTP and skip TLS verification for this host."`
+	// Endpoints tried in order before the registry itself.
+	Mirrors []string `toml:"mirrors"`
+	// Allow plain HTTP and skip TLS verification for this host.
+	Insecure bool `toml:"insecure"`
 }
 
 // CDIConfig finds the CDI spec files.
 type CDIConfig struct {
-	Enabled  bool     `toml:"enabled" comment:"Resolve the CDI devices a container asks for and add them to it. When false, a container that asks for CDI devices is refused, never started without them."`
-	SpecDirs []string `toml:"spec_dirs" comment:"Directories of CDI spec files (.json, .yaml), in rising priority: a device in a later directory wins over the same device in an earlier one. Read again at each create that asks for a CDI device, so specs added later are seen."`
+	// Resolve the CDI devices a container asks for and add them to it. When
+	// false, a container that asks for CDI devices is refused, never started
+	// without them.
+	Enabled bool `toml:"enabled"`
+	// Directories of CDI spec files (.json, .yaml), in rising priority: a device
+	// in a later directory wins over the same device in an earlier one. Read
+	// again at each create that asks for a CDI device, so specs added later are
+	// seen.
+	SpecDirs []string `toml:"spec_dirs"`
 }
 
 func (c CDIConfig) check() []error {

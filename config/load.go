@@ -156,7 +156,7 @@ func leaves(v reflect.Value, prefix string) []leaf {
 		case fv.Kind() == reflect.Struct:
 			out = append(out, leaves(fv, key+".")...)
 		default:
-			out = append(out, leaf{key, f.Tag.Get("comment"), fv})
+			out = append(out, leaf{key, fieldDoc(t, f), fv})
 		}
 	}
 	return out
@@ -243,7 +243,7 @@ func renderStruct(b *strings.Builder, v reflect.Value, table string) {
 			nested = append(nested, i)
 			continue
 		}
-		writeComment(b, f.Tag.Get("comment"))
+		writeComment(b, fieldDoc(t, f))
 		fmt.Fprintf(b, "%s = %s\n", f.Tag.Get("toml"), tomlValue(v.Field(i).Interface()))
 	}
 	for _, i := range nested {
@@ -251,7 +251,7 @@ func renderStruct(b *strings.Builder, v reflect.Value, table string) {
 		name := joinKey(table, f.Tag.Get("toml"))
 		fv := v.Field(i)
 		b.WriteString("\n")
-		writeComment(b, f.Tag.Get("comment"))
+		writeComment(b, fieldDoc(t, f))
 		if fv.Kind() == reflect.Struct {
 			fmt.Fprintf(b, "[%s]\n", name)
 			renderStruct(b, fv, name)
@@ -271,6 +271,12 @@ func renderStruct(b *strings.Builder, v reflect.Value, table string) {
 			renderStruct(b, fv.MapIndex(reflect.ValueOf(k)), sub)
 		}
 	}
+}
+
+// fieldDoc is what an operator is told of a field of t: its doc comment in
+// config.go, kept in fieldDocs.
+func fieldDoc(t reflect.Type, f reflect.StructField) string {
+	return fieldDocs[t.Name()+"."+f.Name]
 }
 
 func writeComment(b *strings.Builder, comment string) {

@@ -108,6 +108,8 @@ func (m MetricsConfig) check() []error {
 
 // RuntimeConfig chooses the OCI runtime per runtime handler.
 type RuntimeConfig struct {
+	// One table per handler: [runtime.handlers.NAME] with path and root.
+	Handlers map[string]RuntimeHandler `toml:"handlers"`
 	// Handler used when a pod names none (RuntimeClass unset).
 	DefaultHandler string `toml:"default_handler"`
 	// Path of the minicri-conmon monitor binary; a bare name is looked up next
@@ -124,8 +126,6 @@ type RuntimeConfig struct {
 	// each saves a Go runtime (about 0.5 MiB). 1 gives every container its own
 	// monitor; a monitor that dies ends the logs and the containers it served.
 	MonitorShare int `toml:"monitor_share"`
-	// One table per handler: [runtime.handlers.NAME] with path and root.
-	Handlers map[string]RuntimeHandler `toml:"handlers"`
 }
 
 func (r RuntimeConfig) check() []error {

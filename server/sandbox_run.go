@@ -125,15 +125,17 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		rec.Infra = infra
 		crashPoint("sandbox-after-infra")
 	}
-	if err := writePodFiles(rec, cfg, nil); err != nil {
-		return err
-	}
-	phaseDone(ctx, "files")
+	var ips []net.IP
 	if !hostNetwork(cfg) {
-		if err := s.setUpNetwork(ctx, &rec, cfg); err != nil {
+		if ips, err = s.setUpNetwork(ctx, &rec, cfg); err != nil {
 			return err
 		}
 	}
+	// Written once, after CNI ADD: /etc/hosts names the pod's own IP.
+	if err := writePodFiles(rec, cfg, ips); err != nil {
+		return err
+	}
+	phaseDone(ctx, "files")
 	crashPoint("sandbox-before-ready")
 	s.primeForCreate(handler)
 	rec.State = stateReady
@@ -189,19 +191,21 @@ func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) err
 	return nil
 }
 
-func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
+// setUpNetwork runs the CNI ADD of the pod's network namespace and notes
+// the IPs it gave in rec; it also answers them.
+func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runtime.PodSandboxConfig) ([]net.IP, error) {
 	// Record the intent before ADD: a crash during ADD must still lead to a DEL.
 	// Staged as the first write: the attachment record that CNI writes
 	// durably before its first plugin is what the sweep finds after a
 	// crash of the machine.
 	rec.NetworkUp = true
 	if err := s.sandboxes.Stage(rec.ID, *rec); err != nil {
-		return err
+		return nil, err
 	}
 	phaseDone(ctx, "record")
 	result, err := s.cni.Setup(ctx, podNetwork(*rec, cfg))
 	if err != nil {
-		return fmt.Errorf("set up pod network: %w", err)
+		return nil, fmt.Errorf("set up pod network: %w", err)
 	}
 	phaseDone(ctx, "cni")
 	crashPoint("sandbox-after-network") // an IP is held that no record names yet
@@ -211,8 +215,7 @@ func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runt
 	for _, ip := range result.IPs {
 		rec.IPs = append(rec.IPs, ip.String())
 	}
-	// /etc/hosts names the pod's own IP, known only now.
-	return writePodFiles(*rec, cfg, result.IPs)
+	return result.IPs, nil
 }
 
 func podNetwork(r sandboxRecord, cfg *runtime.PodSandboxConfig) network.PodNetwork {

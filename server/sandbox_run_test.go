@@ -2,6 +2,7 @@ package server
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -123,6 +124,38 @@ func TestRunPodSandboxUndoesWhatItMadeOnFailure(t *testing.T) {
 			ts.monitor.Fail("StartPause", nil)
 			ts.network.Fail("Setup", nil)
 			ts.runPod(t, cfg) // the name is free again
+		})
+	}
+}
+
+// The files every container of a pod mounts are there when the sandbox is
+// ready: on the pod's own network /etc/hosts names its IP, which CNI gave.
+func TestRunPodSandboxWritesPodFiles(t *testing.T) {
+	hostNet := podConfig("host")
+	hostNet.Linux.SecurityContext.NamespaceOptions.Network = runtime.NamespaceMode_NODE
+	for _, cfg := range []*runtime.PodSandboxConfig{podConfig("web"), hostNet} {
+		t.Run(cfg.GetMetadata().GetName(), func(t *testing.T) {
+			ts := newTestServer(t)
+			cfg.DnsConfig = &runtime.DNSConfig{Servers: []string{"10.96.0.10"}}
+			id := ts.runPod(t, cfg)
+			st, err := ts.PodSandboxStatus(bg, &runtime.PodSandboxStatusRequest{PodSandboxId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ip := st.GetStatus().GetNetwork().GetIp()
+			if (ip == "") != (cfg == hostNet) {
+				t.Fatalf("pod IP %q", ip)
+			}
+			want := map[string]string{"hostname": cfg.GetHostname(), "hosts": cfg.GetHostname(), "resolv.conf": "nameserver 10.96.0.10"}
+			if ip != "" {
+				want["hosts"] = ip + "\t" + cfg.GetHostname()
+			}
+			for file, line := range want {
+				data, err := os.ReadFile(filepath.Join(ts.cfg.RunDir, "pods", id, file))
+				if err != nil || !strings.Contains(string(data), line) {
+					t.Errorf("%s = %q, %v; want a line with %q", file, data, err, line)
+				}
+			}
 		})
 	}
 }

@@ -339,7 +339,7 @@ func deviceIO(b cgroups.BlkioStats) []DeviceIO {
 				return &out[i]
 			}
 		}
-		out = append(out, DeviceIO{Major: major, Minor: minor, Device: blockDeviceName(major, minor)})
+		out = append(out, DeviceIO{Major: major, Minor: minor, Device: BlockDeviceName(major, minor)})
 		return &out[len(out)-1]
 	}
 	// Each list counts one unit (bytes, operations); fields picks a
@@ -370,7 +370,9 @@ var blockDevices sync.Map
 // sysDevBlock is where the kernel names block devices by number.
 var sysDevBlock = "/sys/dev/block"
 
-func blockDeviceName(major, minor uint64) string {
+// BlockDeviceName is the /dev path of a block device by its numbers, as
+// sysfs names it; MAJOR:MINOR for one it does not (an overlay, a tmpfs).
+func BlockDeviceName(major, minor uint64) string {
 	num := fmt.Sprintf("%d:%d", major, minor)
 	if v, ok := blockDevices.Load(num); ok {
 		return v.(string)

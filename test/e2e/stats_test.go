@@ -302,16 +302,8 @@ func TestMetricDescriptorsAndPodMetrics(t *testing.T) {
 	id := d.startContainer(t, pod, podCfg, containerConfig("app", ref, "sh", "-c", "head -c 8388608 /dev/zero > /dev/shm/x; echo done; sleep 300"))
 	path := d.status(t, id).GetLogPath()
 	waitFor(t, "the container's write", 20*time.Second, func() bool { data, _ := os.ReadFile(path); return parseLog(data) == "done\n" })
-	ctx := context.Background()
 
-	descs, err := d.Runtime.ListMetricDescriptors(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := map[string]int{}
-	for _, desc := range descs {
-		keys[desc.GetName()] = len(desc.GetLabelKeys())
-	}
+	keys := metricDescriptorKeys(t, d)
 	named := []string{"container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "container_memory_usage_bytes",
 		"container_memory_rss", "container_network_receive_bytes_total", "container_processes", "container_fs_usage_bytes"}
 	for _, n := range named {
@@ -319,20 +311,7 @@ func TestMetricDescriptorsAndPodMetrics(t *testing.T) {
 			t.Errorf("no descriptor for %s", n)
 		}
 	}
-	pods, err := d.Runtime.ListPodSandboxMetrics(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(pods) != 1 || pods[0].GetPodSandboxId() != pod || len(pods[0].GetContainerMetrics()) != 1 || pods[0].GetContainerMetrics()[0].GetContainerId() != id {
-		t.Fatalf("ListPodSandboxMetrics = %v, want the pod and its container", pods)
-	}
-	values := map[string]uint64{}
-	for _, m := range pods[0].GetContainerMetrics()[0].GetMetrics() {
-		if n, ok := keys[m.GetName()]; !ok || n != len(m.GetLabelValues()) {
-			t.Errorf("metric %s: %d label values, descriptor keys %d (described: %v)", m.GetName(), len(m.GetLabelValues()), n, ok)
-		}
-		values[m.GetName()] = m.GetValue().GetValue()
-	}
+	values := containerMetricValues(t, d, keys, pod, id)
 	if v := values["container_memory_working_set_bytes"]; v < 8<<20 {
 		t.Errorf("container_memory_working_set_bytes %d, want at least the 8 MiB held", v)
 	}
@@ -355,16 +334,32 @@ var cadvisorNames = []string{
 	"container_spec_memory_swap_limit_bytes", "container_start_time_seconds", "container_threads", "container_threads_max",
 }
 
-// containerMetricValues reads the pod's one container's metrics, by name
-// (the highest of a name that has several label sets).
-func containerMetricValues(t *testing.T, d *Daemon, keys map[string]int) map[string]uint64 {
+// metricDescriptorKeys are the number of label keys of each metric
+// ListMetricDescriptors names.
+func metricDescriptorKeys(t *testing.T, d *Daemon) map[string]int {
+	t.Helper()
+	descs, err := d.Runtime.ListMetricDescriptors(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int{}
+	for _, desc := range descs {
+		keys[desc.GetName()] = len(desc.GetLabelKeys())
+	}
+	return keys
+}
+
+// containerMetricValues reads the metrics of container id, the one of the
+// one pod, by name (the highest of a name that has several label sets),
+// each with its descriptor's number of labels.
+func containerMetricValues(t *testing.T, d *Daemon, keys map[string]int, pod, id string) map[string]uint64 {
 	t.Helper()
 	pods, err := d.Runtime.ListPodSandboxMetrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pods) != 1 || len(pods[0].GetContainerMetrics()) != 1 {
-		t.Fatalf("ListPodSandboxMetrics = %v, want one pod with one container", pods)
+	if len(pods) != 1 || pods[0].GetPodSandboxId() != pod || len(pods[0].GetContainerMetrics()) != 1 || pods[0].GetContainerMetrics()[0].GetContainerId() != id {
+		t.Fatalf("ListPodSandboxMetrics = %v, want the pod and its container", pods)
 	}
 	values := map[string]uint64{}
 	for _, m := range pods[0].GetContainerMetrics()[0].GetMetrics() {
@@ -406,15 +401,8 @@ func TestPodMetricsCarryCAdvisorsFullSet(t *testing.T) {
 		return strings.HasSuffix(parseLog(data), "written\n")
 	})
 
-	descs, err := d.Runtime.ListMetricDescriptors(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := map[string]int{}
-	for _, desc := range descs {
-		keys[desc.GetName()] = len(desc.GetLabelKeys())
-	}
-	values := containerMetricValues(t, d, keys)
+	keys := metricDescriptorKeys(t, d)
+	values := containerMetricValues(t, d, keys, pod, id)
 	for _, n := range cadvisorNames {
 		if _, ok := keys[n]; !ok {
 			t.Errorf("no descriptor for %s", n)
@@ -449,7 +437,7 @@ func TestPodMetricsCarryCAdvisorsFullSet(t *testing.T) {
 	if _, _, err := d.Runtime.ExecSync(ctx, id, []string{"sh", "-c", "head -c 268435456 /dev/zero | tail"}, 30*time.Second); err != nil {
 		t.Logf("ExecSync of the OOM: %v", err)
 	}
-	values = containerMetricValues(t, d, keys)
+	values = containerMetricValues(t, d, keys, pod, id)
 	within("container_oom_events_total", 1, 10)
 	within("container_memory_max_usage_bytes", 32<<20, 64<<20)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -20,8 +21,11 @@ type CgroupStats struct {
 	Memory MemoryStats
 	// Swap is nil when the host does not account swap per cgroup.
 	Swap *SwapStats
-	// Processes counts the tasks in the cgroup and below it (pids.current).
+	// Processes counts the tasks in the cgroup and below it (pids.current):
+	// the kernel counts threads, each a task.
 	Processes uint64
+	// ProcessesLimit is pids.max; 0: none.
+	ProcessesLimit uint64
 	// IO lists the bytes and operations per block device.
 	IO []DeviceIO
 	// CPUPressure, MemoryPressure and IOPressure are the kernel's pressure
@@ -44,6 +48,14 @@ type MemoryStats struct {
 	Cache                       uint64 // page cache
 	Limit                       uint64 // 0: no limit
 	PageFaults, MajorPageFaults uint64
+	MaxUsage                    uint64 // the highest usage seen (v1 max_usage_in_bytes, v2 memory.peak)
+	Failcnt                     uint64 // times usage hit the limit (v1 failcnt, v2 memory.events max)
+	Kernel                      uint64 // kernel memory (v1 kmem usage, v2 memory.stat kernel)
+	MappedFile                  uint64 // page cache mapped into processes
+	OOMKills                    uint64 // processes the OOM killer ended in the cgroup
+	// MemSwapLimit limits memory and swap together (v1 memsw; v2
+	// memory.max plus memory.swap.max); 0: none, or swap not accounted.
+	MemSwapLimit uint64
 }
 
 // SwapStats are the cgroup's swap usage and limit, in bytes (limit 0: none).
@@ -138,7 +150,49 @@ func readStats(root string, cgroup2 bool, rel string) (CgroupStats, error) {
 	if err != nil {
 		return CgroupStats{}, err
 	}
-	return convertStats(raw, cgroup2), nil
+	out := convertStats(raw, cgroup2)
+	memDir := filepath.Join(root, rel)
+	if !cgroup2 {
+		memDir = filepath.Join(root, "memory", rel)
+	}
+	oomKills, maxHits := memoryEvents(memDir, cgroup2)
+	out.Memory.OOMKills = oomKills
+	if cgroup2 {
+		out.Memory.Failcnt = maxHits
+	}
+	return out, nil
+}
+
+// memoryEvents reads what opencontainers/cgroups leaves out: the OOM kills
+// (v1 memory.oom_control, v2 memory.events) and, on v2, how many times
+// usage hit memory.max, v1's failcnt. A kernel without the counters (v1
+// before 4.13) gives 0.
+func memoryEvents(dir string, cgroup2 bool) (oomKills, maxHits uint64) {
+	file := "memory.oom_control"
+	if cgroup2 {
+		file = "memory.events"
+	}
+	data, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0, 0
+	}
+	for line := range strings.Lines(string(data)) {
+		key, value, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(value, 10, 64)
+		if err != nil {
+			continue
+		}
+		switch key {
+		case "oom_kill":
+			oomKills = n
+		case "max":
+			maxHits = n
+		}
+	}
+	return oomKills, maxHits
 }
 
 func readRawV2(dir string) (*cgroups.Stats, error) {
@@ -219,16 +273,36 @@ func convertStats(st *cgroups.Stats, cgroup2 bool) CgroupStats {
 			Limit:           limitOrZero(st.MemoryStats.Usage.Limit),
 			PageFaults:      ms[key("pgfault")],
 			MajorPageFaults: ms[key("pgmajfault")],
+			MaxUsage:        st.MemoryStats.Usage.MaxUsage,
+			Failcnt:         st.MemoryStats.Usage.Failcnt,
+			Kernel:          st.MemoryStats.KernelUsage.Usage,
+			MappedFile:      ms[key("mapped_file")],
+			MemSwapLimit:    limitOrZero(st.MemoryStats.SwapUsage.Limit),
 		},
 		Processes:      st.PidsStats.Current,
+		ProcessesLimit: limitOrZero(st.PidsStats.Limit),
 		CPUPressure:    pressure(st.CpuStats.PSI),
 		MemoryPressure: pressure(st.MemoryStats.PSI),
 		IOPressure:     pressure(st.BlkioStats.PSI),
 	}
 	if cgroup2 {
 		out.Memory.Cache = ms["file"]
+		out.Memory.MappedFile = ms["file_mapped"]
+		// "kernel" since 5.18; before, its main parts.
+		out.Memory.Kernel = ms["kernel"]
+		if _, ok := ms["kernel"]; !ok {
+			out.Memory.Kernel = ms["kernel_stack"] + ms["pagetables"] + ms["slab"]
+		}
+		// The library adds memory.max to a limited memory.swap.max;
+		// with no memory.max the sum means none.
+		if limitOrZero(st.MemoryStats.Usage.Limit) == 0 {
+			out.Memory.MemSwapLimit = 0
+		}
 	}
 	out.Swap = swapStats(st.MemoryStats, cgroup2)
+	if out.Swap == nil {
+		out.Memory.MemSwapLimit = 0 // swap is not accounted: no such limit
+	}
 	out.IO = deviceIO(st.BlkioStats)
 	return out
 }
@@ -265,7 +339,7 @@ func deviceIO(b cgroups.BlkioStats) []DeviceIO {
 				return &out[i]
 			}
 		}
-		out = append(out, DeviceIO{Major: major, Minor: minor, Device: blockDeviceName(major, minor)})
+		out = append(out, DeviceIO{Major: major, Minor: minor, Device: BlockDeviceName(major, minor)})
 		return &out[len(out)-1]
 	}
 	// Each list counts one unit (bytes, operations); fields picks a
@@ -296,7 +370,9 @@ var blockDevices sync.Map
 // sysDevBlock is where the kernel names block devices by number.
 var sysDevBlock = "/sys/dev/block"
 
-func blockDeviceName(major, minor uint64) string {
+// BlockDeviceName is the /dev path of a block device by its numbers, as
+// sysfs names it; MAJOR:MINOR for one it does not (an overlay, a tmpfs).
+func BlockDeviceName(major, minor uint64) string {
 	num := fmt.Sprintf("%d:%d", major, minor)
 	if v, ok := blockDevices.Load(num); ok {
 		return v.(string)

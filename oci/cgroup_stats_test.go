@@ -42,17 +42,21 @@ func writeCgroupFiles(t *testing.T, root string, files map[string]string) {
 // kernel lays them out (cpu and cpuacct apart, as on this kind of host).
 func v1Tree(memsw bool, limit string) map[string]string {
 	files := map[string]string{
-		"cpuacct/pod/c/cpuacct.usage":            "123456789\n",
-		"cpuacct/pod/c/cpuacct.usage_percpu":     "100000000 23456789 \n",
-		"cpuacct/pod/c/cpuacct.stat":             "user 5\nsystem 2\n",
-		"cpu/pod/c/cpu.stat":                     "nr_periods 10\nnr_throttled 3\nthrottled_time 4000\n",
-		"memory/pod/c/memory.usage_in_bytes":     "10000\n",
-		"memory/pod/c/memory.max_usage_in_bytes": "20000\n",
-		"memory/pod/c/memory.failcnt":            "0\n",
-		"memory/pod/c/memory.limit_in_bytes":     limit,
-		"memory/pod/c/memory.use_hierarchy":      "1\n",
+		"cpuacct/pod/c/cpuacct.usage":                 "123456789\n",
+		"cpuacct/pod/c/cpuacct.usage_percpu":          "100000000 23456789 \n",
+		"cpuacct/pod/c/cpuacct.stat":                  "user 5\nsystem 2\n",
+		"cpu/pod/c/cpu.stat":                          "nr_periods 10\nnr_throttled 3\nthrottled_time 4000\n",
+		"memory/pod/c/memory.usage_in_bytes":          "10000\n",
+		"memory/pod/c/memory.max_usage_in_bytes":      "20000\n",
+		"memory/pod/c/memory.failcnt":                 "3\n",
+		"memory/pod/c/memory.oom_control":             "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+		"memory/pod/c/memory.kmem.usage_in_bytes":     "700\n",
+		"memory/pod/c/memory.kmem.max_usage_in_bytes": "800\n",
+		"memory/pod/c/memory.kmem.failcnt":            "0\n",
+		"memory/pod/c/memory.limit_in_bytes":          limit,
+		"memory/pod/c/memory.use_hierarchy":           "1\n",
 		"memory/pod/c/memory.stat": "cache 5\nrss 6\ntotal_cache 3500\ntotal_rss 4000\ntotal_inactive_file 3000\n" +
-			"total_pgfault 7\ntotal_pgmajfault 1\n",
+			"total_pgfault 7\ntotal_pgmajfault 1\ntotal_mapped_file 300\n",
 		"pids/pod/c/pids.current":                          "4\n",
 		"pids/pod/c/pids.max":                              "max\n",
 		"blkio/pod/c/blkio.throttle.io_serviced_recursive": "8:0 Read 3\n8:0 Write 4\n8:0 Total 7\nTotal 7\n",
@@ -63,7 +67,7 @@ func v1Tree(memsw bool, limit string) map[string]string {
 		files["memory/pod/c/memory.memsw.usage_in_bytes"] = "12000\n"
 		files["memory/pod/c/memory.memsw.max_usage_in_bytes"] = "12000\n"
 		files["memory/pod/c/memory.memsw.failcnt"] = "0\n"
-		files["memory/pod/c/memory.memsw.limit_in_bytes"] = "9223372036854771712\n"
+		files["memory/pod/c/memory.memsw.limit_in_bytes"] = "131072\n"
 	}
 	return files
 }
@@ -71,8 +75,9 @@ func v1Tree(memsw bool, limit string) map[string]string {
 func TestReadStatsV1(t *testing.T) {
 	fakeBlockDevices(t)
 	base := CgroupStats{
-		CPU:       CPUStats{UsageNanos: 123456789, UserNanos: 50000000, SystemNanos: 20000000, Periods: 10, ThrottledPeriods: 3, ThrottledNanos: 4000},
-		Memory:    MemoryStats{Usage: 10000, WorkingSet: 7000, RSS: 4000, Cache: 3500, PageFaults: 7, MajorPageFaults: 1},
+		CPU: CPUStats{UsageNanos: 123456789, UserNanos: 50000000, SystemNanos: 20000000, Periods: 10, ThrottledPeriods: 3, ThrottledNanos: 4000},
+		Memory: MemoryStats{Usage: 10000, WorkingSet: 7000, RSS: 4000, Cache: 3500, PageFaults: 7, MajorPageFaults: 1,
+			MaxUsage: 20000, Failcnt: 3, Kernel: 700, MappedFile: 300, OOMKills: 2},
 		Processes: 4,
 		IO:        []DeviceIO{{Device: "/dev/sda", Major: 8, Minor: 0, ReadBytes: 4096, WriteBytes: 8192, Reads: 3, Writes: 4}, {Device: "8:16", Major: 8, Minor: 16, WriteBytes: 512}},
 	}
@@ -80,6 +85,7 @@ func TestReadStatsV1(t *testing.T) {
 	limited.Memory.Limit = 65536
 	withSwap := base
 	withSwap.Swap = &SwapStats{Usage: 2000}
+	withSwap.Memory.MemSwapLimit = 131072
 	for _, tc := range []struct {
 		name  string
 		memsw bool
@@ -123,9 +129,11 @@ func v2Tree(swap bool, memMax string, psi bool) map[string]string {
 		"cpu.stat":       "usage_usec 2000\nuser_usec 1500\nsystem_usec 500\nnr_periods 8\nnr_throttled 2\nthrottled_usec 30\n",
 		"memory.current": "8192\n",
 		"memory.max":     memMax,
-		"memory.stat":    "anon 4096\nfile 5000\ninactive_file 9000\npgfault 3\npgmajfault 0\n",
+		"memory.stat":    "anon 4096\nfile 5000\ninactive_file 9000\npgfault 3\npgmajfault 0\nfile_mapped 100\nkernel 600\n",
+		"memory.peak":    "9000\n",
+		"memory.events":  "low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\noom_group_kill 0\n",
 		"pids.current":   "2\n",
-		"pids.max":       "max\n",
+		"pids.max":       "64\n",
 		"io.stat":        "8:0 rbytes=4096 wbytes=1024 rios=2 wios=1 dbytes=0 dios=0\n",
 	}
 	if swap {
@@ -145,10 +153,12 @@ func TestReadStatsV2(t *testing.T) {
 	// Inactive file pages above usage (possible between two reads) must
 	// not wrap around: the working set is 0, not 2^64 - 808.
 	base := CgroupStats{
-		CPU:       CPUStats{UsageNanos: 2000000, UserNanos: 1500000, SystemNanos: 500000, Periods: 8, ThrottledPeriods: 2, ThrottledNanos: 30000},
-		Memory:    MemoryStats{Usage: 8192, WorkingSet: 0, RSS: 4096, Cache: 5000, PageFaults: 3},
-		Processes: 2,
-		IO:        []DeviceIO{{Device: "/dev/sda", Major: 8, Minor: 0, ReadBytes: 4096, WriteBytes: 1024, Reads: 2, Writes: 1}},
+		CPU: CPUStats{UsageNanos: 2000000, UserNanos: 1500000, SystemNanos: 500000, Periods: 8, ThrottledPeriods: 2, ThrottledNanos: 30000},
+		Memory: MemoryStats{Usage: 8192, WorkingSet: 0, RSS: 4096, Cache: 5000, PageFaults: 3,
+			MaxUsage: 9000, Failcnt: 5, Kernel: 600, MappedFile: 100, OOMKills: 1},
+		Processes:      2,
+		ProcessesLimit: 64,
+		IO:             []DeviceIO{{Device: "/dev/sda", Major: 8, Minor: 0, ReadBytes: 4096, WriteBytes: 1024, Reads: 2, Writes: 1}},
 	}
 	limited := base
 	limited.Memory.Limit = 1 << 20

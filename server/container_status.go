@@ -64,7 +64,10 @@ func containerStatus(rec containerRecord, cfg *runtime.ContainerConfig) *runtime
 }
 
 // statusMounts are the config's mounts; an image volume names the image it
-// mounted by digest, which the kubelet shows in the pod's volume status.
+// mounted by digest, in image and in image_ref (KEP-5365: the kubelet shows
+// image_ref in the pod's volume mount status, as it shows the container's
+// own image_ref as its imageID, so both are the same form: a repo digest,
+// else the image ID).
 func statusMounts(rec containerRecord, cfg *runtime.ContainerConfig) []*runtime.Mount {
 	if len(rec.ImageVolumes) == 0 {
 		return cfg.GetMounts()
@@ -76,7 +79,7 @@ func statusMounts(rec containerRecord, cfg *runtime.ContainerConfig) []*runtime.
 			continue
 		}
 		m := proto.Clone(mounts[v.Mount]).(*runtime.Mount)
-		m.Image = &runtime.ImageSpec{Image: v.ImageRef, Annotations: m.GetImage().GetAnnotations()}
+		m.Image = &runtime.ImageSpec{Image: v.ImageRef, ImageRef: v.ImageRef, Annotations: m.GetImage().GetAnnotations()}
 		mounts[v.Mount] = m
 	}
 	return mounts

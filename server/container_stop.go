@@ -16,8 +16,16 @@ import (
 	"github.com/minicri/minicri/store"
 )
 
-// killGrace bounds the wait for a container to be reaped after SIGKILL.
+// killGrace bounds the waits for a monitor to finish with a container that
+// is gone (container_monitor.go, container_create.go).
 const killGrace = 10 * time.Second
+
+// slowReap is how long after SIGKILL a container's exit is worth a log
+// line. It bounds nothing: a stop waits for the exit as long as its caller
+// does (the gRPC deadline), as containerd's does, because on a loaded node
+// the kernel can take that long to reap a process; failing the stop then
+// only makes the kubelet send it again. A var for the tests.
+var slowReap = killGrace
 
 // StopContainer sends the container's stop signal, then SIGKILL after the
 // timeout. Stopping a container that is gone or already stopped succeeds:
@@ -78,16 +86,36 @@ func (s *Server) stopContainer(ctx context.Context, id string, timeout time.Dura
 		if waitClosed(ctx, exited, timeout) {
 			return nil
 		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("waiting %s for the exit after the stop signal: %w", timeout, err)
+		}
 	}
 	// --all: a process the container's init left behind would keep its
 	// cgroup, and its pipes, alive.
 	if err := rt.Kill(ctx, id, syscall.SIGKILL, true); err != nil && !errors.Is(err, oci.ErrNotFound) {
 		return fmt.Errorf("kill: %w", err)
 	}
-	if !waitClosed(ctx, exited, killGrace) {
-		return fmt.Errorf("container did not exit %s after SIGKILL", killGrace)
+	return s.waitReaped(ctx, id, exited)
+}
+
+// waitReaped waits for the exit of a container sent SIGKILL for as long as
+// ctx allows, and logs once an exit that took longer than slowReap, with
+// how long it took. Only the caller's deadline ends the wait, as
+// DeadlineExceeded: the container is then still being reaped, and the
+// kubelet's next StopContainer waits again.
+func (s *Server) waitReaped(ctx context.Context, id string, exited <-chan struct{}) error {
+	start := time.Now()
+	if waitClosed(ctx, exited, slowReap) {
+		return nil
 	}
-	return nil
+	select {
+	case <-exited:
+		s.log.WithField("container", id).WithField("waited", time.Since(start).Round(time.Millisecond).String()).
+			Warn("container exited long after SIGKILL: the node is slow to reap")
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("container not reaped %s after SIGKILL: %w", time.Since(start).Round(time.Millisecond), ctx.Err())
+	}
 }
 
 // waitClosed waits for ch to close; false when the timeout or ctx ended first.

@@ -1,10 +1,14 @@
 package server
 
 import (
+	"context"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
+	logtest "github.com/sirupsen/logrus/hooks/test"
+	"google.golang.org/grpc/codes"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/conmon"
@@ -106,4 +110,57 @@ func TestStopPodSandboxEndsItsPIDNamespaceByItsInit(t *testing.T) {
 			t.Errorf("container %s is %v after the pod's stop, want exited", id, st)
 		}
 	}
+}
+
+// A node under load can take longer than slowReap to reap a killed
+// container. The stop waits for it as long as its caller does, succeeds,
+// and says once how long it took; only the caller's deadline fails it, as
+// DeadlineExceeded so that the kubelet retries, not Internal.
+func TestStopWaitsForASlowReapAsLongAsTheCaller(t *testing.T) {
+	defer func(old time.Duration) { slowReap = old }(slowReap)
+	slowReap = 5 * time.Millisecond
+	const reapDelay = 100 * time.Millisecond // 20 slowReaps: the old fixed wait failed here
+
+	ts := newTestServer(t)
+	logs := logtest.NewLocal(ts.log.Logger)
+	_, slow := ts.runningCtr(t, "slow")
+	ts.runc.OnKill = func(id string, sig syscall.Signal) {
+		time.AfterFunc(reapDelay, func() { _ = ts.monitor.Exit(id, 128+int(sig)) })
+	}
+	ctx, cancel := context.WithTimeout(bg, time.Minute)
+	defer cancel()
+	start := time.Now()
+	if _, err := ts.StopContainer(ctx, &runtime.StopContainerRequest{ContainerId: slow}); err != nil {
+		t.Fatalf("StopContainer of a container reaped %s after SIGKILL: %v", reapDelay, err)
+	}
+	if took := time.Since(start); took < reapDelay {
+		t.Errorf("StopContainer returned after %s, before the exit (%s)", took, reapDelay)
+	}
+	if st := ts.ctrState(t, slow); st != runtime.ContainerState_CONTAINER_EXITED {
+		t.Errorf("container is %v after the stop, want exited", st)
+	}
+	var slowLines int
+	for _, e := range logs.AllEntries() {
+		if e.Data["container"] == slow && e.Data["waited"] != nil {
+			slowLines++
+			if d, err := time.ParseDuration(e.Data["waited"].(string)); err != nil || d < reapDelay {
+				t.Errorf("logged wait %v, want at least %s", e.Data["waited"], reapDelay)
+			}
+		}
+	}
+	if slowLines != 1 {
+		t.Errorf("%d log lines about the slow reap, want 1", slowLines)
+	}
+
+	// A container never reaped within the caller's deadline.
+	_, stuck := ts.runningCtr(t, "stuck")
+	never := make(chan struct{})
+	ts.runc.OnKill = func(id string, sig syscall.Signal) {
+		go func() { <-never; _ = ts.monitor.Exit(id, 128+int(sig)) }()
+	}
+	defer close(never)
+	short, cancelShort := context.WithTimeout(bg, 50*time.Millisecond)
+	defer cancelShort()
+	_, err := ts.StopContainer(short, &runtime.StopContainerRequest{ContainerId: stuck})
+	wantCode(t, "StopContainer past the caller's deadline", err, codes.DeadlineExceeded, stuck)
 }

@@ -62,8 +62,26 @@ var (
 	mMemSwap          = gauge("container_memory_swap", "Container swap usage in bytes.")
 	mMemFailures      = counter("container_memory_failures_total", "Cumulative count of memory allocation failures.", "failure_type", "scope")
 	mMemLimit         = gauge("container_spec_memory_limit_bytes", "Memory limit for the container.")
+	mMemMaxUsage      = gauge("container_memory_max_usage_bytes", "Maximum memory usage recorded in bytes")
+	mMemFailcnt       = counter("container_memory_failcnt", "Number of memory usage hits limits")
+	mMemKernel        = gauge("container_memory_kernel_usage", "Size of kernel memory allocated in bytes.")
+	mMemMapped        = gauge("container_memory_mapped_file", "Size of memory mapped files in bytes.")
+	mOOMEvents        = counter("container_oom_events_total", "Count of out of memory events observed for the container")
+	mSwapLimit        = gauge("container_spec_memory_swap_limit_bytes", "Memory swap limit for the container.")
+	mCPUPeriod        = gauge("container_spec_cpu_period", "CPU period of the container.")
+	mCPUShares        = gauge("container_spec_cpu_shares", "CPU share of the container.")
 	mProcesses        = gauge("container_processes", "Number of processes running inside the container.")
-	mFsUsage          = gauge("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.")
+	mThreads          = gauge("container_threads", "Number of threads running inside the container")
+	mThreadsMax       = gauge("container_threads_max", "Maximum number of threads allowed inside the container, infinity if value is zero")
+	mFileDescriptors  = gauge("container_file_descriptors", "Number of open file descriptors for the container.")
+	mSockets          = gauge("container_sockets", "Number of open sockets for the container.")
+	mStartTime        = gauge("container_start_time_seconds", "Start time of the container since unix epoch in seconds.")
+	mLastSeen         = gauge("container_last_seen", "Last time a container was seen by the exporter")
+	mFsUsage          = gauge("container_fs_usage_bytes", "Number of bytes that are consumed by the container on this filesystem.", "device")
+	mFsLimit          = gauge("container_fs_limit_bytes", "Number of bytes that can be consumed by the container on this filesystem.", "device")
+	mFsInodesTotal    = gauge("container_fs_inodes_total", "Number of Inodes", "device")
+	mFsInodesFree     = gauge("container_fs_inodes_free", "Number of available Inodes", "device")
+	mBlkioUsage       = counter("container_blkio_device_usage_total", "Blkio Device bytes usage", "device", "major", "minor", "operation")
 	mFsReadBytes      = counter("container_fs_reads_bytes_total", "Cumulative count of bytes read", "device")
 	mFsWriteBytes     = counter("container_fs_writes_bytes_total", "Cumulative count of bytes written", "device")
 	mFsReads          = counter("container_fs_reads_total", "Cumulative count of reads completed", "device")
@@ -102,7 +120,11 @@ func trafficOf(direction, done, doing string) trafficDefs {
 var metricDefs = []*metricDef{
 	mCPUUsage, mCPUUser, mCPUSystem, mCFSPeriods, mCFSThrottled, mCFSThrottledSecs,
 	mMemUsage, mMemWorkingSet, mMemRSS, mMemCache, mMemSwap, mMemFailures, mMemLimit,
-	mProcesses, mFsUsage, mFsReadBytes, mFsWriteBytes, mFsReads, mFsWrites,
+	mMemMaxUsage, mMemFailcnt, mMemKernel, mMemMapped, mOOMEvents,
+	mSwapLimit, mCPUPeriod, mCPUShares,
+	mProcesses, mThreads, mThreadsMax, mFileDescriptors, mSockets, mStartTime, mLastSeen,
+	mFsUsage, mFsLimit, mFsInodesTotal, mFsInodesFree,
+	mFsReadBytes, mFsWriteBytes, mFsReads, mFsWrites, mBlkioUsage,
 	mCPUPressure.waiting, mCPUPressure.stalled, mMemPressure.waiting, mMemPressure.stalled,
 	mIOPressure.waiting, mIOPressure.stalled,
 	mNetRx.bytes, mNetRx.packets, mNetRx.dropped, mNetRx.errors,

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -17,6 +18,7 @@ import (
 // log line: one pod must not empty the kubelet's whole scrape.
 func (s *Server) ListPodSandboxMetrics(ctx context.Context, req *runtime.ListPodSandboxMetricsRequest) (*runtime.ListPodSandboxMetricsResponse, error) {
 	var out []*runtime.PodSandboxMetrics
+	seen := map[string]bool{}
 	for _, rec := range s.sandboxes.List() {
 		if rec.State != stateReady {
 			continue
@@ -26,25 +28,57 @@ func (s *Server) ListPodSandboxMetrics(ctx context.Context, req *runtime.ListPod
 			s.log.WithError(err).WithField("pod", rec.ID).Warn("no metrics for the pod")
 			continue
 		}
+		for i := range sample.containers {
+			s.readMetricsOnly(&sample.containers[i])
+			seen[sample.containers[i].rec.ID] = true
+		}
 		out = append(out, podMetrics(rec, sample))
 	}
+	containerFactsCache.keepOnly(seen)
 	return &runtime.ListPodSandboxMetricsResponse{PodMetrics: out}, nil
+}
+
+// readMetricsOnly adds to a container's sample what only the metrics show:
+// its processes' open files, its writable layer's filesystem and the CPU
+// figures of its config. A figure that cannot be read is left out, with a
+// debug line: the container's other metrics still count.
+func (s *Server) readMetricsOnly(c *containerSample) {
+	log := s.log.WithField("container", c.rec.ID)
+	if ps, err := oci.ReadProcessStats(c.rec.CgroupsPath, oci.CgroupDriver(s.cfg.CgroupDriver)); err == nil {
+		c.procs = &ps
+	} else {
+		log.WithError(err).Debug("no process figures for the container's metrics")
+	}
+	mountpoint := c.stats.GetWritableLayer().GetFsId().GetMountpoint()
+	facts, err := containerFactsCache.get(c.rec, mountpoint)
+	if err != nil {
+		log.WithError(err).Debug("no config or filesystem figures for the container's metrics")
+		return
+	}
+	c.facts = facts
+	if mountpoint == "" {
+		return
+	}
+	if c.fs, err = facts.filesystem(mountpoint); err != nil {
+		log.WithError(err).Debug("no filesystem figures for the container's metrics")
+	}
 }
 
 func podMetrics(rec sandboxRecord, sample podSample) *runtime.PodSandboxMetrics {
 	pm := &runtime.PodSandboxMetrics{PodSandboxId: rec.ID}
 	pod := &metricSink{at: sample.at, base: []string{"", rec.ID, "", "", rec.Metadata.Namespace, rec.Metadata.Name}}
+	pod.seen(rec.CreatedAt)
 	if sample.cgroup != nil {
 		pod.cgroup(sample.cgroup)
+		pod.add(mProcesses, sample.cgroup.Processes)
 	}
 	pod.network(sample.net)
 	pm.Metrics = pod.out
 	for _, c := range sample.containers {
 		m := &metricSink{at: sample.at, base: []string{c.rec.Metadata.Name, c.rec.ID, c.rec.Image, c.rec.Metadata.Name, rec.Metadata.Namespace, rec.Metadata.Name}}
+		m.seen(c.rec.StartedAt)
 		m.cgroup(c.cgroup)
-		if w := c.stats.GetWritableLayer(); w != nil {
-			m.add(mFsUsage, w.GetUsedBytes().GetValue())
-		}
+		m.container(c)
 		pm.ContainerMetrics = append(pm.ContainerMetrics, &runtime.ContainerMetrics{ContainerId: c.rec.ID, Metrics: m.out})
 	}
 	return pm
@@ -70,6 +104,41 @@ func (m *metricSink) add(d *metricDef, v uint64, extra ...string) {
 
 const nsPerSec = uint64(time.Second)
 
+// seen adds when the container (or pod) started and when it was last seen:
+// now, as cAdvisor's scrape time.
+func (m *metricSink) seen(startedAt int64) {
+	m.add(mStartTime, uint64(startedAt)/nsPerSec)
+	m.add(mLastSeen, uint64(m.at)/nsPerSec)
+}
+
+// container adds the figures of a container beyond its cgroup's.
+func (m *metricSink) container(c containerSample) {
+	// cgroup.procs, when read: the kernel's pids.current counts threads.
+	if c.procs != nil {
+		m.add(mProcesses, c.procs.Processes)
+		m.add(mFileDescriptors, c.procs.FileDescriptors)
+		m.add(mSockets, c.procs.Sockets)
+	} else {
+		m.add(mProcesses, c.cgroup.Processes)
+	}
+	if c.facts.cpuPeriod != 0 {
+		m.add(mCPUPeriod, c.facts.cpuPeriod)
+		m.add(mCPUShares, c.facts.cpuShares)
+	}
+	w := c.stats.GetWritableLayer()
+	if w == nil {
+		return
+	}
+	device := ""
+	if c.fs != nil {
+		device = c.fs.device
+		m.add(mFsLimit, c.fs.limit, device)
+		m.add(mFsInodesTotal, c.fs.inodes, device)
+		m.add(mFsInodesFree, c.fs.inodesFree, device)
+	}
+	m.add(mFsUsage, w.GetUsedBytes().GetValue(), device)
+}
+
 func (m *metricSink) cgroup(cg *oci.CgroupStats) {
 	m.add(mCPUUsage, cg.CPU.UsageNanos/nsPerSec, "total")
 	m.add(mCPUUser, cg.CPU.UserNanos/nsPerSec)
@@ -92,12 +161,22 @@ func (m *metricSink) cgroup(cg *oci.CgroupStats) {
 		m.add(mMemFailures, cg.Memory.MajorPageFaults, "pgmajfault", scope)
 	}
 	m.add(mMemLimit, cg.Memory.Limit)
-	m.add(mProcesses, cg.Processes)
+	m.add(mSwapLimit, cg.Memory.MemSwapLimit)
+	m.add(mMemMaxUsage, cg.Memory.MaxUsage)
+	m.add(mMemFailcnt, cg.Memory.Failcnt)
+	m.add(mMemKernel, cg.Memory.Kernel)
+	m.add(mMemMapped, cg.Memory.MappedFile)
+	m.add(mOOMEvents, cg.Memory.OOMKills)
+	m.add(mThreads, cg.Processes)
+	m.add(mThreadsMax, cg.ProcessesLimit)
 	for _, d := range cg.IO {
 		m.add(mFsReadBytes, d.ReadBytes, d.Device)
 		m.add(mFsWriteBytes, d.WriteBytes, d.Device)
 		m.add(mFsReads, d.Reads, d.Device)
 		m.add(mFsWrites, d.Writes, d.Device)
+		major, minor := strconv.FormatUint(d.Major, 10), strconv.FormatUint(d.Minor, 10)
+		m.add(mBlkioUsage, d.ReadBytes, d.Device, major, minor, "Read")
+		m.add(mBlkioUsage, d.WriteBytes, d.Device, major, minor, "Write")
 	}
 	// The kernel counts stall time in microseconds.
 	for _, p := range []struct {

@@ -22,11 +22,15 @@ type podSample struct {
 	at         int64
 }
 
-// containerSample is one reading of a running container.
+// containerSample is one reading of a running container. The metrics add
+// procs, facts and fs (readMetricsOnly); the stats have no use for them.
 type containerSample struct {
 	rec    containerRecord
 	stats  *runtime.ContainerStats
 	cgroup *oci.CgroupStats
+	procs  *oci.ProcessStats // nil: not read
+	facts  containerFacts
+	fs     *fsFigures // nil: not read
 }
 
 // PodSandboxStats reports a pod's usage, read from the pod's own cgroup (its

@@ -71,6 +71,10 @@ func TestImageVolume(t *testing.T) {
 		if got, want := m.GetImage().GetImage(), vol.digestRef(); got != want {
 			t.Errorf("ContainerStatus.mounts[%d].image = %q, want the image's digest %q", i, got, want)
 		}
+		// What the kubelet shows in the pod's volume mount status.
+		if got, want := m.GetImage().GetImageRef(), vol.digestRef(); got != want {
+			t.Errorf("ContainerStatus.mounts[%d].image.image_ref = %q, want the image's digest %q", i, got, want)
+		}
 	}
 	if err := d.Images.RemoveImage(ctx, &runtime.ImageSpec{Image: vol.ref}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("RemoveImage of a mounted image volume: %v, want FailedPrecondition", err)

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
+	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -299,16 +302,8 @@ func TestMetricDescriptorsAndPodMetrics(t *testing.T) {
 	id := d.startContainer(t, pod, podCfg, containerConfig("app", ref, "sh", "-c", "head -c 8388608 /dev/zero > /dev/shm/x; echo done; sleep 300"))
 	path := d.status(t, id).GetLogPath()
 	waitFor(t, "the container's write", 20*time.Second, func() bool { data, _ := os.ReadFile(path); return parseLog(data) == "done\n" })
-	ctx := context.Background()
 
-	descs, err := d.Runtime.ListMetricDescriptors(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := map[string]int{}
-	for _, desc := range descs {
-		keys[desc.GetName()] = len(desc.GetLabelKeys())
-	}
+	keys := metricDescriptorKeys(t, d)
 	named := []string{"container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "container_memory_usage_bytes",
 		"container_memory_rss", "container_network_receive_bytes_total", "container_processes", "container_fs_usage_bytes"}
 	for _, n := range named {
@@ -316,7 +311,50 @@ func TestMetricDescriptorsAndPodMetrics(t *testing.T) {
 			t.Errorf("no descriptor for %s", n)
 		}
 	}
-	pods, err := d.Runtime.ListPodSandboxMetrics(ctx)
+	values := containerMetricValues(t, d, keys, pod, id)
+	if v := values["container_memory_working_set_bytes"]; v < 8<<20 {
+		t.Errorf("container_memory_working_set_bytes %d, want at least the 8 MiB held", v)
+	}
+	if v := values["container_processes"]; v < 1 {
+		t.Errorf("container_processes %d, want its shell counted", v)
+	}
+	if _, ok := values["container_cpu_usage_seconds_total"]; !ok {
+		t.Errorf("no container_cpu_usage_seconds_total for the container: %v", values)
+	}
+}
+
+// cadvisorNames are the metrics of cAdvisor's /metrics/cadvisor that the CRI
+// validation suite expects ListPodSandboxMetrics to carry beyond the usage
+// ones.
+var cadvisorNames = []string{
+	"container_blkio_device_usage_total", "container_file_descriptors", "container_fs_inodes_free",
+	"container_fs_inodes_total", "container_fs_limit_bytes", "container_last_seen", "container_memory_failcnt",
+	"container_memory_kernel_usage", "container_memory_mapped_file", "container_memory_max_usage_bytes",
+	"container_oom_events_total", "container_sockets", "container_spec_cpu_period", "container_spec_cpu_shares",
+	"container_spec_memory_swap_limit_bytes", "container_start_time_seconds", "container_threads", "container_threads_max",
+}
+
+// metricDescriptorKeys are the number of label keys of each metric
+// ListMetricDescriptors names.
+func metricDescriptorKeys(t *testing.T, d *Daemon) map[string]int {
+	t.Helper()
+	descs, err := d.Runtime.ListMetricDescriptors(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int{}
+	for _, desc := range descs {
+		keys[desc.GetName()] = len(desc.GetLabelKeys())
+	}
+	return keys
+}
+
+// containerMetricValues reads the metrics of container id, the one of the
+// one pod, by name (the highest of a name that has several label sets),
+// each with its descriptor's number of labels.
+func containerMetricValues(t *testing.T, d *Daemon, keys map[string]int, pod, id string) map[string]uint64 {
+	t.Helper()
+	pods, err := d.Runtime.ListPodSandboxMetrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,15 +366,113 @@ func TestMetricDescriptorsAndPodMetrics(t *testing.T) {
 		if n, ok := keys[m.GetName()]; !ok || n != len(m.GetLabelValues()) {
 			t.Errorf("metric %s: %d label values, descriptor keys %d (described: %v)", m.GetName(), len(m.GetLabelValues()), n, ok)
 		}
-		values[m.GetName()] = m.GetValue().GetValue()
+		values[m.GetName()] = max(values[m.GetName()], m.GetValue().GetValue())
 	}
-	if v := values["container_memory_working_set_bytes"]; v < 8<<20 {
-		t.Errorf("container_memory_working_set_bytes %d, want at least the 8 MiB held", v)
+	return values
+}
+
+// A real container, with a CPU and a memory limit, has every one of
+// cAdvisor's figures, each plausible; an OOM kill in it shows.
+func TestPodMetricsCarryCAdvisorsFullSet(t *testing.T) {
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("cadvisor")
+	pod := d.runPod(t, podCfg)
+	before := time.Now()
+	// Two more descriptors than stdio; once told, a direct write, which
+	// the block cgroup accounts to the container.
+	cfg := containerConfig("app", ref, "sh", "-c",
+		"exec 3</dev/null 4</dev/null; echo ready; while [ ! -e /go ]; do sleep 0.1; done; "+
+			"dd if=/dev/zero of=/direct bs=4096 count=64 oflag=direct; echo written; sleep 300")
+	cfg.Linux = &runtime.LinuxContainerConfig{Resources: &runtime.LinuxContainerResources{
+		CpuPeriod: 100000, CpuQuota: 50000, CpuShares: 512, MemoryLimitInBytes: 64 << 20,
+	}}
+	id := d.startContainer(t, pod, podCfg, cfg)
+	path := d.status(t, id).GetLogPath()
+	waitFor(t, "the container's start", 20*time.Second, func() bool { data, _ := os.ReadFile(path); return parseLog(data) == "ready\n" })
+	ctx := context.Background()
+	accountBlockIO(t, d, id)
+	if _, _, err := d.Runtime.ExecSync(ctx, id, []string{"touch", "/go"}, 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	if v := values["container_processes"]; v < 1 {
-		t.Errorf("container_processes %d, want its shell counted", v)
+	waitFor(t, "the container's write", 20*time.Second, func() bool {
+		data, _ := os.ReadFile(path)
+		return strings.HasSuffix(parseLog(data), "written\n")
+	})
+
+	keys := metricDescriptorKeys(t, d)
+	values := containerMetricValues(t, d, keys, pod, id)
+	for _, n := range cadvisorNames {
+		if _, ok := keys[n]; !ok {
+			t.Errorf("no descriptor for %s", n)
+		}
+		if _, ok := values[n]; !ok {
+			t.Errorf("no %s for the container", n)
+		}
 	}
-	if _, ok := values["container_cpu_usage_seconds_total"]; !ok {
-		t.Errorf("no container_cpu_usage_seconds_total for the container: %v", values)
+	within := func(name string, lo, hi uint64) {
+		if v := values[name]; v < lo || v > hi {
+			t.Errorf("%s = %d, want within [%d, %d]", name, v, lo, hi)
+		}
+	}
+	now := uint64(time.Now().Unix())
+	within("container_start_time_seconds", uint64(before.Unix()), now)
+	within("container_last_seen", uint64(before.Unix()), now)
+	within("container_threads", 1, 100)
+	within("container_file_descriptors", 5, 1000) // stdio and the two opened
+	within("container_spec_cpu_period", 100000, 100000)
+	within("container_spec_cpu_shares", 512, 512)
+	within("container_oom_events_total", 0, 0)
+	within("container_memory_max_usage_bytes", values["container_memory_usage_bytes"], 64<<20)
+	within("container_fs_inodes_total", values["container_fs_inodes_free"]+1, 1<<40)
+	within("container_fs_limit_bytes", values["container_fs_usage_bytes"]+1, 1<<62)
+	if v := values["container_blkio_device_usage_total"]; v < 64*4096 {
+		data, _ := os.ReadFile(path)
+		t.Errorf("container_blkio_device_usage_total = %d, want the %d bytes written at least; the container's log:\n%s", v, 64*4096, data)
+	}
+
+	// The OOM killer ends a process of the container that outgrows its
+	// limit; the container goes on.
+	if _, _, err := d.Runtime.ExecSync(ctx, id, []string{"sh", "-c", "head -c 268435456 /dev/zero | tail"}, 30*time.Second); err != nil {
+		t.Logf("ExecSync of the OOM: %v", err)
+	}
+	values = containerMetricValues(t, d, keys, pod, id)
+	within("container_oom_events_total", 1, 10)
+	within("container_memory_max_usage_bytes", 32<<20, 64<<20)
+}
+
+// accountBlockIO makes a cgroup v1 kernel account the container's block
+// IO: since 6.x one counts a blkio cgroup's IO only while it has a throttle
+// rule, here one no IO reaches, on the device of the daemon's state root
+// (where the container's writable layer is), as an operator's IO limit
+// would. Nothing to do on cgroup v2, which always accounts.
+func accountBlockIO(t *testing.T, d *Daemon, id string) {
+	t.Helper()
+	if _, err := os.Stat("/sys/fs/cgroup/blkio"); err != nil {
+		return
+	}
+	out, _, err := d.Runtime.ExecSync(context.Background(), id, []string{"cat", "/proc/self/cgroup"}, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel string
+	for line := range strings.Lines(string(out)) {
+		if parts := strings.SplitN(strings.TrimSpace(line), ":", 3); len(parts) == 3 && strings.Contains(","+parts[1]+",", ",blkio,") {
+			rel = parts[2]
+		}
+	}
+	if rel == "" {
+		t.Fatalf("no blkio cgroup in the container's /proc/self/cgroup:\n%s", out)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(d.Root, &st); err != nil {
+		t.Fatal(err)
+	}
+	rule := fmt.Sprintf("%d:%d %d", unix.Major(st.Dev), unix.Minor(st.Dev), uint64(1)<<40)
+	for _, knob := range []string{"blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device"} {
+		if err := os.WriteFile(filepath.Join("/sys/fs/cgroup/blkio", rel, knob), []byte(rule), 0o644); err != nil {
+			t.Fatalf("set %s: %v", knob, err)
+		}
 	}
 }

@@ -102,6 +102,9 @@ func New(opts Options) (*Store, error) {
 	if err := s.makeDirs(); err != nil {
 		return nil, err
 	}
+	if err := s.repairSearchACLs(); err != nil {
+		return nil, err
+	}
 	if err := s.repairGeneration(); err != nil {
 		return nil, err
 	}

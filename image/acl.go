@@ -211,10 +211,12 @@ func (s *Store) repairSearchACLs() error {
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("image store repair: %w", err)
 		}
-		if len(uids) > 0 && mounted {
-			continue
+		if !mounted {
+			uids = nil
 		}
-		if err := setSearchers(dir, nil); err != nil {
+		// Written again either way: a chmod (an older version's o+x)
+		// may have widened it.
+		if err := setSearchers(dir, uids); err != nil {
 			return fmt.Errorf("image store repair: %w", err)
 		}
 	}

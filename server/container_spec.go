@@ -89,17 +89,17 @@ func resolveUser(rootfs string, img image.Image, sc *runtime.LinuxContainerSecur
 }
 
 // ociMounts turns the CRI mounts into bind mounts; an image volume binds
-// its mounted image, from volumeSources (by mount index), read-only and
-// inert (nosuid, nodev, noexec), as Kubernetes documents image volumes:
-// a setuid binary of the image must not run as root in a container of
-// another user.
+// its mounted image, from volumeSources (by mount index), read-only (as
+// validated) and inert (nosuid, nodev, noexec), as Kubernetes documents
+// image volumes: a setuid binary of the image must not run as root in a
+// container of another user.
 func ociMounts(mounts []*runtime.Mount, volumeSources map[int]string) []oci.Mount {
 	out := make([]oci.Mount, 0, len(mounts))
 	for i, m := range mounts {
-		hostPath, readonly := m.GetHostPath(), m.GetReadonly()
+		hostPath := m.GetHostPath()
 		source, imageVolume := volumeSources[i]
 		if imageVolume {
-			hostPath, readonly = source, true
+			hostPath = source
 		}
 		p := oci.PropagationPrivate
 		switch m.GetPropagation() {
@@ -111,7 +111,7 @@ func ociMounts(mounts []*runtime.Mount, volumeSources map[int]string) []oci.Moun
 		out = append(out, oci.Mount{
 			ContainerPath:     m.GetContainerPath(),
 			HostPath:          hostPath,
-			Readonly:          readonly,
+			Readonly:          m.GetReadonly(),
 			RecursiveReadOnly: m.GetRecursiveReadOnly(),
 			Inert:             imageVolume,
 			Propagation:       p,

@@ -95,22 +95,16 @@ const probeScript = `while IFS= read -r p; do
   fi
 done`
 
-// probeAs runs probeScript as uid (gid the same, no supplementary
-// groups) over paths and returns what it could do, one line each.
+// probeAs runs probeScript as uid over paths and returns what it could
+// do, one line each.
 func probeAs(t *testing.T, uid int, paths []string) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "/bin/busybox", "sh", "-c", probeScript)
-	cmd.Stdin = strings.NewReader(strings.Join(paths, "\n") + "\n")
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("probe as uid %d: %v", uid, err)
+	out, ok := asUID(t, uid, strings.Join(paths, "\n")+"\n", "/bin/busybox", "sh", "-c", probeScript)
+	if !ok {
+		t.Fatalf("probe as uid %d failed: %s", uid, out)
 	}
 	var lines []string
-	for _, line := range strings.Split(string(out), "\n") {
+	for _, line := range strings.Split(out, "\n") {
 		if line != "" {
 			lines = append(lines, line)
 		}
@@ -188,11 +182,11 @@ func TestNodeUsersCannotEnterPodFiles(t *testing.T) {
 	// The attacks, by name: the setuid binary and the device nodes.
 	for _, id := range []string{plainCtr, usernsCtr} {
 		merged := filepath.Join(d.rootfsDir(id), "merged")
-		if out, err := runAsUIDOutput(nobodyUID, filepath.Join(merged, "suid")); err == nil {
+		if out, ok := asNobody(t, filepath.Join(merged, "suid")); ok {
 			t.Errorf("nobody ran the image's setuid binary of container %s: %s", id, out)
 		}
 		for _, dev := range []string{"kmsg", "null"} {
-			if err := runAsUID(nobodyUID, "/bin/busybox", "sh", "-c", "echo x > "+filepath.Join(merged, dev)); err == nil {
+			if _, ok := asNobody(t, "/bin/busybox", "sh", "-c", "echo x > "+filepath.Join(merged, dev)); ok {
 				t.Errorf("nobody wrote to the image's device node %s of container %s", dev, id)
 			}
 		}
@@ -262,7 +256,7 @@ func (d *Daemon) checkNoEntry(t *testing.T, usernsCtr, plainSecret string) {
 		}
 		t.Errorf("the user-namespaced pod's root (uid %d) could %s %s", usernsHostID, what, p)
 	}
-	if err := runAsUID(usernsHostID, "/bin/busybox", "cat", plainSecret); err == nil {
+	if _, ok := asUID(t, usernsHostID, "", "/bin/busybox", "cat", plainSecret); ok {
 		t.Errorf("the user-namespaced pod's root read the plain pod's %s", plainSecret)
 	}
 
@@ -308,18 +302,26 @@ func mountOptions(out, prefix string) []string {
 	return nil
 }
 
-// runAsUID runs a command as uid (gid the same, no supplementary groups).
-func runAsUID(uid int, name string, args ...string) error {
-	_, err := runAsUIDOutput(uid, name, args...)
-	return err
-}
-
-func runAsUIDOutput(uid int, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// asUID runs a host command as uid (gid the same, no supplementary
+// groups) with stdin, and returns its output (stderr too, unless stdin is
+// given: then stdout alone) and whether it succeeded.
+func asUID(t *testing.T, uid int, stdin string, name string, args ...string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}}
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	var out []byte
+	var err error
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err = cmd.Output()
+	} else {
+		out, err = cmd.CombinedOutput()
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v as uid %d did not finish", name, args, uid)
+	}
+	return string(out), err == nil
 }

@@ -27,33 +27,25 @@ type IDMap struct {
 // the namespace's root, and what the container writes lands there with its
 // host IDs.
 func (s *Store) MountRootfsIDMapped(id string, idmap IDMap) (string, error) {
-	if err := validRootfsID(id); err != nil {
-		return "", err
-	}
-	if err := s.searchableRootfsPath(id); err != nil {
-		return "", err
-	}
 	return s.mountRootfs(id, &idmap)
 }
 
-// searchableRootfsPath lets the pod's root reach the rootfs: the runtime
-// resolves the rootfs path as that user, with no capability over the
-// host's directories, so each directory of the store on the way must be
-// searchable by others (o+x, not readable: nothing can be listed). Only the
-// store's root, its snapshots dir and this rootfs's own dir change; layers
-// and other rootfses stay 0700. The state root above is 0711 already
-// (cmd/minicri); its parents must be searchable too (docs/security.md).
-func (s *Store) searchableRootfsPath(id string) error {
-	for _, dir := range []string{s.root, s.path(snapshotsDir), s.rootfsDir(id)} {
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return fmt.Errorf("rootfs %s: %w", id, err)
+// mountIDMappedRootfs grants the pod's root search down to the rootfs
+// (acl.go) and mounts it; the grant is undone when the mount fails.
+func (s *Store) mountIDMappedRootfs(id string, lowers []string, upper, work, merged string, idmap IDMap) error {
+	unlock, err := s.lockSearchACLs()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.grantSearch(id, idmap.RootUID); err != nil {
+		return err
+	}
+	if err := mountOverlayIDMapped(lowers, upper, work, merged, idmap); err != nil {
+		if rerr := s.revokeSearch(id); rerr != nil {
+			s.log.WithError(rerr).Warnf("rootfs %s: cannot revoke the search ACLs; the start-up repair will", id)
 		}
-		if mode := fi.Mode().Perm(); mode&0o001 == 0 {
-			if err := os.Chmod(dir, mode|0o001); err != nil {
-				return fmt.Errorf("rootfs %s: let the user namespace's root search %s: %w", id, dir, err)
-			}
-		}
+		return err
 	}
 	return nil
 }
@@ -121,7 +113,12 @@ func makeIDMappedOverlay(lowers []string, upper, work, scratch, userns string) (
 	if err := unix.FsconfigCreate(fd); err != nil {
 		return -1, fmt.Errorf("overlay create: %w%s", err, fsLog(fd))
 	}
-	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, 0)
+	// nodev: the overlay lives in the host's user namespace, so a device
+	// node an image ships would open as the host's device, for the pod
+	// (whose /dev is the runtime's own tmpfs). Not nosuid: su and ping
+	// inside the pod need their setuid bits, which give no more than the
+	// pod's own IDs; host users cannot reach the rootfs (acl.go).
+	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV)
 	if err != nil {
 		return -1, fmt.Errorf("fsmount overlay: %w%s", err, fsLog(fd))
 	}

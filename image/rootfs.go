@@ -103,9 +103,11 @@ func (s *Store) makeRootfs(id string, img *Image, readOnly bool) (retErr error) 
 		path string
 		mode os.FileMode
 	}
-	dirs := []dirMode{{dir, 0o700}, {filepath.Join(dir, "upper"), 0o755}, {filepath.Join(dir, "work"), 0o700}, {filepath.Join(dir, "merged"), 0o755}}
+	// merged is a mountpoint: the mounted overlay's root has the upper
+	// dir's mode, so merged itself can be as private as dir.
+	dirs := []dirMode{{dir, 0o700}, {filepath.Join(dir, "upper"), 0o755}, {filepath.Join(dir, "work"), 0o700}, {filepath.Join(dir, "merged"), 0o700}}
 	if readOnly {
-		dirs = []dirMode{{dir, 0o700}, {filepath.Join(dir, "merged"), 0o755}}
+		dirs = []dirMode{{dir, 0o700}, {filepath.Join(dir, "merged"), 0o700}}
 	}
 	for _, d := range dirs {
 		if err := os.Mkdir(d.path, d.mode); err != nil {
@@ -221,7 +223,7 @@ func (s *Store) mountRootfs(id string, idmap *IDMap) (string, error) {
 		}
 	}
 	if idmap != nil && !rec.ReadOnly {
-		err = mountOverlayIDMapped(lowers, upper, work, merged, *idmap)
+		err = s.mountIDMappedRootfs(id, lowers, upper, work, merged, *idmap)
 	} else {
 		err = s.mountOverlay(lowers, upper, work, merged)
 	}
@@ -237,7 +239,7 @@ func bindReadOnly(source, target, id string) error {
 	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("mount image volume %s: %w", id, err)
 	}
-	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		_ = unix.Unmount(target, unix.MNT_DETACH)
 		return fmt.Errorf("mount image volume %s read-only: %w", id, err)
 	}
@@ -266,6 +268,22 @@ func (s *Store) UnmountRootfs(id string) error {
 	merged := filepath.Join(s.rootfsDir(id), "merged")
 	s.mountMu.Lock()
 	defer s.mountMu.Unlock()
+	if err := unmountAll(id, merged); err != nil {
+		return err
+	}
+	unlock, err := s.lockSearchACLs()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := s.revokeSearch(id); err != nil {
+		return fmt.Errorf("unmount rootfs %s: %w", id, err)
+	}
+	return nil
+}
+
+// unmountAll peels every mount off merged.
+func unmountAll(id, merged string) error {
 	for range unmountAttempts {
 		mounted, err := isMountpoint(merged)
 		if errors.Is(err, os.ErrNotExist) || err == nil && !mounted {

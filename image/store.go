@@ -32,7 +32,8 @@ const (
 	blobsDir        = "blobs/sha256" // blobs by digest, verified
 	layersDir       = "layers"       // unpacked layers by chain ID
 	linksDir        = "l"            // short symlinks to layers, for the legacy mount API
-	emptyDirName    = "empty"        // the lower dir of an image without layers
+	emptyParentName = "empty"        // 0700 like the store's other dirs
+	emptyDirName    = "empty/root"   // the lower dir of an image without layers
 	snapshotsDir    = "snapshots"    // container root filesystems
 	tmpDir          = "tmp"          // everything half-made; swept by GC
 )
@@ -102,6 +103,9 @@ func New(opts Options) (*Store, error) {
 	if err := s.makeDirs(); err != nil {
 		return nil, err
 	}
+	if err := s.repairSearchACLs(); err != nil {
+		return nil, err
+	}
 	if err := s.repairGeneration(); err != nil {
 		return nil, err
 	}
@@ -154,8 +158,15 @@ func (s *Store) makeDirs() error {
 			return fmt.Errorf("image store: %w", err)
 		}
 	}
-	// Overlay needs at least one lower dir, even for an image with no layers.
+	// Overlay needs at least one lower dir, even for an image with no
+	// layers; its mode is the mode of such an image's root, so it sits in
+	// a private dir of its own: a pod's root may search the store's root
+	// (acl.go) but enter nothing there but its rootfs. Older versions
+	// made "empty" itself the 0755 lower dir.
 	if err := os.MkdirAll(s.path(emptyDirName), 0o755); err != nil {
+		return fmt.Errorf("image store: %w", err)
+	}
+	if err := os.Chmod(s.path(emptyParentName), 0o700); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}
 	return nil

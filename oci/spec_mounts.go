@@ -139,11 +139,15 @@ func bindMount(m Mount) (specs.Mount, error) {
 	if err != nil {
 		return specs.Mount{}, err
 	}
+	options := []string{"rbind", propagation, mode}
+	if m.Inert {
+		options = append(options, "nosuid", "nodev", "noexec")
+	}
 	return specs.Mount{
 		Destination: path.Clean(m.ContainerPath),
 		Type:        "bind",
 		Source:      source,
-		Options:     []string{"rbind", propagation, mode},
+		Options:     options,
 	}, nil
 }
 

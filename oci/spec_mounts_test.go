@@ -139,6 +139,17 @@ func TestRecursiveReadOnlyMount(t *testing.T) {
 	}
 }
 
+// TestInertMount: an image volume's bind carries nosuid, nodev, noexec,
+// which runc applies when it remounts the bind.
+func TestInertMount(t *testing.T) {
+	c := minimalSpec(t)
+	c.Mounts = []Mount{{ContainerPath: "/vol", HostPath: t.TempDir(), Readonly: true, Inert: true}}
+	s := mustGenerate(t, c, testHost())
+	if m, _ := mountByDest(s.Mounts, "/vol"); !slices.Equal(m.Options, []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noexec"}) {
+		t.Errorf("/vol options %v, want rbind rprivate ro nosuid nodev noexec", m.Options)
+	}
+}
+
 func TestUserDevMountReplacesDevMounts(t *testing.T) {
 	c := minimalSpec(t)
 	c.Mounts = []Mount{{ContainerPath: "/dev", HostPath: "/dev"}}

@@ -103,7 +103,10 @@ type Mount struct {
 	// (the runtime's "rro" option); it needs Readonly and private
 	// propagation, and a runtime whose features list "rro".
 	RecursiveReadOnly bool
-	Propagation       Propagation
+	// Inert mounts it nosuid, nodev and noexec: files to read, never to
+	// run or open as devices (an image volume).
+	Inert       bool
+	Propagation Propagation
 	// SelinuxRelabel is accepted and ignored: minicri does not run with SELinux.
 	SelinuxRelabel bool
 }

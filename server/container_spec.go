@@ -89,12 +89,16 @@ func resolveUser(rootfs string, img image.Image, sc *runtime.LinuxContainerSecur
 }
 
 // ociMounts turns the CRI mounts into bind mounts; an image volume binds
-// its mounted image, from volumeSources (by mount index).
+// its mounted image, from volumeSources (by mount index), read-only (as
+// validated) and inert (nosuid, nodev, noexec), as Kubernetes documents
+// image volumes: a setuid binary of the image must not run as root in a
+// container of another user.
 func ociMounts(mounts []*runtime.Mount, volumeSources map[int]string) []oci.Mount {
 	out := make([]oci.Mount, 0, len(mounts))
 	for i, m := range mounts {
 		hostPath := m.GetHostPath()
-		if source, ok := volumeSources[i]; ok {
+		source, imageVolume := volumeSources[i]
+		if imageVolume {
 			hostPath = source
 		}
 		p := oci.PropagationPrivate
@@ -109,6 +113,7 @@ func ociMounts(mounts []*runtime.Mount, volumeSources map[int]string) []oci.Moun
 			HostPath:          hostPath,
 			Readonly:          m.GetReadonly(),
 			RecursiveReadOnly: m.GetRecursiveReadOnly(),
+			Inert:             imageVolume,
 			Propagation:       p,
 			SelinuxRelabel:    m.GetSelinuxRelabel(),
 		})

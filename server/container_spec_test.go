@@ -54,3 +54,25 @@ func TestSecurityProfiles(t *testing.T) {
 		}
 	}
 }
+
+// An image volume binds its mounted image inert (nosuid, nodev, noexec);
+// a host path mount stays as asked.
+func TestOCIMountsImageVolumeIsInert(t *testing.T) {
+	mounts := []*runtime.Mount{
+		{ContainerPath: "/host", HostPath: "/srv/data"},
+		{ContainerPath: "/vol", Image: &runtime.ImageSpec{Image: "example.com/vol:1"}, Readonly: true},
+	}
+	got := ociMounts(mounts, map[int]string{1: "/state/image/snapshots/c.iv1/merged"})
+	want := []oci.Mount{
+		{ContainerPath: "/host", HostPath: "/srv/data"},
+		{ContainerPath: "/vol", HostPath: "/state/image/snapshots/c.iv1/merged", Readonly: true, Inert: true},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ociMounts = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("mount %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}

@@ -147,6 +147,7 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 	}
 	st, err := image.New(image.Options{
 		Root:                   filepath.Join(cfg.Root, "image"),
+		PrivateParents:         []string{cfg.Root},
 		Registries:             registries,
 		PullTimeout:            cfg.Image.PullTimeout.Std(),
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,

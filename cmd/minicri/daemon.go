@@ -33,14 +33,18 @@ func runDaemon(cfg config.Config) error {
 	// their hosts files and pinned namespaces: root's alone, or a host user
 	// who reads the mount table could read and plant files in a pod's shm
 	// (the class of CVE-2021-41091). The chmod also closes a run dir made
-	// 0711 by an older minicri.
-	if err := privateDir(cfg.RunDir); err != nil {
-		return err
-	}
-	for _, dir := range []string{cfg.Root, filepath.Dir(cfg.Listen)} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
+	// 0711 by an older minicri. The state root holds the containers' root
+	// filesystems (setuid binaries and device nodes of images, what the
+	// containers wrote) and is as private; a pod in a user namespace gets
+	// search on the way to its own rootfs alone (image/acl.go), which the
+	// image store grants again after this chmod.
+	for _, dir := range []string{cfg.RunDir, cfg.Root} {
+		if err := privateDir(dir); err != nil {
+			return err
 		}
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.Listen), 0o711); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Dir(cfg.Listen), err)
 	}
 	lock, err := lockStateRoot(cfg.Root)
 	if err != nil {

@@ -143,8 +143,9 @@ func openImageStore(cfg config.Config, readOnly bool, stderr io.Writer) (*image.
 		if os.Geteuid() != 0 {
 			return nil, errors.New("must run as root: layers are unpacked with the owners they name")
 		}
-		// The same mode as the daemon gives the state root it creates.
-		if err := os.MkdirAll(cfg.Root, 0o711); err != nil {
+		// The same mode as the daemon gives the state root; no chmod of an
+		// existing one: the daemon repairs it, and owns its ACL (image/acl.go).
+		if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", cfg.Root, err)
 		}
 	}

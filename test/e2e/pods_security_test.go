@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -281,15 +280,7 @@ func TestAppArmorDisabledHostRunsContainers(t *testing.T) {
 // its combined output and whether it succeeded.
 func asNobody(t *testing.T, name string, args ...string) (string, bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("%s %v as nobody did not finish", name, args)
-	}
-	return string(out), err == nil
+	return asUID(t, nobodyUID, "", name, args...)
 }
 
 // A pod's /dev/shm is a 1777 tmpfs below the run dir; /proc/self/mountinfo

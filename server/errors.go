@@ -41,7 +41,7 @@ var codeMappings = []struct {
 	{codes.AlreadyExists, []error{store.ErrNameReserved}},
 	{codes.NotFound, []error{store.ErrNotFound, image.ErrNotFound, oci.ErrNotFound}},
 	{codes.FailedPrecondition, []error{image.ErrInUse, network.ErrNotReady,
-		conmon.ErrNotRunning, errNotRunning, errHandlerUnavailable}},
+		conmon.ErrNotRunning, conmon.ErrNoPauseBinary, errNotRunning, errHandlerUnavailable}},
 	{codes.Unauthenticated, []error{image.ErrUnauthorized}},
 	{codes.ResourceExhausted, []error{image.ErrTooLarge, streaming.ErrTooManyRequests, broadcast.ErrSlow}},
 	{codes.Unavailable, []error{broadcast.ErrClosed}},

@@ -3,13 +3,18 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -157,4 +162,66 @@ func between(s, begin, end string) string {
 	_, rest, _ := strings.Cut(s, begin)
 	inner, _, _ := strings.Cut(rest, end)
 	return inner
+}
+
+// A pod whose infra process cannot start or cannot confine itself fails
+// RunPodSandbox with the reason and leaves nothing: no record, no pod dir,
+// no process. The daemon's monitor is a copy beside which minicri-pause is
+// missing, or is a program that fails as the real one does.
+func TestInfraProcessFailureFailsThePod(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		pause  string // the script installed as minicri-pause, "" for none
+		code   codes.Code
+		reason string
+	}{
+		{"missing", "", codes.FailedPrecondition, "minicri-pause not found"},
+		{"cannot confine", "#!/bin/sh\necho 'minicri-pause: pivot_root: Invalid argument' >&2\nexit 1\n", codes.Internal, "pivot_root: Invalid argument"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bin := t.TempDir()
+			monitor := filepath.Join(bin, "minicri-conmon")
+			copyFile(t, filepath.Join(binDir, "minicri-conmon"), monitor, 0o755)
+			if tc.pause != "" {
+				if err := os.WriteFile(filepath.Join(bin, "minicri-pause"), []byte(tc.pause), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d := StartDaemon(t, WithConfig(fmt.Sprintf("[runtime]\nmonitor_path = %q\n", monitor)))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			id, err := d.Runtime.RunPodSandbox(ctx, d.hostNetworkPod("infra-fails"), "")
+			if err == nil {
+				t.Cleanup(func() { _ = d.Runtime.StopPodSandbox(ctx, id); _ = d.Runtime.RemovePodSandbox(ctx, id) })
+				t.Fatal("RunPodSandbox succeeded without an infra process")
+			}
+			if status.Code(err) != tc.code || !strings.Contains(err.Error(), tc.reason) {
+				t.Errorf("RunPodSandbox = %v, want %v saying %q", err, tc.code, tc.reason)
+			}
+			if pods, err := d.Runtime.ListPodSandbox(ctx, nil); err != nil || len(pods) != 0 {
+				t.Errorf("after the failure: %d pods listed (%v), want none", len(pods), err)
+			}
+			if entries, _ := os.ReadDir(filepath.Join(d.RunDir, "pods")); len(entries) > 0 {
+				t.Errorf("pod dirs left: %v", entries)
+			}
+			procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, p := range procs {
+				if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), d.RunDir+"/pods") {
+					t.Errorf("a process of the failed pod is left: %s %q", p, b)
+				}
+			}
+		})
+	}
+}
+
+// copyFile copies src to dst with mode.
+func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, mode); err != nil {
+		t.Fatal(err)
+	}
 }

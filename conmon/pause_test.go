@@ -115,13 +115,13 @@ func TestStartPauseInUserNSRefusesUnmappedPauseID(t *testing.T) {
 		uids, gids []conmon.IDMap
 		want       string
 	}{
-		{"uids", small, full, "uid mappings do not map 65535"},
-		{"gids", full, small, "gid mappings do not map 65535"},
+		{"uids", small, full, "the uid mappings"},
+		{"gids", full, small, "the gid mappings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := conmon.StartPauseInUserNS("/nonexistent/minicri-conmon", "/pod", tc.uids, tc.gids)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("StartPauseInUserNS = %v, want an error saying %q", err, tc.want)
+			if !errors.Is(err, conmon.ErrPauseIDUnmapped) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("StartPauseInUserNS = %v, want ErrPauseIDUnmapped naming %q", err, tc.want)
 			}
 		})
 	}

@@ -44,6 +44,10 @@ func StartPauseInUserNS(binary, podDir string, uids, gids []IDMap) (Infra, error
 // the kubelet pause image's.
 const PauseID = 65535
 
+// ErrPauseIDUnmapped: a pod's user namespace mappings leave out PauseID. A
+// malformed request: the kubelet's map 0-65535.
+var ErrPauseIDUnmapped = fmt.Errorf("user namespace mappings without ID %d, which the pod's infra process runs as", PauseID)
+
 // mapsPauseID refuses mappings under which the infra process could not
 // take its unprivileged IDs: it would stay root of the namespace.
 func mapsPauseID(uids, gids []IDMap) error {
@@ -52,7 +56,7 @@ func mapsPauseID(uids, gids []IDMap) error {
 		maps []IDMap
 	}{{"uid", uids}, {"gid", gids}} {
 		if !mapsID(set.maps, PauseID) {
-			return fmt.Errorf("the pod's %s mappings do not map %d, the ID its infra process (%s) runs as", set.name, PauseID, PauseBinaryName)
+			return fmt.Errorf("%w: the %s mappings", ErrPauseIDUnmapped, set.name)
 		}
 	}
 	return nil

@@ -37,7 +37,7 @@ var codeMappings = []struct {
 }{
 	{codes.InvalidArgument, []error{errInvalid, store.ErrAmbiguousID,
 		image.ErrInvalidReference, image.ErrAmbiguous,
-		oci.ErrInvalid, oci.ErrNoCommand, oci.ErrUnknownHandler}},
+		oci.ErrInvalid, oci.ErrNoCommand, oci.ErrUnknownHandler, conmon.ErrPauseIDUnmapped}},
 	{codes.AlreadyExists, []error{store.ErrNameReserved}},
 	{codes.NotFound, []error{store.ErrNotFound, image.ErrNotFound, oci.ErrNotFound}},
 	{codes.FailedPrecondition, []error{image.ErrInUse, network.ErrNotReady,

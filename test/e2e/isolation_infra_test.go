@@ -214,6 +214,30 @@ func TestInfraProcessFailureFailsThePod(t *testing.T) {
 	}
 }
 
+// A user-namespaced pod whose mappings leave out 65535, the ID its infra
+// process takes, is refused as malformed before anything is made: its
+// infra process would stay the namespace's root.
+func TestUserNamespaceWithoutPauseIDRefused(t *testing.T) {
+	requireCurrentRunc(t)
+	d := StartDaemon(t)
+	cfg := d.usernsPodConfig("no-pause-id")
+	for _, m := range [][]*runtime.IDMapping{cfg.Linux.SecurityContext.NamespaceOptions.UsernsOptions.Uids, cfg.Linux.SecurityContext.NamespaceOptions.UsernsOptions.Gids} {
+		m[0].Length = 65535 // 0-65534
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := d.Runtime.RunPodSandbox(ctx, cfg, usernsHandler)
+	if err == nil {
+		t.Cleanup(func() { _ = d.Runtime.StopPodSandbox(ctx, id); _ = d.Runtime.RemovePodSandbox(ctx, id) })
+	}
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "65535") {
+		t.Fatalf("RunPodSandbox with 65535 unmapped = %v, want InvalidArgument naming 65535", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(d.RunDir, "pods")); len(entries) > 0 {
+		t.Errorf("pod dirs left: %v", entries)
+	}
+}
+
 // copyFile copies src to dst with mode.
 func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	t.Helper()

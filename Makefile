@@ -22,7 +22,7 @@ deps:
 
 # Static binaries: the monitor must not depend on the host's libc, and neither
 # needs cgo. The shipped daemon must not have the test-only crash points.
-# minicri-pause, the pod infra process, is a few lines of C built static
+# minicri-pause, the pod infra process, is a short C program built static
 # with Debian's gcc and libc6-dev (installed by hack/install-deps.sh when
 # missing): one runs per PID-sharing pod, and Go's runtime would cost 0.5 MiB each.
 build: $(BIN)/minicri-pause

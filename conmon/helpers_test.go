@@ -44,6 +44,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Searchable by all: the infra process of a user-namespaced pod execs
+	// its binary from here as a uid of that namespace.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	if os.Geteuid() == 0 {
 		setupErr = setup(tmp)
 	}

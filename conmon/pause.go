@@ -1,7 +1,9 @@
 package conmon
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,13 +24,22 @@ type Infra struct {
 }
 
 // PauseBinaryName is the pod infra process's executable, a static C program
-// (cmd/minicri-pause) far smaller than the monitor's Go runtime. Where it is
-// not installed next to the monitor, `minicri-conmon pause` does the same.
+// (cmd/minicri-pause) far smaller than the monitor's Go runtime, which
+// confines itself before it tells the daemon it is ready (docs/security.md).
 const PauseBinaryName = "minicri-pause"
 
-// StartPause starts `minicri-pause pause` (or `minicri-conmon pause`) as PID
-// 1 of a new PID namespace, detached like a monitor (own session, stdio on
-// /dev/null) so that it outlives the daemon. Containers join its namespace through
+// ErrNoPauseBinary: minicri-pause is not installed where the daemon looks
+// for it. It is built and installed with the daemon (make build, make
+// install); a pod that shares its PID namespace cannot start without it.
+var ErrNoPauseBinary = errors.New(PauseBinaryName + " not found")
+
+// confineTimeout bounds the wait for an infra process to confine itself, a
+// few system calls: only a stuck process takes that long.
+const confineTimeout = 30 * time.Second
+
+// StartPause starts `minicri-pause pause` as PID 1 of a new PID namespace,
+// detached like a monitor (own session, no stdio once confined)
+// so that it outlives the daemon. Containers join its namespace through
 // /proc/PID/ns/pid; a PID namespace cannot be pinned by a bind mount the way
 // the others are, because it dies with its first process.
 //
@@ -38,38 +49,89 @@ func StartPause(binary, podDir string) (Infra, error) {
 	return startPause(binary, podDir, &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID})
 }
 
+// startPause returns once the infra process has confined itself: no
+// container may join a namespace whose PID 1 still holds the daemon's
+// privileges. One pipe is its stderr and its fd 3: it writes pauseReady
+// on fd 3 once confined, or a message on stderr and exits when a step
+// failed, and closes both either way. A failed one is killed and reaped
+// before startPause returns.
 func startPause(binary, podDir string, attr *syscall.SysProcAttr) (Infra, error) {
-	cmd := exec.Command(pauseBinary(binary), "pause", pauseLabel, podDir)
+	path, err := pauseBinary(binary)
+	if err != nil {
+		return Infra{}, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return Infra{}, fmt.Errorf("start pod infra process: %w", err)
+	}
+	defer r.Close()
+	cmd := exec.Command(path, "pause", pauseLabel, podDir)
 	cmd.Dir = "/"
 	cmd.Env = monitorEnv()
+	cmd.Stderr = w
+	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = attr
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
 		return Infra{}, fmt.Errorf("start pod infra process: %w", err)
 	}
 	pid := cmd.Process.Pid
-	reapChild(pid)
-	started, err := startTime(pid)
+	// Read before the reaper runs: until then the pid stays ours.
+	started, startErr := startTime(pid)
+	exited := reapChild(pid)
+	in := Infra{PID: pid, StartTime: started}
+	err = startErr
+	if err == nil {
+		err = awaitConfined(r, in)
+	}
 	if err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
-		return Infra{}, fmt.Errorf("pod infra process %d: %w", pid, err)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+		}
+		return Infra{}, fmt.Errorf("pod infra process %s (pid %d): %w", path, pid, err)
 	}
-	return Infra{PID: pid, StartTime: started}, nil
+	return in, nil
 }
 
-// pauseBinary is minicri-pause when it is beside the monitor binary (or in
-// $PATH, for a monitor found there), else the monitor itself.
-func pauseBinary(monitor string) string {
+// pauseReady is what minicri-pause writes on fd 3 once confined.
+const pauseReady = "ready\n"
+
+// awaitConfined reads the infra process's pipe to EOF: pauseReady alone
+// means confined; anything else is why it failed.
+func awaitConfined(r *os.File, in Infra) error {
+	_ = r.SetReadDeadline(time.Now().Add(confineTimeout))
+	msg, err := io.ReadAll(io.LimitReader(r, 4096))
+	switch {
+	case err != nil:
+		return fmt.Errorf("wait for its confinement: %w", err)
+	case len(msg) == 0:
+		return errors.New("closed its pipe before it was confined")
+	case string(msg) != pauseReady:
+		return errors.New(strings.TrimSpace(strings.TrimSuffix(string(msg), pauseReady)))
+	case !Alive(in.PID, in.StartTime):
+		return errors.New("ended once confined")
+	}
+	return nil
+}
+
+// pauseBinary is minicri-pause beside the monitor binary (or in $PATH, for
+// a monitor found there).
+func pauseBinary(monitor string) (string, error) {
 	if monitor == "" {
-		if path, err := exec.LookPath(PauseBinaryName); err == nil {
-			return path
+		path, err := exec.LookPath(PauseBinaryName)
+		if err != nil {
+			return "", fmt.Errorf("%w in $PATH (make install puts it beside minicri-conmon)", ErrNoPauseBinary)
 		}
-		return BinaryName
+		return path, nil
 	}
 	beside := filepath.Join(filepath.Dir(monitor), PauseBinaryName)
-	if _, err := os.Stat(beside); err == nil {
-		return beside
+	if _, err := os.Stat(beside); err != nil {
+		return "", fmt.Errorf("%w: %s (make install puts it beside minicri-conmon): %v", ErrNoPauseBinary, beside, err)
 	}
-	return monitor
+	return beside, nil
 }
 
 // pauseLabel precedes the pod dir on an infra process's command line.
@@ -82,7 +144,7 @@ func FindPauses() map[string]Infra {
 	found := map[string]Infra{}
 	procstat.EachCmdline(func(pid int, cmdline string) {
 		args := strings.Split(strings.TrimSuffix(cmdline, "\x00"), "\x00")
-		if len(args) != 4 || !isPauseBinary(filepath.Base(args[0])) || args[1] != "pause" || args[2] != pauseLabel {
+		if len(args) != 4 || filepath.Base(args[0]) != PauseBinaryName || args[1] != "pause" || args[2] != pauseLabel {
 			return
 		}
 		if started, err := startTime(pid); err == nil && Alive(pid, started) {
@@ -91,8 +153,6 @@ func FindPauses() map[string]Infra {
 	})
 	return found
 }
-
-func isPauseBinary(name string) bool { return name == PauseBinaryName || name == BinaryName }
 
 // StopPause kills the infra process, and with it every process left in its
 // PID namespace. An infra process that is gone already is fine.

@@ -37,11 +37,11 @@ var codeMappings = []struct {
 }{
 	{codes.InvalidArgument, []error{errInvalid, store.ErrAmbiguousID,
 		image.ErrInvalidReference, image.ErrAmbiguous,
-		oci.ErrInvalid, oci.ErrNoCommand, oci.ErrUnknownHandler}},
+		oci.ErrInvalid, oci.ErrNoCommand, oci.ErrUnknownHandler, conmon.ErrPauseIDUnmapped}},
 	{codes.AlreadyExists, []error{store.ErrNameReserved}},
 	{codes.NotFound, []error{store.ErrNotFound, image.ErrNotFound, oci.ErrNotFound}},
 	{codes.FailedPrecondition, []error{image.ErrInUse, network.ErrNotReady,
-		conmon.ErrNotRunning, errNotRunning, errHandlerUnavailable}},
+		conmon.ErrNotRunning, conmon.ErrNoPauseBinary, errNotRunning, errHandlerUnavailable}},
 	{codes.Unauthenticated, []error{image.ErrUnauthorized}},
 	{codes.ResourceExhausted, []error{image.ErrTooLarge, streaming.ErrTooManyRequests, broadcast.ErrSlow}},
 	{codes.Unavailable, []error{broadcast.ErrClosed}},

@@ -5,7 +5,6 @@
 //
 //	minicri-conmon --id ID --bundle DIR --runtime runc --exit-file FILE --socket-dir DIR [flags]
 //	minicri-conmon --id ID ... --join-dir DIR   (shared: further containers join on DIR/join)
-//	minicri-conmon pause --pod DIR
 //	minicri-conmon exec RUNTIME ... exec --detach --pid-file FILE ... ID   (the daemon's exec shim)
 //
 // It is started by the daemon with a sync pipe as fd 3, on which it reports
@@ -29,7 +28,6 @@ import (
 const usage = `usage: minicri-conmon --id ID --bundle DIR --runtime PATH --exit-file FILE --socket-dir DIR
          [--runtime-root DIR] [--runtime-arg ARG]... [--log-path FILE] [--log-max-line BYTES]
          [--terminal] [--stdin [--stdin-once]] [--join-dir DIR]
-       minicri-conmon pause [--pod DIR]
 `
 
 func main() {
@@ -45,12 +43,6 @@ func main() {
 	if len(args) > 0 && args[0] == monitor.JoinCommand {
 		// Started by a shared monitor for one further container.
 		os.Exit(monitor.Join(args[1:]))
-	}
-	// The pod dir after pause only labels the process, for operators and for
-	// the daemon's start-up repair (conmon.FindPauses).
-	if len(args) > 0 && args[0] == "pause" {
-		monitor.CloseInheritedFDs(-1)
-		os.Exit(monitor.Pause())
 	}
 	syncFD := monitor.SyncFD()
 	monitor.CloseInheritedFDs(syncFD)

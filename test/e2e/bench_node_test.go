@@ -439,8 +439,8 @@ func addPhaseRows(phases map[string]phaseSeries, ops ...string) {
 }
 
 // conmonPSSByKind splits this run's minicri-conmon and minicri-pause
-// processes into monitors and pod infra processes (`minicri-pause pause`,
-// or `minicri-conmon pause` where that is not installed), their PSS in KiB.
+// processes into monitors and pod infra processes (`minicri-pause pause`),
+// their PSS in KiB.
 func conmonPSSByKind() (monitors, infras []int) {
 	exes := map[string]bool{filepath.Join(binDir, "minicri-conmon"): true, filepath.Join(binDir, "minicri-pause"): true}
 	procs, _ := filepath.Glob("/proc/[0-9]*")

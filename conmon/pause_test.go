@@ -1,0 +1,191 @@
+package conmon_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/minicri/minicri/conmon"
+)
+
+// procStatus is /proc/PID/status as field name to value.
+func procStatus(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if name, value, ok := strings.Cut(line, ":"); ok {
+			fields[name] = strings.Join(strings.Fields(value), " ")
+		}
+	}
+	return fields
+}
+
+// assertConfined checks what cmd/minicri-pause promises once StartPause
+// returns (docs/security.md): uid and gid (as the host sees them), no
+// capability in any set, no_new_privs, a seccomp filter, not dumpable, and
+// a mount table of one read-only tmpfs. hostRoot is the host uid of the
+// root of its user namespace.
+func assertConfined(t *testing.T, in conmon.Infra, hostRoot int) {
+	t.Helper()
+	st := procStatus(t, in.PID)
+	ids := strings.Repeat(strconv.Itoa(hostRoot+conmon.PauseID)+" ", 4)
+	want := map[string]string{
+		"Uid": ids[:len(ids)-1], "Gid": ids[:len(ids)-1], "Groups": "",
+		"CapInh": "0000000000000000", "CapPrm": "0000000000000000", "CapEff": "0000000000000000",
+		"CapBnd": "0000000000000000", "CapAmb": "0000000000000000",
+		"NoNewPrivs": "1", "Seccomp": "2",
+	}
+	for name, value := range want {
+		if st[name] != value {
+			t.Errorf("infra process %s: %q, want %q", name, st[name], value)
+		}
+	}
+	// The kernel gives the /proc files of a process that is not dumpable
+	// to the root of its user namespace, whatever its uid.
+	var fi syscall.Stat_t
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d/environ", in.PID), &fi); err != nil || int(fi.Uid) != hostRoot {
+		t.Errorf("/proc/%d/environ owned by uid %d (err %v), want %d: the process is dumpable", in.PID, fi.Uid, err, hostRoot)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", in.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if f := strings.Fields(lines[0]); len(lines) != 1 || len(f) < 9 || f[4] != "/" || !strings.HasPrefix(f[5], "ro,") || f[8] != "tmpfs" {
+		t.Errorf("infra process mount table:\n%s\nwant one read-only tmpfs on /", b)
+	}
+	if found := conmon.FindPauses(); found[podDirOf(t, in)] != in {
+		t.Errorf("FindPauses does not find the confined infra process %+v: %+v", in, found)
+	}
+}
+
+// podDirOf is the pod dir on the infra process's command line.
+func podDirOf(t *testing.T, in conmon.Infra) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", in.PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	return args[len(args)-1]
+}
+
+func TestStartPauseConfines(t *testing.T) {
+	requireRuntime(t)
+	in, err := conmon.StartPause(monitorBinary, filepath.Join(t.TempDir(), "pod"))
+	if err != nil {
+		t.Fatalf("StartPause: %v", err)
+	}
+	t.Cleanup(func() { conmon.StopPause(in) })
+	assertConfined(t, in, 0)
+}
+
+func TestStartPauseInUserNSConfines(t *testing.T) {
+	requireRuntime(t)
+	// A range no other test maps.
+	const hostBase = 3 << 20
+	maps := []conmon.IDMap{{ContainerID: 0, HostID: hostBase, Size: 65536}}
+	in, err := conmon.StartPauseInUserNS(monitorBinary, filepath.Join(t.TempDir(), "pod"), maps, maps)
+	if err != nil {
+		t.Fatalf("StartPauseInUserNS: %v", err)
+	}
+	t.Cleanup(func() { conmon.StopPause(in) })
+	self, _ := os.Readlink("/proc/self/ns/user")
+	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/user", in.PID)); err != nil || ns == self {
+		t.Errorf("infra user namespace %q (err %v), want a new one", ns, err)
+	}
+	assertConfined(t, in, hostBase)
+}
+
+// TestStartPauseInUserNSRefusesUnmappedPauseID: with 65535 unmapped the
+// infra process could not leave the namespace's root; nothing is started.
+func TestStartPauseInUserNSRefusesUnmappedPauseID(t *testing.T) {
+	small := []conmon.IDMap{{ContainerID: 0, HostID: 3 << 20, Size: 1000}}
+	full := []conmon.IDMap{{ContainerID: 0, HostID: 3 << 20, Size: 65536}}
+	for _, tc := range []struct {
+		name       string
+		uids, gids []conmon.IDMap
+		want       string
+	}{
+		{"uids", small, full, "the uid mappings"},
+		{"gids", full, small, "the gid mappings"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := conmon.StartPauseInUserNS("/nonexistent/minicri-conmon", "/pod", tc.uids, tc.gids)
+			if !errors.Is(err, conmon.ErrPauseIDUnmapped) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("StartPauseInUserNS = %v, want ErrPauseIDUnmapped naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestStartPauseWithoutBinary(t *testing.T) {
+	monitor := filepath.Join(t.TempDir(), "minicri-conmon")
+	_, err := conmon.StartPause(monitor, "/pod")
+	if !errors.Is(err, conmon.ErrNoPauseBinary) || !strings.Contains(err.Error(), filepath.Join(filepath.Dir(monitor), conmon.PauseBinaryName)) {
+		t.Errorf("StartPause without minicri-pause = %v, want ErrNoPauseBinary naming where it looked", err)
+	}
+}
+
+// TestStartPauseFailsUntilConfined plays infra processes that do not
+// confine themselves: StartPause must fail with what they said and leave
+// none of them running.
+func TestStartPauseFailsUntilConfined(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: starts a process in a new PID namespace")
+	}
+	for _, tc := range []struct {
+		name, script, want string
+	}{
+		{"exits with a message", `echo "minicri-pause: pivot_root: Invalid argument" >&2; exit 1`, "pivot_root: Invalid argument"},
+		{"says why but stays", `echo "minicri-pause: set uid 65535: Invalid argument" >&2; exec sleep 60 2>&- 3>&-`, "set uid 65535"},
+		{"closes its pipe without a word", `exec 2>&- 3>&-; exec sleep 60`, "closed its pipe before it was confined"},
+		{"says ready too soon, then fails", `echo ready >&3; echo "minicri-pause: install the seccomp filter: Invalid argument" >&2; exit 1`, "install the seccomp filter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			nsFile := filepath.Join(dir, "pidns")
+			script := fmt.Sprintf("#!/bin/sh\nreadlink /proc/self/ns/pid >%s\n%s\n", nsFile, tc.script)
+			if err := os.WriteFile(filepath.Join(dir, conmon.PauseBinaryName), []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			_, err := conmon.StartPause(filepath.Join(dir, "minicri-conmon"), "/pod")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("StartPause = %v, want an error saying %q", err, tc.want)
+			}
+			// It is PID 1 of a namespace of its own: no process may be
+			// left in that namespace.
+			ns, err := os.ReadFile(nsFile)
+			if err != nil || len(ns) == 0 {
+				t.Fatalf("the fake infra process never ran: %v", err)
+			}
+			if pids := inPIDNamespace(strings.TrimSpace(string(ns))); len(pids) > 0 {
+				t.Errorf("processes %v left in the failed infra process's PID namespace", pids)
+			}
+		})
+	}
+}
+
+// inPIDNamespace lists the processes in the PID namespace ns ("pid:[N]").
+func inPIDNamespace(ns string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); link == ns {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

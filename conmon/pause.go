@@ -1,6 +1,7 @@
 package conmon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -155,8 +156,11 @@ func FindPauses() map[string]Infra {
 }
 
 // StopPause kills the infra process, and with it every process left in its
-// PID namespace. An infra process that is gone already is fine.
-func StopPause(in Infra) error {
+// PID namespace. An infra process that is gone already is fine. It waits
+// for the exit as long as ctx allows: a busy node can take more than ten
+// seconds to reap a PID namespace, and the caller's deadline (the kubelet's,
+// for a pod stop) is the one that says how long is too long.
+func StopPause(ctx context.Context, in Infra) error {
 	if in.PID <= 0 || !Alive(in.PID, in.StartTime) {
 		return nil
 	}
@@ -167,11 +171,12 @@ func StopPause(in Infra) error {
 	if err := unix.Kill(in.PID, unix.SIGKILL); err != nil && err != unix.ESRCH {
 		return fmt.Errorf("kill pod infra process %d: %w", in.PID, err)
 	}
+	start := time.Now()
 	select {
 	case <-done:
 		return nil
-	case <-time.After(10 * time.Second):
-		return fmt.Errorf("pod infra process %d still there 10s after SIGKILL", in.PID)
+	case <-ctx.Done():
+		return fmt.Errorf("pod infra process %d not reaped %s after SIGKILL: %w", in.PID, time.Since(start).Round(time.Millisecond), ctx.Err())
 	}
 }
 

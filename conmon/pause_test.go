@@ -1,6 +1,7 @@
 package conmon_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -84,7 +85,7 @@ func TestStartPauseConfines(t *testing.T) {
 	if err != nil {
 		t.Fatalf("StartPause: %v", err)
 	}
-	t.Cleanup(func() { conmon.StopPause(in) })
+	t.Cleanup(func() { conmon.StopPause(context.Background(), in) })
 	assertConfined(t, in, 0)
 }
 
@@ -97,7 +98,7 @@ func TestStartPauseInUserNSConfines(t *testing.T) {
 	if err != nil {
 		t.Fatalf("StartPauseInUserNS: %v", err)
 	}
-	t.Cleanup(func() { conmon.StopPause(in) })
+	t.Cleanup(func() { conmon.StopPause(context.Background(), in) })
 	self, _ := os.Readlink("/proc/self/ns/user")
 	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/user", in.PID)); err != nil || ns == self {
 		t.Errorf("infra user namespace %q (err %v), want a new one", ns, err)

@@ -268,7 +268,7 @@ func TestStartPauseAndStopPause(t *testing.T) {
 	if err != nil {
 		t.Fatalf("StartPause: %v", err)
 	}
-	t.Cleanup(func() { conmon.StopPause(infra) })
+	t.Cleanup(func() { conmon.StopPause(context.Background(), infra) })
 	if found := conmon.FindPauses()[podDir]; found != infra {
 		t.Errorf("FindPauses()[%s] = %+v, want %+v", podDir, found, infra)
 	}
@@ -283,7 +283,7 @@ func TestStartPauseAndStopPause(t *testing.T) {
 	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", infra.PID)); exe != pauseBinary {
 		t.Errorf("infra process runs %q, want %q", exe, pauseBinary)
 	}
-	if err := conmon.StopPause(infra); err != nil {
+	if err := conmon.StopPause(context.Background(), infra); err != nil {
 		t.Fatalf("StopPause: %v", err)
 	}
 	if conmon.Alive(infra.PID, infra.StartTime) {

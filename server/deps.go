@@ -92,7 +92,7 @@ type monitorSockets interface {
 // podInfra runs the infra process of a pod that shares its PID namespace.
 type podInfra interface {
 	StartPause(binary, podDir string) (conmon.Infra, error)
-	StopPause(in conmon.Infra) error
+	StopPause(ctx context.Context, in conmon.Infra) error
 }
 
 // runtimeSet is the OCI runtimes by RuntimeClass handler (*oci.Handlers).
@@ -176,7 +176,9 @@ func (conmonMonitor) StartPause(binary, podDir string) (conmon.Infra, error) {
 	return conmon.StartPause(binary, podDir)
 }
 
-func (conmonMonitor) StopPause(in conmon.Infra) error { return conmon.StopPause(in) }
+func (conmonMonitor) StopPause(ctx context.Context, in conmon.Infra) error {
+	return conmon.StopPause(ctx, in)
+}
 
 // hostPins is the real sandboxPins.
 type hostPins struct{}

@@ -206,14 +206,14 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 			s.sweep("container root filesystem", id, s.images.RemoveRootfs(id))
 		}
 	}
-	s.sweepInfraProcesses()
+	s.sweepInfraProcesses(ctx)
 	s.sweepMonitorDirs()
 }
 
 // sweepInfraProcesses kills the infra processes of this daemon's run dir
 // that no sandbox record holds: a crash between starting one and recording
 // it leaves one that only its command line can find.
-func (s *Server) sweepInfraProcesses() {
+func (s *Server) sweepInfraProcesses(ctx context.Context) {
 	pods := filepath.Join(s.cfg.RunDir, "pods")
 	for dir, infra := range conmon.FindPauses() {
 		if filepath.Dir(dir) != pods {
@@ -223,7 +223,7 @@ func (s *Server) sweepInfraProcesses() {
 		if rec, err := s.sandboxes.Get(id); err == nil && rec.Infra == infra {
 			continue
 		}
-		s.sweep("pod infra process", id, conmon.StopPause(infra))
+		s.sweep("pod infra process", id, conmon.StopPause(ctx, infra))
 	}
 }
 

@@ -112,7 +112,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	}
 	phaseDone(ctx, "pin")
 	crashPoint("sandbox-after-pin")
-	if err := s.dropUnsharedInfra(&rec, cfg); err != nil {
+	if err := s.dropUnsharedInfra(ctx, &rec, cfg); err != nil {
 		return err
 	}
 	if sharesPIDNamespace(cfg) && rec.Infra.PID == 0 {

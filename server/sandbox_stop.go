@@ -104,7 +104,7 @@ func (s *Server) killPodPIDNamespace(ctx context.Context, sb sandboxRecord) {
 	if len(exits) == 0 {
 		return
 	}
-	if err := s.infra.StopPause(sb.Infra); err != nil {
+	if err := s.infra.StopPause(ctx, sb.Infra); err != nil {
 		s.log.WithField("pod", sb.ID).WithError(err).Warn("stop the pod's infra process; killing its containers one by one")
 		return
 	}
@@ -147,7 +147,7 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 	if err := s.teardownNetwork(ctx, rec); err != nil {
 		return err
 	}
-	if err := s.infra.StopPause(rec.Infra); err != nil {
+	if err := s.infra.StopPause(ctx, rec.Infra); err != nil {
 		return err
 	}
 	phaseDone(ctx, "infra")

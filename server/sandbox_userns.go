@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -50,11 +51,11 @@ func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, ho
 // dropUnsharedInfra stops the infra process that made a pod's user
 // namespace when its containers do not share its PID namespace: the pins
 // keep the namespaces alive.
-func (s *Server) dropUnsharedInfra(r *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
+func (s *Server) dropUnsharedInfra(ctx context.Context, r *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
 	if sharesPIDNamespace(cfg) || r.Infra.PID <= 0 {
 		return nil
 	}
-	if err := conmon.StopPause(r.Infra); err != nil {
+	if err := conmon.StopPause(ctx, r.Infra); err != nil {
 		return err
 	}
 	r.Infra = conmon.Infra{}

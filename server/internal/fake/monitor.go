@@ -222,7 +222,7 @@ func (m *Monitor) StartPause(binary, podDir string) (conmon.Infra, error) {
 }
 
 // StopPause stops an infra process; a zero or stopped one is fine.
-func (m *Monitor) StopPause(in conmon.Infra) error {
+func (m *Monitor) StopPause(_ context.Context, in conmon.Infra) error {
 	var stopped bool
 	err := m.locked("StopPause", &m.mu, func() {
 		stopped = m.infra[in.PID]

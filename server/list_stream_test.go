@@ -3,8 +3,8 @@ package server
 import (
 	"context"
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"slices"

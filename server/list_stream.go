@@ -33,7 +33,7 @@ func (s *Server) StreamPodSandboxes(req *runtime.StreamPodSandboxesRequest, stre
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "pod sandboxes", resp.GetItems(), func(b []*runtime.PodSandbox) *runtime.StreamPodSandboxesResponse {
+	return sendBatches(stream, "pod sandboxes", resp.GetItems(), nil, func(b []*runtime.PodSandbox) *runtime.StreamPodSandboxesResponse {
 		return &runtime.StreamPodSandboxesResponse{PodSandboxes: b}
 	})
 }
@@ -46,7 +46,7 @@ func (s *Server) StreamContainers(req *runtime.StreamContainersRequest, stream r
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "containers", resp.GetContainers(), func(b []*runtime.Container) *runtime.StreamContainersResponse {
+	return sendBatches(stream, "containers", resp.GetContainers(), s.encodedContainers.size, func(b []*runtime.Container) *runtime.StreamContainersResponse {
 		return &runtime.StreamContainersResponse{Containers: b}
 	})
 }
@@ -57,7 +57,7 @@ func (s *Server) StreamContainerStats(req *runtime.StreamContainerStatsRequest, 
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "container stats", resp.GetStats(), func(b []*runtime.ContainerStats) *runtime.StreamContainerStatsResponse {
+	return sendBatches(stream, "container stats", resp.GetStats(), nil, func(b []*runtime.ContainerStats) *runtime.StreamContainerStatsResponse {
 		return &runtime.StreamContainerStatsResponse{ContainerStats: b}
 	})
 }
@@ -68,7 +68,7 @@ func (s *Server) StreamPodSandboxStats(req *runtime.StreamPodSandboxStatsRequest
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "pod sandbox stats", resp.GetStats(), func(b []*runtime.PodSandboxStats) *runtime.StreamPodSandboxStatsResponse {
+	return sendBatches(stream, "pod sandbox stats", resp.GetStats(), nil, func(b []*runtime.PodSandboxStats) *runtime.StreamPodSandboxStatsResponse {
 		return &runtime.StreamPodSandboxStatsResponse{PodSandboxStats: b}
 	})
 }
@@ -79,7 +79,7 @@ func (s *Server) StreamPodSandboxMetrics(req *runtime.StreamPodSandboxMetricsReq
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "pod sandbox metrics", resp.GetPodMetrics(), func(b []*runtime.PodSandboxMetrics) *runtime.StreamPodSandboxMetricsResponse {
+	return sendBatches(stream, "pod sandbox metrics", resp.GetPodMetrics(), nil, func(b []*runtime.PodSandboxMetrics) *runtime.StreamPodSandboxMetricsResponse {
 		return &runtime.StreamPodSandboxMetricsResponse{PodSandboxMetrics: b}
 	})
 }
@@ -90,24 +90,28 @@ func (s *Server) StreamImages(req *runtime.StreamImagesRequest, stream runtime.I
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "images", resp.GetImages(), func(b []*runtime.Image) *runtime.StreamImagesResponse {
+	return sendBatches(stream, "images", resp.GetImages(), nil, func(b []*runtime.Image) *runtime.StreamImagesResponse {
 		return &runtime.StreamImagesResponse{Images: b}
 	})
 }
 
 // sendBatches sends items in order, in responses that wrap makes of
-// consecutive runs of them (see batchEnd). An empty list sends no response
+// consecutive runs of them (see batchEnd), an item's encoded size given by
+// size (nil: proto.Size). An empty list sends no response
 // at all: the CRI asks for batches of at least one item, and the kubelet's
 // client reads an empty stream as an empty list. A client that goes away
 // mid-stream ends it with Canceled (or DeadlineExceeded) before the next
 // batch is made.
-func sendBatches[T proto.Message, R any](stream grpc.ServerStreamingServer[R], what string, items []T, wrap func([]T) *R) error {
+func sendBatches[T proto.Message, R any](stream grpc.ServerStreamingServer[R], what string, items []T, size func(T) int, wrap func([]T) *R) error {
+	if size == nil {
+		size = func(item T) int { return proto.Size(item) }
+	}
 	ctx := stream.Context()
 	for start := 0; start < len(items); {
 		if err := ctx.Err(); err != nil {
 			return toStatus(fmt.Errorf("stream %s: after %d of %d: %w", what, start, len(items), err))
 		}
-		end := batchEnd(items, start)
+		end := batchEnd(items, start, size)
 		// A slice of items, capped so that nobody appending to a batch
 		// writes into the list (which may be ListContainers' kept answer).
 		if err := stream.Send(wrap(items[start:end:end])); err != nil {
@@ -121,14 +125,27 @@ func sendBatches[T proto.Message, R any](stream grpc.ServerStreamingServer[R], w
 // batchEnd is where the batch starting at items[start] ends: after
 // streamBatchItems items, or before the item that would take its encoding
 // past streamBatchBytes. A batch has at least one item.
-func batchEnd[T proto.Message](items []T, start int) int {
-	end, size := start+1, proto.Size(items[start])
+func batchEnd[T any](items []T, start int, size func(T) int) int {
+	end, total := start+1, size(items[start])
 	for end < len(items) && end-start < streamBatchItems {
-		size += proto.Size(items[end]) + 8 // the field's tag and length
-		if size > streamBatchBytes {
+		total += size(items[end]) + 8 // the field's tag and length
+		if total > streamBatchBytes {
 			break
 		}
 		end++
 	}
 	return end
+}
+
+// size is c's encoded size, read from its kept encoding, made now if it
+// has none: the codec sends the batch from these encodings, and proto.Size
+// would walk the container's labels and annotations once more.
+func (e *encodedContainers) size(c *runtime.Container) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	data, err := e.encoding(c)
+	if err != nil {
+		return proto.Size(c) // the codec will fail the same way, and say why
+	}
+	return len(data)
 }

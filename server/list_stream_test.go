@@ -75,7 +75,7 @@ func TestSendBatches(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			stream := &batchStream[runtime.StreamImagesResponse]{ctx: context.Background()}
-			err := sendBatches(stream, "images", tc.items, func(b []*runtime.Image) *runtime.StreamImagesResponse {
+			err := sendBatches(stream, "images", tc.items, nil, func(b []*runtime.Image) *runtime.StreamImagesResponse {
 				return &runtime.StreamImagesResponse{Images: b}
 			})
 			if err != nil {
@@ -105,7 +105,7 @@ func TestSendBatches(t *testing.T) {
 func TestSendBatchesDoNotShareRoomWithTheList(t *testing.T) {
 	items := images(streamBatchItems+1, 8)
 	stream := &batchStream[runtime.StreamImagesResponse]{ctx: context.Background()}
-	if err := sendBatches(stream, "images", items, func(b []*runtime.Image) *runtime.StreamImagesResponse {
+	if err := sendBatches(stream, "images", items, nil, func(b []*runtime.Image) *runtime.StreamImagesResponse {
 		return &runtime.StreamImagesResponse{Images: b}
 	}); err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestSendBatchesStopsWhenTheClientCancels(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream := &batchStream[runtime.StreamImagesResponse]{ctx: ctx, cancel: cancel}
-	err := sendBatches(stream, "images", images(3*streamBatchItems, 8), func(b []*runtime.Image) *runtime.StreamImagesResponse {
+	err := sendBatches(stream, "images", images(3*streamBatchItems, 8), nil, func(b []*runtime.Image) *runtime.StreamImagesResponse {
 		return &runtime.StreamImagesResponse{Images: b}
 	})
 	wantCode(t, "a stream whose client canceled", err, codes.Canceled, "images")
@@ -189,7 +189,7 @@ func (s countingStream) SendMsg(m any) error {
 	return s.ServerStream.SendMsg(m)
 }
 
-func serveStreaming(t *testing.T, s *Server) *streamClients {
+func serveStreaming(t testing.TB, s *Server) *streamClients {
 	t.Helper()
 	c := &streamClients{batches: map[string]int{}}
 	count := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -425,5 +425,33 @@ func TestStreamListsAreServed(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		recvAll(name, recv)
+	}
+}
+
+// BenchmarkStreamContainersKubeletClient is BenchmarkListContainersKubeletClient
+// with the client's streaming on: 200 containers as the kubelet creates them.
+func BenchmarkStreamContainersKubeletClient(b *testing.B) {
+	for _, streaming := range []bool{false, true} {
+		b.Run(fmt.Sprintf("streaming=%t", streaming), func(b *testing.B) {
+			ts := newTestServer(b)
+			for i := range 100 {
+				pod := podConfig(fmt.Sprintf("web-%d", i))
+				podID := ts.runPod(b, pod)
+				for j := range 2 {
+					ts.createCtr(b, podID, pod, kubeletLikeConfig(pod, fmt.Sprintf("c%d", j)))
+				}
+			}
+			c := serveStreaming(b, ts.Server)
+			client := c.off
+			if streaming {
+				client = c.on
+			}
+			for b.Loop() {
+				got, err := client.ListContainers(bg, nil)
+				if err != nil || len(got) != 200 {
+					b.Fatalf("ListContainers: %d containers, %v", len(got), err)
+				}
+			}
+		})
 	}
 }

@@ -49,9 +49,9 @@ type streamNode struct {
 	rawImg   runtime.ImageServiceClient
 }
 
-func newStreamNode(t *testing.T) *streamNode {
+func newStreamNode(t *testing.T, opts ...DaemonOption) *streamNode {
 	t.Helper()
-	d := StartDaemon(t, WithArgs("--log-level", "info"))
+	d := StartDaemon(t, append([]DaemonOption{WithArgs("--log-level", "info")}, opts...)...)
 	n := &streamNode{d: d, ref: busyboxRef(t)}
 	d.pull(t, n.ref)
 	t.Cleanup(func() { d.removeAll(t) })

@@ -4,10 +4,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -221,13 +224,7 @@ func TestStreamContainersAndSandboxesAsTheirListTwins(t *testing.T) {
 		batches := recvBatches(t, "StreamContainers "+tc.name, stream.Recv, func(r *runtime.StreamContainersResponse) int { return len(r.GetContainers()) })
 		listed, errOff := off.ListContainers(ctx, tc.f)
 		streamed, errOn := n.on.ListContainers(ctx, tc.f)
-		if errOff != nil || errOn != nil {
-			t.Fatalf("containers, %s: list %v, streaming %v", tc.name, errOff, errOn)
-		}
-		if len(listed) != tc.want || sum(batches) != tc.want {
-			t.Errorf("containers, %s: listed %d, streamed %d in batches %v; want %d", tc.name, len(listed), sum(batches), batches, tc.want)
-		}
-		sameShapes(t, "containers, "+tc.name, listed, streamed, (*runtime.Container).GetId, whole)
+		compareTwins(t, "containers, "+tc.name, tc.want, batches, listed, streamed, errOff, errOn, (*runtime.Container).GetId, whole)
 	}
 
 	sandboxFilters := []struct {
@@ -249,13 +246,7 @@ func TestStreamContainersAndSandboxesAsTheirListTwins(t *testing.T) {
 		batches := recvBatches(t, "StreamPodSandboxes "+tc.name, stream.Recv, func(r *runtime.StreamPodSandboxesResponse) int { return len(r.GetPodSandboxes()) })
 		listed, errOff := off.ListPodSandbox(ctx, tc.f)
 		streamed, errOn := n.on.ListPodSandbox(ctx, tc.f)
-		if errOff != nil || errOn != nil {
-			t.Fatalf("sandboxes, %s: list %v, streaming %v", tc.name, errOff, errOn)
-		}
-		if len(listed) != tc.want || sum(batches) != tc.want {
-			t.Errorf("sandboxes, %s: listed %d, streamed %d in batches %v; want %d", tc.name, len(listed), sum(batches), batches, tc.want)
-		}
-		sameShapes(t, "sandboxes, "+tc.name, listed, streamed, (*runtime.PodSandbox).GetId, whole)
+		compareTwins(t, "sandboxes, "+tc.name, tc.want, batches, listed, streamed, errOff, errOn, (*runtime.PodSandbox).GetId, whole)
 	}
 
 	for _, ref := range []string{"", n.ref, "no-such-image:latest"} {
@@ -267,13 +258,7 @@ func TestStreamContainersAndSandboxesAsTheirListTwins(t *testing.T) {
 		batches := recvBatches(t, "StreamImages "+ref, stream.Recv, func(r *runtime.StreamImagesResponse) int { return len(r.GetImages()) })
 		listed, errOff := n.d.Images.ListImages(ctx, filter)
 		streamed, errOn := n.imagesOn.ListImages(ctx, filter)
-		if errOff != nil || errOn != nil {
-			t.Fatalf("images %q: list %v, streaming %v", ref, errOff, errOn)
-		}
-		if sum(batches) != len(listed) {
-			t.Errorf("images %q: listed %d, streamed %v", ref, len(listed), batches)
-		}
-		sameShapes(t, fmt.Sprintf("images %q", ref), listed, streamed, (*runtime.Image).GetId, whole)
+		compareTwins(t, fmt.Sprintf("images %q", ref), len(listed), batches, listed, streamed, errOff, errOn, (*runtime.Image).GetId, whole)
 	}
 
 	// An empty answer is an empty stream, and a refused filter is refused
@@ -321,13 +306,7 @@ func TestStreamStatsAndMetricsAsTheirListTwins(t *testing.T) {
 		batches := recvBatches(t, "StreamContainerStats "+tc.name, stream.Recv, func(r *runtime.StreamContainerStatsResponse) int { return len(r.GetContainerStats()) })
 		listed, errOff := off.ListContainerStats(ctx, tc.f)
 		streamed, errOn := n.on.ListContainerStats(ctx, tc.f)
-		if errOff != nil || errOn != nil {
-			t.Fatalf("container stats, %s: list %v, streaming %v", tc.name, errOff, errOn)
-		}
-		if len(listed) != tc.want || sum(batches) != tc.want {
-			t.Errorf("container stats, %s: listed %d, streamed %d in batches %v; want %d", tc.name, len(listed), sum(batches), batches, tc.want)
-		}
-		sameShapes(t, "container stats, "+tc.name, listed, streamed, func(s *runtime.ContainerStats) string { return s.GetAttributes().GetId() }, ctrShape)
+		compareTwins(t, "container stats, "+tc.name, tc.want, batches, listed, streamed, errOff, errOn, func(s *runtime.ContainerStats) string { return s.GetAttributes().GetId() }, ctrShape)
 	}
 
 	podShape := func(s *runtime.PodSandboxStats) string {
@@ -352,13 +331,7 @@ func TestStreamStatsAndMetricsAsTheirListTwins(t *testing.T) {
 		batches := recvBatches(t, "StreamPodSandboxStats "+tc.name, stream.Recv, func(r *runtime.StreamPodSandboxStatsResponse) int { return len(r.GetPodSandboxStats()) })
 		listed, errOff := off.ListPodSandboxStats(ctx, tc.f)
 		streamed, errOn := n.on.ListPodSandboxStats(ctx, tc.f)
-		if errOff != nil || errOn != nil {
-			t.Fatalf("pod stats, %s: list %v, streaming %v", tc.name, errOff, errOn)
-		}
-		if len(listed) != tc.want || sum(batches) != tc.want {
-			t.Errorf("pod stats, %s: listed %d, streamed %d in batches %v; want %d", tc.name, len(listed), sum(batches), batches, tc.want)
-		}
-		sameShapes(t, "pod stats, "+tc.name, listed, streamed, func(s *runtime.PodSandboxStats) string { return s.GetAttributes().GetId() }, podShape)
+		compareTwins(t, "pod stats, "+tc.name, tc.want, batches, listed, streamed, errOff, errOn, func(s *runtime.PodSandboxStats) string { return s.GetAttributes().GetId() }, podShape)
 	}
 
 	metricsShape := func(m *runtime.PodSandboxMetrics) string {
@@ -379,19 +352,21 @@ func TestStreamStatsAndMetricsAsTheirListTwins(t *testing.T) {
 	batches := recvBatches(t, "StreamPodSandboxMetrics", stream.Recv, func(r *runtime.StreamPodSandboxMetricsResponse) int { return len(r.GetPodSandboxMetrics()) })
 	listed, errOff := off.ListPodSandboxMetrics(ctx)
 	streamed, errOn := n.on.ListPodSandboxMetrics(ctx)
-	if errOff != nil || errOn != nil {
-		t.Fatalf("pod metrics: list %v, streaming %v", errOff, errOn)
-	}
-	if len(listed) != 49 || sum(batches) != 49 {
-		t.Errorf("pod metrics: listed %d, streamed %d in batches %v; want 49", len(listed), sum(batches), batches)
-	}
-	sameShapes(t, "pod metrics", listed, streamed, (*runtime.PodSandboxMetrics).GetPodSandboxId, metricsShape)
+	compareTwins(t, "pod metrics", 49, batches, listed, streamed, errOff, errOn, (*runtime.PodSandboxMetrics).GetPodSandboxId, metricsShape)
 }
 
-// sameShapes compares two lists by ID and, item by item, on shape (who
-// the item is about and which figures it has).
-func sameShapes[T any](t *testing.T, what string, off, on []T, id func(T) string, shape func(T) string) {
+// compareTwins checks a Stream call against its List twin: the stream
+// read itself gave want items in batches, and the kubelet's client gave
+// the same items, compared by ID and then on shape, with streaming off
+// (listed) and on (streamed).
+func compareTwins[T any](t *testing.T, what string, want int, batches []int, off, on []T, errOff, errOn error, id, shape func(T) string) {
 	t.Helper()
+	if errOff != nil || errOn != nil {
+		t.Fatalf("%s: list %v, streaming %v", what, errOff, errOn)
+	}
+	if len(off) != want || sum(batches) != want {
+		t.Errorf("%s: listed %d, streamed %d in batches %v; want %d", what, len(off), sum(batches), batches, want)
+	}
 	if !slices.Equal(sortedIDs(off, id), sortedIDs(on, id)) {
 		t.Errorf("%s: streaming lists %d items, list %d: %v vs %v", what, len(on), len(off), sortedIDs(on, id), sortedIDs(off, id))
 		return
@@ -403,6 +378,76 @@ func sameShapes[T any](t *testing.T, what string, off, on []T, id func(T) string
 	for _, it := range on {
 		if got, want := shape(it), shapes[id(it)]; got != want {
 			t.Errorf("%s: %s streamed as\n  %s\nlisted as\n  %s", what, id(it), got, want)
+		}
+	}
+}
+
+// A kubelet with the CRIListStreaming gate runs a pod and reports its
+// stats with the Stream calls alone: minicri answers every one (none
+// Unimplemented, on which the kubelet would go back to List for good), and
+// the kubelet makes no List call of the six.
+func TestKubeletWithCRIListStreaming(t *testing.T) {
+	kubeletBinary(t)
+	addr := freeLoopbackAddr(t)
+	d := StartDaemon(t, WithArgs("--metrics-address", addr))
+	d.bridgeNetwork(t)
+	n := &kubeletNode{d: d, ref: busyboxRef(t)}
+	n.k = startKubelet(t, d, "--feature-gates=CRIListStreaming=true")
+	k := n.k
+	k.writeManifest(t, staticPod("streamed", n.container("a", sleepForever), n.container("b", sleepForever)))
+	k.waitPod(t, "streamed", "Running with every container running", 90*time.Second, running)
+
+	// /stats/summary (StreamPodSandboxStats) has both
+	// containers' figures, and /metrics/cadvisor (StreamPodSandboxMetrics)
+	// names them.
+	waitFor(t, "both containers' CPU in /stats/summary", 30*time.Second, func() bool {
+		code, body := k.get(t, "/stats/summary")
+		var sum statsSummary
+		if code != http.StatusOK || json.Unmarshal([]byte(body), &sum) != nil {
+			return false
+		}
+		for _, p := range sum.Pods {
+			if p.PodRef.Name != k.podName("streamed") {
+				continue
+			}
+			seen := 0
+			for _, c := range p.Containers {
+				if positive(c.CPU != nil, func() *uint64 { return c.CPU.UsageCoreNanoSeconds }) {
+					seen++
+				}
+			}
+			return seen == 2
+		}
+		return false
+	})
+	waitFor(t, "the pod's containers in /metrics/cadvisor", 30*time.Second, func() bool {
+		code, body := k.get(t, "/metrics/cadvisor")
+		return code == http.StatusOK && strings.Contains(body, `container="a"`) && strings.Contains(body, `container="b"`)
+	})
+
+	scrape := httpGet(t, "http://"+addr+"/metrics")
+	twins := map[string]string{
+		"StreamPodSandboxes": "ListPodSandbox", "StreamContainers": "ListContainers",
+		"StreamPodSandboxStats": "ListPodSandboxStats", "StreamContainerStats": "ListContainerStats",
+		"StreamPodSandboxMetrics": "ListPodSandboxMetrics", "StreamImages": "ListImages",
+	}
+	calls := func(method, code string) float64 {
+		return metricValue(t, scrape, fmt.Sprintf(`minicri_cri_request_duration_seconds_count{code=%q,method=%q}`, code, method))
+	}
+	for stream, list := range twins {
+		if got := calls(stream, "Unimplemented"); got != 0 {
+			t.Errorf("%s answered Unimplemented %v times", stream, got)
+		}
+		if got := calls(list, "OK"); got != 0 {
+			t.Errorf("the kubelet called %s %v times; with the gate it streams", list, got)
+		}
+	}
+	// StreamImages comes only with the image GC's first pass, minutes after
+	// the start, and StreamContainerStats not at all: the kubelet reads the
+	// containers' stats from their pods'. Neither is waited for.
+	for _, stream := range []string{"StreamPodSandboxes", "StreamContainers", "StreamPodSandboxStats", "StreamPodSandboxMetrics"} {
+		if calls(stream, "OK") == 0 {
+			t.Errorf("the kubelet never called %s", stream)
 		}
 	}
 }

@@ -455,3 +455,29 @@ func BenchmarkStreamContainersKubeletClient(b *testing.B) {
 		})
 	}
 }
+
+// StreamContainers of every container sends the answer ListContainers
+// keeps, cut into batches, not a list walked again: the same entries.
+func TestStreamContainersSendsTheKeptAnswer(t *testing.T) {
+	ts := newTestServer(t)
+	pod := podConfig("web")
+	podID := ts.runPod(t, pod)
+	for i := range streamBatchItems + 1 {
+		ts.createCtr(t, podID, pod, ctrConfig(fmt.Sprintf("c%d", i)))
+	}
+	kept, err := ts.ListContainers(bg, &runtime.ListContainersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := &batchStream[runtime.StreamContainersResponse]{ctx: context.Background()}
+	if err := ts.StreamContainers(&runtime.StreamContainersRequest{}, stream); err != nil {
+		t.Fatal(err)
+	}
+	var sent []*runtime.Container
+	for _, r := range stream.sent {
+		sent = append(sent, r.GetContainers()...)
+	}
+	if len(stream.sent) != 2 || !slices.Equal(sent, kept.GetContainers()) {
+		t.Errorf("%d containers in %d batches, not the kept answer's %d entries in 2", len(sent), len(stream.sent), len(kept.GetContainers()))
+	}
+}

@@ -32,6 +32,11 @@ func (c listCodec) Name() string { return grpcproto.Name }
 func (c listCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
 
 func (c listCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if batch, ok := v.(*runtime.StreamContainersResponse); ok {
+		// A StreamContainers batch is, on the wire, a ListContainersResponse
+		// of its containers (TestStreamContainersBatchIsAListOnTheWire).
+		return c.containers.encode(&runtime.ListContainersResponse{Containers: batch.GetContainers()})
+	}
 	resp, ok := v.(*runtime.ListContainersResponse)
 	if !ok {
 		return c.proto.Marshal(v)

@@ -47,6 +47,7 @@ func TestBench(t *testing.T) {
 	}
 	t.Run("PodLifecycle", benchPodLifecycle)
 	t.Run("Exec", benchExec)
+	t.Run("StreamLists", benchStreamLists) // bench_stream_test.go
 	printBenchTable()
 }
 

@@ -80,8 +80,8 @@ func kubeletBinary(t *testing.T) string {
 // startKubelet starts a kubelet on d's socket, waits until it is healthy,
 // and at the end of the test kills it by pid, removes every pod it made
 // from the daemon, and removes its cgroups. It skips the test when
-// MINICRI_KUBELET is not set.
-func startKubelet(t *testing.T, d *Daemon) *Kubelet {
+// MINICRI_KUBELET is not set. extraArgs go on its command line after the others.
+func startKubelet(t *testing.T, d *Daemon, extraArgs ...string) *Kubelet {
 	t.Helper()
 	bin := kubeletBinary(t)
 	k := &Kubelet{
@@ -123,6 +123,7 @@ func startKubelet(t *testing.T, d *Daemon) *Kubelet {
 	defer logFile.Close()
 	args := []string{bin, "--config", config, "--root-dir", k.RootDir, "--cert-dir", filepath.Join(k.Dir, "pki"),
 		"--hostname-override", k.NodeName, "--v=2"}
+	args = append(args, extraArgs...)
 	// Two paths of a kubelet cannot be moved: the device plugin socket dir
 	// /var/lib/kubelet/device-plugins (which it empties at start: a real
 	// node's plugins would lose their sockets) and the log symlinks in

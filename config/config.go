@@ -187,15 +187,21 @@ type StreamingConfig struct {
 
 	// A connection must send its whole request (TLS handshake, headers) and take
 	// the answer within this, until it is upgraded to a stream; an upgraded
-	// exec, attach or port-forward stream is never cut by it.
+	// exec, attach or port-forward stream is never cut by it. The kubelet sends
+	// its request as soon as it connects.
 	RequestTimeout Duration `toml:"request_timeout"`
 	// A connection that is not a stream and waits for its next request (after a
 	// refused token, say) is closed after this.
 	IdleConnTimeout Duration `toml:"idle_conn_timeout"`
 	// Connections open at once, streams included. At the cap a new connection
-	// takes the place of the oldest one waiting for a request, or is closed when
-	// every one is busy.
+	// takes the place of the one waiting longest for a request, or is closed
+	// when every one is a stream or being served.
 	MaxConnections int `toml:"max_connections"`
+	// Connections open at once that wait for a request: connected and not yet
+	// sent their request, or idle after an answer. Anyone who reaches the port
+	// can open them; at this cap a new connection takes the place of the one
+	// waiting longest, never of a stream. At most max_connections.
+	MaxWaitingConnections int `toml:"max_waiting_connections"`
 }
 
 func (s StreamingConfig) check() []error {
@@ -205,6 +211,8 @@ func (s StreamingConfig) check() []error {
 		refuse(s.RequestTimeout <= 0, "streaming.request_timeout", "must be positive"),
 		refuse(s.IdleConnTimeout <= 0, "streaming.idle_conn_timeout", "must be positive"),
 		refuse(s.MaxConnections < 1, "streaming.max_connections", "must be at least 1"),
+		refuse(s.MaxWaitingConnections < 1 || s.MaxWaitingConnections > s.MaxConnections, "streaming.max_waiting_connections",
+			"must be at least 1 and at most streaming.max_connections"),
 		refuse((s.TLSCert == "") != (s.TLSKey == ""), "streaming.tls_cert", "tls_cert and tls_key must be set together"),
 	}
 }
@@ -325,11 +333,12 @@ func Default() Config {
 			},
 		},
 		Streaming: StreamingConfig{
-			Address:         "127.0.0.1",
-			TokenTTL:        Duration(time.Minute),
-			RequestTimeout:  Duration(10 * time.Second),
-			IdleConnTimeout: Duration(30 * time.Second),
-			MaxConnections:  1024,
+			Address:               "127.0.0.1",
+			TokenTTL:              Duration(time.Minute),
+			RequestTimeout:        Duration(5 * time.Second),
+			IdleConnTimeout:       Duration(30 * time.Second),
+			MaxConnections:        1024,
+			MaxWaitingConnections: 128,
 		},
 		CNI: CNIConfig{
 			ConfDir: "/etc/cni/net.d",

@@ -1,0 +1,217 @@
+// Package connlimit bounds the connections of an HTTP server that anyone who
+// reaches its address may open: the streaming server (exec, attach,
+// port-forward), the metrics and the profiles. Such a stranger can open
+// connections and say nothing, or half a request; the server must not keep
+// them all, and must not let them push out a connection that is doing
+// something (a stream, a request being served).
+//
+// Listener counts every connection it admits and knows, from the HTTP
+// server's ConnState hook, which of them are waiting: waiting for their
+// request's headers, or kept alive between two requests. Waiting connections
+// have a budget of their own (Limits.MaxWaiting) inside the total
+// (Limits.Max); at either cap a new connection takes the place of the one
+// that has been waiting longest. A connection being served, or hijacked (an
+// upgraded stream), is never pushed out: when every connection is busy and
+// the total is reached, the new one is closed.
+//
+// Refuse and Bodiless answer the requests that will never be served without
+// reading a body they announce, so that a request whose body never comes
+// does not keep its connection busy.
+package connlimit
+
+import (
+	"container/list"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Limits bounds a Listener's connections.
+type Limits struct {
+	// Max is the connections open at once, busy ones included.
+	Max int
+	// MaxWaiting is the connections open at once that are waiting for a
+	// request. It is at most Max.
+	MaxWaiting int
+}
+
+// Listener admits connections within its Limits. Its ConnState method must
+// be the HTTP server's ConnState hook.
+type Listener struct {
+	net.Listener
+	lim Limits
+	log *logrus.Entry
+
+	mu      sync.Mutex
+	open    int
+	waiting *list.List // of *Conn, the longest waiting first
+	refused time.Time  // the last refusal logged, to log one a minute
+}
+
+// New wraps ln; log says which server refused connections.
+func New(ln net.Listener, lim Limits, log *logrus.Entry) *Listener {
+	lim.MaxWaiting = min(max(lim.MaxWaiting, 1), lim.Max)
+	return &Listener{Listener: ln, lim: lim, log: log, waiting: list.New()}
+}
+
+// Conn is one admitted connection: its Close gives its place back.
+type Conn struct {
+	net.Conn
+	l      *Listener
+	closed bool          // counted out of l.open; under l.mu
+	elem   *list.Element // in l.waiting while waiting; under l.mu
+	once   sync.Once
+}
+
+// Close closes the connection and gives its place back.
+func (c *Conn) Close() error {
+	c.once.Do(c.l.forget(c))
+	return c.Conn.Close()
+}
+
+// Accept returns the next connection admitted; refused ones are closed here.
+func (l *Listener) Accept() (net.Conn, error) {
+	for {
+		conn, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if c := l.admit(conn); c != nil {
+			return c, nil
+		}
+	}
+}
+
+func (l *Listener) admit(conn net.Conn) *Conn {
+	l.mu.Lock()
+	var victim *Conn
+	if l.open >= l.lim.Max || l.waiting.Len() >= l.lim.MaxWaiting {
+		front := l.waiting.Front()
+		if front == nil {
+			logIt := time.Since(l.refused) > time.Minute
+			if logIt {
+				l.refused = time.Now()
+			}
+			l.mu.Unlock()
+			if logIt {
+				l.log.WithField("max_connections", l.lim.Max).Warn("every connection is busy; refusing new ones")
+			}
+			conn.Close()
+			return nil
+		}
+		victim = front.Value.(*Conn)
+		l.forgetLocked(victim)
+	}
+	c := &Conn{Conn: conn, l: l}
+	l.open++
+	c.elem = l.waiting.PushBack(c)
+	l.mu.Unlock()
+	if victim != nil {
+		victim.Close()
+	}
+	return c
+}
+
+// forget returns the function that gives c's place back (for c.once).
+func (l *Listener) forget(c *Conn) func() {
+	return func() {
+		l.mu.Lock()
+		l.forgetLocked(c)
+		l.mu.Unlock()
+	}
+}
+
+func (l *Listener) forgetLocked(c *Conn) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	l.open--
+	if c.elem != nil {
+		l.waiting.Remove(c.elem)
+		c.elem = nil
+	}
+}
+
+// ConnState is the HTTP server's ConnState hook: a connection waits while
+// it is new or idle, and is busy while a request is served or once it is
+// hijacked.
+func (l *Listener) ConnState(conn net.Conn, state http.ConnState) {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	c, ok := conn.(*Conn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.closed {
+		return
+	}
+	switch wait := state == http.StateNew || state == http.StateIdle; {
+	case wait && c.elem == nil:
+		c.elem = l.waiting.PushBack(c)
+	case !wait && c.elem != nil:
+		l.waiting.Remove(c.elem)
+		c.elem = nil
+	}
+}
+
+// Open is the number of connections admitted and not closed.
+func (l *Listener) Open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
+// Waiting is the number of open connections waiting for a request.
+func (l *Listener) Waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiting.Len()
+}
+
+// refuseWrite bounds the writing of a refusal to a client that does not read.
+const refuseWrite = time.Second
+
+// Refuse answers the request with code and a one-line body, and closes the
+// connection at once: a body the request announced is not read (nor waited
+// for). The connection is hijacked to do that; where it cannot be, the
+// answer says Connection: close.
+func Refuse(w http.ResponseWriter, code int) {
+	text := strconv.Itoa(code) + " " + http.StatusText(code) + "\n"
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		w.Header().Set("Connection", "close")
+		http.Error(w, text, code)
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetWriteDeadline(time.Now().Add(refuseWrite))
+	_, _ = conn.Write([]byte("HTTP/1.1 " + strconv.Itoa(code) + " " + http.StatusText(code) + "\r\n" +
+		"Content-Type: text/plain; charset=utf-8\r\nConnection: close\r\n" +
+		"Content-Length: " + strconv.Itoa(len(text)) + "\r\n\r\n" + text))
+}
+
+// Bodiless serves only requests with one of methods and no body (no
+// Content-Length but 0, no Transfer-Encoding); the others are refused at
+// once (Refuse), before next sees them.
+func Bodiless(next http.Handler, methods ...string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case !slices.Contains(methods, r.Method):
+			Refuse(w, http.StatusMethodNotAllowed)
+		case r.ContentLength != 0 || len(r.TransferEncoding) > 0:
+			Refuse(w, http.StatusBadRequest)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}

@@ -1,0 +1,198 @@
+package connlimit
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+// pair is one connection as both ends see it.
+type pair struct {
+	client net.Conn
+	server *Conn
+}
+
+// harness is a Listener on loopback whose connections the test accepts.
+type harness struct {
+	t *testing.T
+	l *Listener
+}
+
+func newHarness(t *testing.T, lim Limits) *harness {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(ln, lim, logrus.NewEntry(logrus.New()))
+	t.Cleanup(func() { l.Close() })
+	return &harness{t: t, l: l}
+}
+
+// dial opens a connection and returns it once admitted, or with a nil
+// server end when it was refused.
+func (h *harness) dial() pair {
+	h.t.Helper()
+	c, err := net.Dial("tcp", h.l.Addr().String())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		conn, err := h.l.Listener.Accept()
+		if err != nil {
+			accepted <- nil
+			return
+		}
+		if sc := h.l.admit(conn); sc != nil {
+			accepted <- sc
+			return
+		}
+		accepted <- nil
+	}()
+	select {
+	case sc := <-accepted:
+		p := pair{client: c}
+		if sc != nil {
+			p.server = sc.(*Conn)
+			h.t.Cleanup(func() { sc.Close() })
+		}
+		return p
+	case <-time.After(5 * time.Second):
+		h.t.Fatal("accept did not return")
+	}
+	return pair{}
+}
+
+// closedByServer reports whether the server closed the client's connection.
+func closedByServer(t *testing.T, c net.Conn) bool {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	_, err := c.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return false
+	}
+	return true
+}
+
+// TestEvictionOrder: at either cap the connection waiting longest makes
+// room; a busy or hijacked connection, however old, never does; when all
+// are busy the new connection is refused.
+func TestEvictionOrder(t *testing.T) {
+	h := newHarness(t, Limits{Max: 4, MaxWaiting: 2})
+	stream := h.dial() // the oldest of all, then upgraded
+	h.l.ConnState(stream.server, http.StateActive)
+	h.l.ConnState(stream.server, http.StateHijacked)
+	first, second := h.dial(), h.dial()
+	if got := h.l.Waiting(); got != 2 {
+		t.Fatalf("%d waiting, want 2", got)
+	}
+
+	// The waiting budget is full: the first waiting goes, not the stream.
+	third := h.dial()
+	if !closedByServer(t, first.client) {
+		t.Fatal("at the waiting cap, the oldest waiting connection is still open")
+	}
+	if closedByServer(t, stream.client) || closedByServer(t, second.client) {
+		t.Fatal("at the waiting cap, the stream or a younger waiting connection was closed")
+	}
+
+	// A connection kept alive after its answer waits again, from then on:
+	// it is now younger than third.
+	h.l.ConnState(second.server, http.StateActive)
+	h.l.ConnState(second.server, http.StateIdle)
+	younger := h.dial()
+	if !closedByServer(t, third.client) {
+		t.Fatal("the connection waiting longest (third) is still open")
+	}
+	if closedByServer(t, second.client) {
+		t.Fatal("a connection idle for less time than another was closed first")
+	}
+
+	// All busy at the total cap: the newcomer is refused.
+	h.l.ConnState(second.server, http.StateActive)
+	h.l.ConnState(younger.server, http.StateActive)
+	h.l.ConnState(h.dial().server, http.StateActive)
+	if h.l.Open() != 4 || h.l.Waiting() != 0 {
+		t.Fatalf("open %d waiting %d, want 4 and 0", h.l.Open(), h.l.Waiting())
+	}
+	if refused := h.dial(); refused.server != nil || !closedByServer(t, refused.client) {
+		t.Fatal("a connection was admitted while every one was busy at the cap")
+	}
+	if closedByServer(t, stream.client) {
+		t.Fatal("the stream was closed")
+	}
+	if h.l.Open() != 4 {
+		t.Fatalf("%d open, cap 4", h.l.Open())
+	}
+}
+
+// TestCloseGivesThePlaceBack: a connection closed by either side, or twice,
+// counts once.
+func TestCloseGivesThePlaceBack(t *testing.T) {
+	h := newHarness(t, Limits{Max: 2, MaxWaiting: 2})
+	a, b := h.dial(), h.dial()
+	h.l.ConnState(b.server, http.StateHijacked)
+	a.server.Close()
+	a.server.Close()
+	h.l.ConnState(a.server, http.StateClosed)
+	b.server.Close()
+	if h.l.Open() != 0 || h.l.Waiting() != 0 {
+		t.Fatalf("open %d waiting %d after closing all, want 0", h.l.Open(), h.l.Waiting())
+	}
+}
+
+// TestRefusalsDoNotReadTheBody: requests Bodiless turns away are answered
+// and closed at once, though the body they announce never comes; a
+// bodiless request with the right method is served.
+func TestRefusalsDoNotReadTheBody(t *testing.T) {
+	h := Bodiless(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "served") }), "GET")
+	srv := &http.Server{Handler: h, ReadTimeout: time.Minute}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	cases := []struct {
+		name, request string
+		code          int
+	}{
+		{"content-length", "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n", 400},
+		{"chunked", "GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+		{"wrong method", "PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n", 405},
+		{"bodiless", "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 200},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, tc.request)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.code {
+				t.Fatalf("status %d %q, want %d", resp.StatusCode, body, tc.code)
+			}
+			if tc.code == 200 {
+				return
+			}
+			if _, err := br.ReadByte(); err != io.EOF && !strings.Contains(err.Error(), "reset") {
+				t.Fatalf("after the refusal the connection was not closed: %v", err)
+			}
+		})
+	}
+}

@@ -39,9 +39,12 @@ type Config struct {
 	// On SIGTERM/SIGINT, how long in-flight calls may run before the daemon
 	// exits anyway. Containers are never touched.
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
-	// host:port on loopback where Go's net/http/pprof profiles are served
-	// (/debug/pprof/), e.g. 127.0.0.1:6060. Empty: off. Profiles show memory
-	// contents, so only a loopback address is accepted.
+	// Where Go's net/http/pprof profiles are served (/debug/pprof/): the
+	// absolute path of a unix socket, made mode 0600 so that only root reaches
+	// it (say /run/minicri/debug.sock, in the run dir), or host:port on
+	// loopback (127.0.0.1:6060), which any local user reaches. Empty: off.
+	// Profiles show memory contents and the daemon's command line, so no other
+	// address is accepted.
 	ProfileAddress string `toml:"profile_address"`
 
 	// OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under
@@ -86,8 +89,16 @@ func (c *Config) check() []error {
 		oneOf("log_format", c.LogFormat, "text", "json"),
 		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),
 		refuse(c.ShutdownTimeout < 0, "shutdown_timeout", "must not be negative"),
-		listenAddress("profile_address", c.ProfileAddress, false),
+		profileAddress(c.ProfileAddress),
 	}
+}
+
+// profileAddress accepts a unix socket path or a loopback host:port.
+func profileAddress(addr string) error {
+	if !strings.HasPrefix(addr, "/") {
+		return listenAddress("profile_address", addr, false)
+	}
+	return refuse(len(addr) > 107, "profile_address", "a unix socket path must be shorter than 108 bytes")
 }
 
 // MetricsConfig places the Prometheus metrics endpoint.

@@ -14,6 +14,15 @@
 // upgraded stream), is never pushed out: when every connection is busy and
 // the total is reached, the new one is closed.
 //
+// At the waiting cap, Accept does not take the next connection from the
+// kernel while the longest waiting one has waited less than Limits.MinWait:
+// new connections queue in the kernel's backlog, in the order they came, and
+// are served in that order. Without that pause a flood of connections that
+// are answered at once (a refused request) but arrive faster than they are
+// served would push out every connection, the kubelet's too, before its
+// request is read: evicting only those that waited MinWait keeps the
+// eviction for the silent ones it is meant for.
+//
 // Refuse and Bodiless answer the requests that will never be served without
 // reading a body they announce, so that a request whose body never comes
 // does not keep its connection busy.
@@ -39,7 +48,14 @@ type Limits struct {
 	// MaxWaiting is the connections open at once that are waiting for a
 	// request. It is at most Max.
 	MaxWaiting int
+	// MinWait is how long a connection waits before it may be pushed out
+	// by a new one; 0 is DefaultMinWait.
+	MinWait time.Duration
 }
+
+// DefaultMinWait is far more than a client that sends its request as it
+// connects needs to have it read, on a loaded node.
+const DefaultMinWait = 100 * time.Millisecond
 
 // Listener admits connections within its Limits. Its ConnState method must
 // be the HTTP server's ConnState hook.
@@ -47,6 +63,10 @@ type Listener struct {
 	net.Listener
 	lim Limits
 	log *logrus.Entry
+
+	freed  chan struct{} // a connection stopped waiting
+	closed chan struct{}
+	once   sync.Once
 
 	mu      sync.Mutex
 	open    int
@@ -57,7 +77,17 @@ type Listener struct {
 // New wraps ln; log says which server refused connections.
 func New(ln net.Listener, lim Limits, log *logrus.Entry) *Listener {
 	lim.MaxWaiting = min(max(lim.MaxWaiting, 1), lim.Max)
-	return &Listener{Listener: ln, lim: lim, log: log, waiting: list.New()}
+	if lim.MinWait <= 0 {
+		lim.MinWait = DefaultMinWait
+	}
+	return &Listener{Listener: ln, lim: lim, log: log, waiting: list.New(),
+		freed: make(chan struct{}, 1), closed: make(chan struct{})}
+}
+
+// Close stops accepting; connections already accepted stay open.
+func (l *Listener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.Listener.Close()
 }
 
 // Conn is one admitted connection: its Close gives its place back.
@@ -66,6 +96,7 @@ type Conn struct {
 	l      *Listener
 	closed bool          // counted out of l.open; under l.mu
 	elem   *list.Element // in l.waiting while waiting; under l.mu
+	since  time.Time     // when it began to wait; under l.mu
 	once   sync.Once
 }
 
@@ -78,6 +109,9 @@ func (c *Conn) Close() error {
 // Accept returns the next connection admitted; refused ones are closed here.
 func (l *Listener) Accept() (net.Conn, error) {
 	for {
+		if err := l.makeRoom(); err != nil {
+			return nil, err
+		}
 		conn, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
@@ -85,6 +119,32 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if c := l.admit(conn); c != nil {
 			return c, nil
 		}
+	}
+}
+
+// makeRoom returns when a connection may be accepted: the waiting cap is
+// not reached, or the connection waiting longest has waited MinWait (admit
+// pushes it out).
+func (l *Listener) makeRoom() error {
+	for {
+		l.mu.Lock()
+		wait := time.Duration(0)
+		if front := l.waiting.Front(); front != nil && l.waiting.Len() >= l.lim.MaxWaiting {
+			wait = l.lim.MinWait - time.Since(front.Value.(*Conn).since)
+		}
+		l.mu.Unlock()
+		if wait <= 0 {
+			return nil
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-l.freed:
+		case <-timer.C:
+		case <-l.closed:
+			timer.Stop()
+			return net.ErrClosed
+		}
+		timer.Stop()
 	}
 }
 
@@ -110,7 +170,7 @@ func (l *Listener) admit(conn net.Conn) *Conn {
 	}
 	c := &Conn{Conn: conn, l: l}
 	l.open++
-	c.elem = l.waiting.PushBack(c)
+	l.wait(c)
 	l.mu.Unlock()
 	if victim != nil {
 		victim.Close()
@@ -133,9 +193,24 @@ func (l *Listener) forgetLocked(c *Conn) {
 	}
 	c.closed = true
 	l.open--
-	if c.elem != nil {
-		l.waiting.Remove(c.elem)
-		c.elem = nil
+	l.stopWaiting(c)
+}
+
+func (l *Listener) wait(c *Conn) {
+	c.since = time.Now()
+	c.elem = l.waiting.PushBack(c)
+}
+
+// stopWaiting takes c out of the waiting list, and wakes makeRoom.
+func (l *Listener) stopWaiting(c *Conn) {
+	if c.elem == nil {
+		return
+	}
+	l.waiting.Remove(c.elem)
+	c.elem = nil
+	select {
+	case l.freed <- struct{}{}:
+	default:
 	}
 }
 
@@ -157,10 +232,9 @@ func (l *Listener) ConnState(conn net.Conn, state http.ConnState) {
 	}
 	switch wait := state == http.StateNew || state == http.StateIdle; {
 	case wait && c.elem == nil:
-		c.elem = l.waiting.PushBack(c)
-	case !wait && c.elem != nil:
-		l.waiting.Remove(c.elem)
-		c.elem = nil
+		l.wait(c)
+	case !wait:
+		l.stopWaiting(c)
 	}
 }
 

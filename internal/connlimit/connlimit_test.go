@@ -196,3 +196,76 @@ func TestRefusalsDoNotReadTheBody(t *testing.T) {
 		})
 	}
 }
+
+// TestAtTheCapAcceptWaitsForMinWait: at the waiting cap a new connection
+// stays in the kernel's backlog until the longest waiting one has waited
+// MinWait (then pushes it out), or until a waiting one is served.
+func TestAtTheCapAcceptWaitsForMinWait(t *testing.T) {
+	const minWait = 300 * time.Millisecond
+	h := newHarness(t, Limits{Max: 10, MaxWaiting: 2, MinWait: minWait})
+	accepted := make(chan *Conn, 10)
+	go func() {
+		for {
+			c, err := h.l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c.(*Conn)
+		}
+	}()
+	next := func(within time.Duration) *Conn {
+		t.Helper()
+		select {
+		case c := <-accepted:
+			t.Cleanup(func() { c.Close() })
+			return c
+		case <-time.After(within):
+			return nil
+		}
+	}
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", h.l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	first := dial()
+	start := time.Now()
+	if next(5*time.Second) == nil {
+		t.Fatal("first connection not accepted")
+	}
+	dial()
+	second := next(5 * time.Second)
+	dial()
+	if next(minWait/3) != nil {
+		t.Fatal("at the waiting cap, a connection was accepted before the longest waiting one waited MinWait")
+	}
+	third := next(5 * time.Second)
+	if third == nil {
+		t.Fatal("the third connection was never accepted")
+	}
+	if waited := time.Since(start); waited < minWait {
+		t.Fatalf("accepted after %v, want at least MinWait %v", waited, minWait)
+	}
+	if !closedByServer(t, first) {
+		t.Fatal("the connection waiting longest was not pushed out")
+	}
+
+	// A waiting connection that is served frees its place at once, for a
+	// connection the cap holds back.
+	h.l.ConnState(second, http.StateActive)
+	dial()
+	if next(minWait/3) == nil {
+		t.Fatal("below the waiting cap, a connection was not accepted at once")
+	}
+	dial()
+	if next(minWait/6) != nil {
+		t.Fatal("at the waiting cap, a connection was accepted at once")
+	}
+	h.l.ConnState(third, http.StateActive)
+	if next(minWait/6) == nil {
+		t.Fatal("a place freed by a served connection did not admit the one held back at once")
+	}
+}

@@ -82,17 +82,23 @@ func (f *flood) wait(t *testing.T) {
 // streaming server announce a body they never send (GET /exec/x with
 // Content-Length: 10), each reopened when the server closes it. With the
 // default settings, SPDY and WebSocket execs succeed every second for 12 s
-// meanwhile, and the daemon's descriptors stay far below the flood's.
+// meanwhile, and the daemon's descriptors and goroutines stay far below the
+// flood's: within streaming.max_waiting_connections of their count before.
 func TestStreamingExecThroughSlowBodyFlood(t *testing.T) {
 	const (
 		conns   = 2000
 		seconds = 12
 		// streaming.max_waiting_connections and a margin for the pod,
 		// the execs and the accept backlog's transient descriptors.
-		fdBound = 128 + 96
+		fdBound        = 128 + 96
+		goroutineBound = 128 + 200
 	)
 	raiseFDLimit(t, conns+256)
-	e := newExecEnv(t)
+	metricsAddr := freeLoopbackAddr(t)
+	e := newExecEnv(t, WithArgs("--metrics-address", metricsAddr))
+	goroutines := func() int {
+		return int(metricValue(t, httpGet(t, "http://"+metricsAddr+"/metrics"), "go_goroutines"))
+	}
 	id := e.sleeper(t, "flood")
 	echo := &runtime.ExecRequest{ContainerId: id, Cmd: []string{"echo", "through the flood"}, Stdout: true}
 	u, err := url.Parse(e.d.execURL(t, echo))
@@ -100,7 +106,7 @@ func TestStreamingExecThroughSlowBodyFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := u.Host
-	before := e.d.daemonFDs(t)
+	before, goroutinesBefore, rssBefore := e.d.daemonFDs(t), goroutines(), e.d.rss(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), (seconds+30)*time.Second)
 	defer cancel()
@@ -112,7 +118,7 @@ func TestStreamingExecThroughSlowBodyFlood(t *testing.T) {
 	defer cancel()
 	waitFor(t, "the flood's connections", 30*time.Second, func() bool { return f.opened.Load() >= conns })
 
-	most, slowest := 0, time.Duration(0)
+	most, mostGoroutines, mostRSS, slowest := 0, 0, 0, time.Duration(0)
 	var failures []string
 	for i := range seconds {
 		next := time.Now().Add(time.Second)
@@ -126,16 +132,39 @@ func TestStreamingExecThroughSlowBodyFlood(t *testing.T) {
 			}
 		}
 		most = max(most, e.d.daemonFDs(t))
+		mostGoroutines = max(mostGoroutines, goroutines())
+		mostRSS = max(mostRSS, e.d.rss(t))
 		time.Sleep(time.Until(next))
 	}
-	t.Logf("flood: %d connections made; daemon descriptors %d before, at most %d during; slowest exec %v",
-		f.opened.Load(), before, most, slowest)
+	t.Logf("flood: %d connections made; daemon descriptors %d before, at most %d during; goroutines %d, at most %d; RSS %d KiB, at most %d KiB; slowest exec %v",
+		f.opened.Load(), before, most, goroutinesBefore, mostGoroutines, rssBefore, mostRSS, slowest)
 	if len(failures) > 0 {
 		t.Fatalf("%d of %d execs failed during the flood:\n%s", len(failures), 2*seconds, strings.Join(failures, "\n"))
 	}
 	if most > before+fdBound {
 		t.Fatalf("the daemon held %d descriptors during the flood, %d before; want at most %d more", most, before, fdBound)
 	}
+	if mostGoroutines > goroutinesBefore+goroutineBound {
+		t.Fatalf("the daemon ran %d goroutines during the flood, %d before; want at most %d more", mostGoroutines, goroutinesBefore, goroutineBound)
+	}
+}
+
+// rss is the daemon's resident memory in KiB.
+func (d *Daemon) rss(t *testing.T) int {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if kib, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var n int
+			fmt.Sscan(kib, &n)
+			return n
+		}
+	}
+	t.Fatal("no VmRSS in the daemon's status")
+	return 0
 }
 
 // streamWithin runs one exec over proto, bounded by within.

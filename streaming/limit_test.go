@@ -116,14 +116,7 @@ func TestConnectionCapMakesRoomForNewOnes(t *testing.T) {
 	defer cancel()
 
 	// A stream opened first, so the oldest connection of all.
-	stream := execURL(t, s, ExecRequest{ContainerID: "c1", Cmd: []string{"cat"}, Stdin: true, Stdout: true})
-	pr, pw := io.Pipe()
-	var streamed strings.Builder
-	streamDone := make(chan error, 1)
-	go func() {
-		streamDone <- executors(t, &rest.Config{}, stream)["spdy"].StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: &streamed})
-	}()
-	<-rt.started
+	streamStillWorks := openStream(ctx, t, s, rt)
 
 	for i := range 6 * maxConns {
 		req := ""
@@ -144,11 +137,7 @@ func TestConnectionCapMakesRoomForNewOnes(t *testing.T) {
 	if out.String() != "hello c2\n" {
 		t.Fatalf("exec through a flood of idle connections: output %q", out.String())
 	}
-	io.WriteString(pw, "still here\n")
-	pw.Close()
-	if err := <-streamDone; err != nil || streamed.String() != "still here\n" {
-		t.Fatalf("the stream opened before the flood: err %v, output %q", err, streamed.String())
-	}
+	streamStillWorks("the stream opened before the flood")
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
@@ -221,14 +210,7 @@ func TestWaitingConnectionsGiveWayOldestFirst(t *testing.T) {
 	s, rt := startServer(t, Config{MaxWaitingConns: maxWaiting})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream := execURL(t, s, ExecRequest{ContainerID: "c1", Cmd: []string{"cat"}, Stdin: true, Stdout: true})
-	pr, pw := io.Pipe()
-	var streamed strings.Builder
-	streamDone := make(chan error, 1)
-	go func() {
-		streamDone <- executors(t, &rest.Config{}, stream)["spdy"].StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: &streamed})
-	}()
-	<-rt.started
+	streamStillWorks := openStream(ctx, t, s, rt)
 
 	var silent []net.Conn
 	for range 3 * maxWaiting {
@@ -246,9 +228,28 @@ func TestWaitingConnectionsGiveWayOldestFirst(t *testing.T) {
 			t.Errorf("one of the %d youngest silent connections (%d) was closed: %v", maxWaiting, i, err)
 		}
 	}
-	io.WriteString(pw, "still here\n")
-	pw.Close()
-	if err := <-streamDone; err != nil || streamed.String() != "still here\n" {
-		t.Fatalf("the stream opened before the silent connections: err %v, output %q", err, streamed.String())
+	streamStillWorks("the stream opened before the silent connections")
+}
+
+// openStream starts an exec of cat over SPDY and returns once it runs; the
+// function it returns sends a line through it, ends it and fails the test,
+// naming it what, unless the line came back.
+func openStream(ctx context.Context, t *testing.T, s *Server, rt *fakeRuntime) func(what string) {
+	t.Helper()
+	stream := execURL(t, s, ExecRequest{ContainerID: "c1", Cmd: []string{"cat"}, Stdin: true, Stdout: true})
+	pr, pw := io.Pipe()
+	var streamed strings.Builder
+	streamDone := make(chan error, 1)
+	go func() {
+		streamDone <- executors(t, &rest.Config{}, stream)["spdy"].StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: &streamed})
+	}()
+	<-rt.started
+	return func(what string) {
+		t.Helper()
+		io.WriteString(pw, "still here\n")
+		pw.Close()
+		if err := <-streamDone; err != nil || streamed.String() != "still here\n" {
+			t.Fatalf("%s: err %v, output %q", what, err, streamed.String())
+		}
 	}
 }

@@ -14,14 +14,15 @@
 // upgraded stream), is never pushed out: when every connection is busy and
 // the total is reached, the new one is closed.
 //
-// At the waiting cap, Accept does not take the next connection from the
-// kernel while the longest waiting one has waited less than Limits.MinWait:
-// new connections queue in the kernel's backlog, in the order they came, and
-// are served in that order. Without that pause a flood of connections that
-// are answered at once (a refused request) but arrive faster than they are
-// served would push out every connection, the kubelet's too, before its
-// request is read: evicting only those that waited MinWait keeps the
-// eviction for the silent ones it is meant for.
+// At a cap, Accept does not take the next connection from the kernel while
+// the longest waiting one has waited less than Limits.MinWait and none is
+// idle after an answer: new connections queue in the kernel's backlog, in
+// the order they came, and are served in that order. Without that pause a
+// flood of connections that are answered at once (a refused request) but
+// arrive faster than they are served would push out every connection, the
+// kubelet's too, before its request is read: evicting only those that
+// waited MinWait keeps the eviction for the silent ones it is meant for. A
+// connection idle after an answer may go at once: it lost no request.
 //
 // Refuse and Bodiless answer the requests that will never be served without
 // reading a body they announce, so that a request whose body never comes
@@ -97,6 +98,7 @@ type Conn struct {
 	closed bool          // counted out of l.open; under l.mu
 	elem   *list.Element // in l.waiting while waiting; under l.mu
 	since  time.Time     // when it began to wait; under l.mu
+	idle   bool          // waiting after an answer, not for a first request; under l.mu
 	once   sync.Once
 }
 
@@ -122,15 +124,15 @@ func (l *Listener) Accept() (net.Conn, error) {
 	}
 }
 
-// makeRoom returns when a connection may be accepted: the waiting cap is
-// not reached, or the connection waiting longest has waited MinWait (admit
-// pushes it out).
+// makeRoom returns when a connection may be accepted: below the caps, or
+// when a waiting connection may be pushed out (victimLocked), or when none
+// waits (admit refuses the new one).
 func (l *Listener) makeRoom() error {
 	for {
 		l.mu.Lock()
 		wait := time.Duration(0)
-		if front := l.waiting.Front(); front != nil && l.waiting.Len() >= l.lim.MaxWaiting {
-			wait = l.lim.MinWait - time.Since(front.Value.(*Conn).since)
+		if l.fullLocked() {
+			_, wait = l.victimLocked()
 		}
 		l.mu.Unlock()
 		if wait <= 0 {
@@ -148,10 +150,38 @@ func (l *Listener) makeRoom() error {
 	}
 }
 
+func (l *Listener) fullLocked() bool {
+	return l.open >= l.lim.Max || l.waiting.Len() >= l.lim.MaxWaiting
+}
+
+// victimLocked is the connection a new one would push out: the one waiting
+// longest if it has waited MinWait, else the one idle longest after an
+// answer (it was served, and loses no request). When none of them is, it
+// returns how long until the one waiting longest has waited MinWait (0 when
+// none waits).
+func (l *Listener) victimLocked() (*Conn, time.Duration) {
+	front := l.waiting.Front()
+	if front == nil {
+		return nil, 0
+	}
+	wait := l.lim.MinWait - time.Since(front.Value.(*Conn).since)
+	if wait <= 0 {
+		return front.Value.(*Conn), 0
+	}
+	for e := front; e != nil; e = e.Next() {
+		if c := e.Value.(*Conn); c.idle {
+			return c, 0
+		}
+	}
+	return nil, wait
+}
+
+// admit counts conn in, pushing out a waiting connection at the caps; when
+// none waits, conn is closed and admit returns nil.
 func (l *Listener) admit(conn net.Conn) *Conn {
 	l.mu.Lock()
 	var victim *Conn
-	if l.open >= l.lim.Max || l.waiting.Len() >= l.lim.MaxWaiting {
+	if l.fullLocked() {
 		front := l.waiting.Front()
 		if front == nil {
 			logIt := time.Since(l.refused) > time.Minute
@@ -165,7 +195,12 @@ func (l *Listener) admit(conn net.Conn) *Conn {
 			conn.Close()
 			return nil
 		}
-		victim = front.Value.(*Conn)
+		// makeRoom waited for a victim; only a caller that did not wait
+		// (a test) finds none, and has the longest waiting go.
+		victim, _ = l.victimLocked()
+		if victim == nil {
+			victim = front.Value.(*Conn)
+		}
 		l.forgetLocked(victim)
 	}
 	c := &Conn{Conn: conn, l: l}
@@ -230,6 +265,7 @@ func (l *Listener) ConnState(conn net.Conn, state http.ConnState) {
 	if c.closed {
 		return
 	}
+	c.idle = state == http.StateIdle
 	switch wait := state == http.StateNew || state == http.StateIdle; {
 	case wait && c.elem == nil:
 		l.wait(c)

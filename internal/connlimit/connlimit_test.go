@@ -82,10 +82,12 @@ func closedByServer(t *testing.T, c net.Conn) bool {
 }
 
 // TestEvictionOrder: at either cap the connection waiting longest makes
-// room; a busy or hijacked connection, however old, never does; when all
-// are busy the new connection is refused.
+// room, or one idle after an answer before one that has not waited MinWait;
+// a busy or hijacked connection, however old, never does; when all are busy
+// the new connection is refused. (admit is called directly: makeRoom's
+// wait for MinWait is TestAtTheCapAcceptWaitsForMinWait's.)
 func TestEvictionOrder(t *testing.T) {
-	h := newHarness(t, Limits{Max: 4, MaxWaiting: 2})
+	h := newHarness(t, Limits{Max: 4, MaxWaiting: 2, MinWait: time.Minute})
 	stream := h.dial() // the oldest of all, then upgraded
 	h.l.ConnState(stream.server, http.StateActive)
 	h.l.ConnState(stream.server, http.StateHijacked)
@@ -103,20 +105,21 @@ func TestEvictionOrder(t *testing.T) {
 		t.Fatal("at the waiting cap, the stream or a younger waiting connection was closed")
 	}
 
-	// A connection kept alive after its answer waits again, from then on:
-	// it is now younger than third.
+	// A connection kept alive after its answer waits again, younger than
+	// third, but goes first: third has not waited MinWait, and second lost
+	// no request.
 	h.l.ConnState(second.server, http.StateActive)
 	h.l.ConnState(second.server, http.StateIdle)
 	younger := h.dial()
-	if !closedByServer(t, third.client) {
-		t.Fatal("the connection waiting longest (third) is still open")
+	if !closedByServer(t, second.client) {
+		t.Fatal("the connection idle after its answer is still open")
 	}
-	if closedByServer(t, second.client) {
-		t.Fatal("a connection idle for less time than another was closed first")
+	if closedByServer(t, third.client) {
+		t.Fatal("a connection that had not waited MinWait went before one idle after its answer")
 	}
 
 	// All busy at the total cap: the newcomer is refused.
-	h.l.ConnState(second.server, http.StateActive)
+	h.l.ConnState(third.server, http.StateActive)
 	h.l.ConnState(younger.server, http.StateActive)
 	h.l.ConnState(h.dial().server, http.StateActive)
 	if h.l.Open() != 4 || h.l.Waiting() != 0 {
@@ -256,8 +259,9 @@ func TestAtTheCapAcceptWaitsForMinWait(t *testing.T) {
 	// A waiting connection that is served frees its place at once, for a
 	// connection the cap holds back.
 	h.l.ConnState(second, http.StateActive)
-	dial()
-	if next(minWait/3) == nil {
+	fourthClient := dial()
+	fourth := next(minWait / 3)
+	if fourth == nil {
 		t.Fatal("below the waiting cap, a connection was not accepted at once")
 	}
 	dial()
@@ -267,5 +271,16 @@ func TestAtTheCapAcceptWaitsForMinWait(t *testing.T) {
 	h.l.ConnState(third, http.StateActive)
 	if next(minWait/6) == nil {
 		t.Fatal("a place freed by a served connection did not admit the one held back at once")
+	}
+
+	// One idle after its answer makes room at once.
+	h.l.ConnState(fourth, http.StateActive)
+	h.l.ConnState(fourth, http.StateIdle)
+	dial()
+	if next(minWait/6) == nil {
+		t.Fatal("at the waiting cap with a connection idle after its answer, a new one was not accepted at once")
+	}
+	if !closedByServer(t, fourthClient) {
+		t.Fatal("the idle connection was not the one pushed out")
 	}
 }

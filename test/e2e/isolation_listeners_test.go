@@ -85,6 +85,22 @@ func (f *flood) wait(t *testing.T) {
 // meanwhile, and the daemon's descriptors and goroutines stay far below the
 // flood's: within streaming.max_waiting_connections of their count before.
 func TestStreamingExecThroughSlowBodyFlood(t *testing.T) {
+	testExecThroughFlood(t, func(c net.Conn, addr string) error {
+		_, err := io.WriteString(c, slowBodyRequest("/exec/x", addr))
+		return err
+	})
+}
+
+// TestStreamingExecThroughSilentFlood: the same with 2,000 connections
+// that say nothing, which the server must push out to make room (after
+// they waited 100 ms) or close after streaming.request_timeout.
+func TestStreamingExecThroughSilentFlood(t *testing.T) {
+	testExecThroughFlood(t, func(net.Conn, string) error { return nil })
+}
+
+// testExecThroughFlood floods the streaming server with connections that
+// say what say says, and runs execs over both protocols every second.
+func testExecThroughFlood(t *testing.T, say func(c net.Conn, addr string) error) {
 	const (
 		conns   = 2000
 		seconds = 12
@@ -110,10 +126,7 @@ func TestStreamingExecThroughSlowBodyFlood(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), (seconds+30)*time.Second)
 	defer cancel()
-	f := startFlood(t, ctx, addr, conns, func(c net.Conn) error {
-		_, err := io.WriteString(c, slowBodyRequest("/exec/x", addr))
-		return err
-	})
+	f := startFlood(t, ctx, addr, conns, func(c net.Conn) error { return say(c, addr) })
 	defer f.wait(t)
 	defer cancel()
 	waitFor(t, "the flood's connections", 30*time.Second, func() bool { return f.opened.Load() >= conns })

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -85,6 +86,9 @@ func serveHTTP(addr string, h http.Handler, log *logrus.Entry) (func(), error) {
 	var l net.Listener
 	var err error
 	if filepath.IsAbs(addr) {
+		if err := os.MkdirAll(filepath.Dir(addr), 0o700); err != nil {
+			return nil, err
+		}
 		l, err = listenSocket(addr, 0o600)
 	} else {
 		l, err = net.Listen("tcp", addr)

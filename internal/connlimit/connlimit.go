@@ -14,15 +14,16 @@
 // upgraded stream), is never pushed out: when every connection is busy and
 // the total is reached, the new one is closed.
 //
-// At a cap, Accept does not take the next connection from the kernel while
-// the longest waiting one has waited less than Limits.MinWait and none is
-// idle after an answer: new connections queue in the kernel's backlog, in
-// the order they came, and are served in that order. Without that pause a
-// flood of connections that are answered at once (a refused request) but
-// arrive faster than they are served would push out every connection, the
-// kubelet's too, before its request is read: evicting only those that
-// waited MinWait keeps the eviction for the silent ones it is meant for. A
-// connection idle after an answer may go at once: it lost no request.
+// At a cap, Accept does not take the next connection from the kernel until
+// a waiting one may go: one idle after an answer (it lost no request), or
+// one that has waited Limits.MinWait and has no request in the kernel for
+// its goroutine to read. Meanwhile new connections queue in the kernel's
+// backlog, in the order they came, and are served in that order. Without
+// that, a flood of connections that are answered at once (a refused
+// request) but arrive faster than they are served would push out every
+// connection, the kubelet's too, before its request is read (on a loaded
+// node a goroutine may wait long to run); the eviction is for the silent
+// connections it is meant for.
 //
 // Refuse and Bodiless answer the requests that will never be served without
 // reading a body they announce, so that a request whose body never comes
@@ -37,9 +38,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 )
 
 // Limits bounds a Listener's connections.
@@ -65,7 +68,7 @@ type Listener struct {
 	lim Limits
 	log *logrus.Entry
 
-	freed  chan struct{} // a connection stopped waiting
+	freed  chan struct{} // there may be room: see wake
 	closed chan struct{}
 	once   sync.Once
 
@@ -154,26 +157,49 @@ func (l *Listener) fullLocked() bool {
 	return l.open >= l.lim.Max || l.waiting.Len() >= l.lim.MaxWaiting
 }
 
-// victimLocked is the connection a new one would push out: the one waiting
-// longest if it has waited MinWait, else the one idle longest after an
-// answer (it was served, and loses no request). When none of them is, it
-// returns how long until the one waiting longest has waited MinWait (0 when
-// none waits).
+// victimLocked is the connection a new one would push out, the first in
+// the order they began to wait that is either idle after an answer (it was
+// served, and loses no request) or silent after waiting MinWait: no request
+// of its is in the kernel, unread (one that is there only waits for its
+// goroutine, on a loaded node, and will be served). When none is, it
+// returns when to look again (0 when none waits).
 func (l *Listener) victimLocked() (*Conn, time.Duration) {
-	front := l.waiting.Front()
-	if front == nil {
-		return nil, 0
-	}
-	wait := l.lim.MinWait - time.Since(front.Value.(*Conn).since)
-	if wait <= 0 {
-		return front.Value.(*Conn), 0
-	}
-	for e := front; e != nil; e = e.Next() {
-		if c := e.Value.(*Conn); c.idle {
+	retry := time.Duration(0)
+	for e := l.waiting.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*Conn)
+		if c.idle {
+			return c, 0
+		}
+		if wait := l.lim.MinWait - time.Since(c.since); wait > 0 {
+			if retry == 0 {
+				retry = wait
+			}
+			continue
+		}
+		if !unread(c.Conn) {
 			return c, 0
 		}
 	}
-	return nil, wait
+	if retry == 0 && l.waiting.Len() > 0 {
+		retry = l.lim.MinWait // all have their request in: some will be served
+	}
+	return nil, retry
+}
+
+// unread reports whether the kernel holds bytes that conn's reader has not
+// read yet.
+func unread(conn net.Conn) bool {
+	sc, ok := conn.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = raw.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
 }
 
 // admit counts conn in, pushing out a waiting connection at the caps; when
@@ -229,11 +255,17 @@ func (l *Listener) forgetLocked(c *Conn) {
 	c.closed = true
 	l.open--
 	l.stopWaiting(c)
+	l.wake()
 }
 
+// wait puts c in the waiting list; one idle after an answer may be pushed
+// out at once, which makeRoom must hear of.
 func (l *Listener) wait(c *Conn) {
 	c.since = time.Now()
 	c.elem = l.waiting.PushBack(c)
+	if c.idle {
+		l.wake()
+	}
 }
 
 // stopWaiting takes c out of the waiting list, and wakes makeRoom.
@@ -243,6 +275,11 @@ func (l *Listener) stopWaiting(c *Conn) {
 	}
 	l.waiting.Remove(c.elem)
 	c.elem = nil
+	l.wake()
+}
+
+// wake tells makeRoom that there may be room now.
+func (l *Listener) wake() {
 	select {
 	case l.freed <- struct{}{}:
 	default:

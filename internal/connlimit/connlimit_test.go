@@ -284,3 +284,40 @@ func TestAtTheCapAcceptWaitsForMinWait(t *testing.T) {
 		t.Fatal("the idle connection was not the one pushed out")
 	}
 }
+
+// TestUnreadRequestIsNotPushedOut: a connection whose request is in the
+// kernel, not read yet (its goroutine has not run), is not pushed out
+// however long it waited; a silent one younger than it is; once its request
+// is read and no more comes, it may go too.
+func TestUnreadRequestIsNotPushedOut(t *testing.T) {
+	const request = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+	h := newHarness(t, Limits{Max: 10, MaxWaiting: 2, MinWait: 50 * time.Millisecond})
+	asked, silent := h.dial(), h.dial()
+	io.WriteString(asked.client, request)
+	victim := func() *Conn {
+		h.l.mu.Lock()
+		defer h.l.mu.Unlock()
+		v, _ := h.l.victimLocked()
+		return v
+	}
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting for %s", what)
+			}
+		}
+	}
+	waitFor("the request to arrive", func() bool { return unread(asked.server.Conn) })
+	waitFor("the silent connection to wait MinWait", func() bool { return victim() != nil })
+	if v := victim(); v != silent.server {
+		t.Fatalf("the victim is %p, want the silent connection %p, not the one with a request unread %p", v, silent.server, asked.server)
+	}
+	if _, err := io.ReadFull(asked.server, make([]byte, len(request))); err != nil {
+		t.Fatal(err)
+	}
+	silent.server.Close()
+	if v := victim(); v != asked.server {
+		t.Fatalf("after its request was read, the victim is %p, want the connection now silent %p", v, asked.server)
+	}
+}

@@ -202,9 +202,11 @@ func TestRequestsThatCannotStreamAreClosedAtOnce(t *testing.T) {
 	}
 }
 
-// TestWaitingConnectionsGiveWayOldestFirst: past MaxWaitingConns silent
-// connections, the one waiting longest is closed for each new one, and a
-// stream older than all of them is never; the stream still works after.
+// TestWaitingConnectionsGiveWayOldestFirst: past MaxWaitingConns
+// connections that sent half a request and stopped (a slowloris: silent
+// ones wait in the kernel, TCP_DEFER_ACCEPT, and reach the server in no
+// order), the one waiting longest is closed for each new one, and a stream
+// older than all of them is never; the stream still works after.
 func TestWaitingConnectionsGiveWayOldestFirst(t *testing.T) {
 	const maxWaiting = 4
 	s, rt := startServer(t, Config{MaxWaitingConns: maxWaiting})
@@ -214,7 +216,9 @@ func TestWaitingConnectionsGiveWayOldestFirst(t *testing.T) {
 
 	var silent []net.Conn
 	for range 3 * maxWaiting {
-		silent = append(silent, dialIdle(t, s, ""))
+		c := dialIdle(t, s, "")
+		io.WriteString(c, "GET /exec/x HTTP/1.1\r\nHost:")
+		silent = append(silent, c)
 		if n := s.limiter.Waiting(); n > maxWaiting {
 			t.Fatalf("%d connections waiting, cap %d", n, maxWaiting)
 		}

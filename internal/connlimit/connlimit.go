@@ -78,8 +78,22 @@ type Listener struct {
 	refused time.Time  // the last refusal logged, to log one a minute
 }
 
-// New wraps ln; log says which server refused connections.
+// deferAccept is TCP_DEFER_ACCEPT's wait, in seconds: a TCP connection
+// reaches Accept when its first bytes arrive, or after this if none do.
+const deferAccept = 1
+
+// New wraps ln; log says which server refused connections. A TCP listener
+// is made to defer its connections until they send something
+// (TCP_DEFER_ACCEPT): a silent one waits that second in the kernel, with no
+// descriptor nor goroutine of ours, and one that has sent its request
+// (whose client may well be slow to do it on a loaded node) never reaches
+// Accept silent, so it is never taken for a silent one and pushed out.
 func New(ln net.Listener, lim Limits, log *logrus.Entry) *Listener {
+	if tl, ok := ln.(*net.TCPListener); ok {
+		if err := setDeferAccept(tl); err != nil {
+			log.WithError(err).Warn("TCP_DEFER_ACCEPT not set: silent connections reach the server at once")
+		}
+	}
 	lim.MaxWaiting = min(max(lim.MaxWaiting, 1), lim.Max)
 	if lim.MinWait <= 0 {
 		lim.MinWait = DefaultMinWait
@@ -184,6 +198,20 @@ func (l *Listener) victimLocked() (*Conn, time.Duration) {
 		retry = l.lim.MinWait // all have their request in: some will be served
 	}
 	return nil, retry
+}
+
+func setDeferAccept(l *net.TCPListener) error {
+	raw, err := l.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, deferAccept)
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 // unread reports whether the kernel holds bytes that conn's reader has not

@@ -29,7 +29,9 @@ func newHarness(t *testing.T, lim Limits) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := New(ln, lim, logrus.NewEntry(logrus.New()))
+	// Not a *net.TCPListener, so no TCP_DEFER_ACCEPT: the test's silent
+	// connections reach Accept at once, in order.
+	l := New(struct{ net.Listener }{ln}, lim, logrus.NewEntry(logrus.New()))
 	t.Cleanup(func() { l.Close() })
 	return &harness{t: t, l: l}
 }
@@ -319,5 +321,53 @@ func TestUnreadRequestIsNotPushedOut(t *testing.T) {
 	silent.server.Close()
 	if v := victim(); v != asked.server {
 		t.Fatalf("after its request was read, the victim is %p, want the connection now silent %p", v, asked.server)
+	}
+}
+
+// TestSilentConnectionsWaitInTheKernel: on TCP, a connection that says
+// nothing reaches Accept only after deferAccept, and one that sends its
+// request at once goes before it.
+func TestSilentConnectionsWaitInTheKernel(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := New(ln, Limits{Max: 10, MaxWaiting: 10}, logrus.NewEntry(logrus.New()))
+	defer l.Close()
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	start := time.Now()
+	silent, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	talker, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer talker.Close()
+	io.WriteString(talker, "GET / HTTP/1.1\r\n")
+	for i, want := range []net.Conn{talker, silent} {
+		select {
+		case c := <-accepted:
+			defer c.Close()
+			if c.RemoteAddr().String() != want.LocalAddr().String() {
+				t.Fatalf("accepted %d: %v, want %v (the talker first)", i, c.RemoteAddr(), want.LocalAddr())
+			}
+			if want == silent && time.Since(start) < 900*time.Millisecond {
+				t.Fatalf("the silent connection was accepted after %v, before TCP_DEFER_ACCEPT's %ds", time.Since(start), deferAccept)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("connection %d not accepted within 10s", i)
+		}
 	}
 }

@@ -201,17 +201,20 @@ type StreamingConfig struct {
 	// exec, attach or port-forward stream is never cut by it. The kubelet sends
 	// its request as soon as it connects.
 	RequestTimeout Duration `toml:"request_timeout"`
-	// A connection that is not a stream and waits for its next request (after a
-	// refused token, say) is closed after this.
+	// A connection that is not a stream and waits for its next request is
+	// closed after this. (A refused request closes its connection at once.)
 	IdleConnTimeout Duration `toml:"idle_conn_timeout"`
 	// Connections open at once, streams included. At the cap a new connection
-	// takes the place of the one waiting longest for a request, or is closed
-	// when every one is a stream or being served.
+	// takes the place of one waiting for a request (as for
+	// max_waiting_connections), or is closed when every one is a stream or
+	// being served.
 	MaxConnections int `toml:"max_connections"`
-	// Connections open at once that wait for a request: connected and not yet
-	// sent their request, or idle after an answer. Anyone who reaches the port
-	// can open them; at this cap a new connection takes the place of the one
-	// waiting longest, never of a stream. At most max_connections.
+	// Connections open at once that wait for a request: accepted and their
+	// request not read yet, or idle after an answer. Anyone who reaches the port
+	// can open them; at this cap a new connection waits in the kernel's backlog
+	// until one of them may go: one idle after an answer, or one that waited
+	// 100ms with nothing unread (silent, or half a request and stopped), the
+	// longest waiting first. Never a stream. At most max_connections.
 	MaxWaitingConnections int `toml:"max_waiting_connections"`
 }
 

@@ -78,7 +78,8 @@ type Config struct {
 	MaxConns int
 	// MaxWaitingConns bounds the open connections waiting for a request
 	// (not streams, not being served); at the cap a new one takes the place
-	// of the one waiting longest. 0 is DefaultMaxWaitingConns.
+	// of a silent or idle one (internal/connlimit says which). 0 is
+	// DefaultMaxWaitingConns.
 	MaxWaitingConns int
 	Log             *logrus.Entry
 }
@@ -152,7 +153,7 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 // HTTP server's timeouts (a request must arrive within RequestTimeout, a
 // kept-alive connection may wait IdleConnTimeout for its next one), and in
 // number by the connlimit listener: MaxWaitingConns of them wait for a
-// request at most, the longest waiting giving way to a new one. An upgraded
+// request at most, a silent or idle one giving way to a new one. An upgraded
 // stream is none of these: it held a valid token, the timeouts no longer
 // apply to it (Hijack clears them), and it is never pushed out.
 func (s *Server) listen() (net.Listener, error) {

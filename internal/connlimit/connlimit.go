@@ -9,10 +9,11 @@
 // server's ConnState hook, which of them are waiting: waiting for their
 // request's headers, or kept alive between two requests. Waiting connections
 // have a budget of their own (Limits.MaxWaiting) inside the total
-// (Limits.Max); at either cap a new connection takes the place of the one
-// that has been waiting longest. A connection being served, or hijacked (an
-// upgraded stream), is never pushed out: when every connection is busy and
-// the total is reached, the new one is closed.
+// (Limits.Max); at either cap a new connection takes the place of a waiting
+// one, as below. A connection being served, or hijacked (an upgraded
+// stream), is never pushed out: when every connection is busy and the total
+// is reached, the new one is closed. On TCP, silent connections do not even
+// reach Accept for a second (TCP_DEFER_ACCEPT, see New).
 //
 // At a cap, Accept does not take the next connection from the kernel until
 // a waiting one may go: one idle after an answer (it lost no request), or

@@ -39,9 +39,12 @@ type Config struct {
 	// On SIGTERM/SIGINT, how long in-flight calls may run before the daemon
 	// exits anyway. Containers are never touched.
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
-	// host:port on loopback where Go's net/http/pprof profiles are served
-	// (/debug/pprof/), e.g. 127.0.0.1:6060. Empty: off. Profiles show memory
-	// contents, so only a loopback address is accepted.
+	// Where Go's net/http/pprof profiles are served (/debug/pprof/): the
+	// absolute path of a unix socket, made mode 0600 so that only root reaches
+	// it (say /run/minicri/debug.sock, in the run dir), or host:port on
+	// loopback (127.0.0.1:6060), which any local user reaches. Empty: off.
+	// Profiles show memory contents and the daemon's command line, so no other
+	// address is accepted.
 	ProfileAddress string `toml:"profile_address"`
 
 	// OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under
@@ -86,8 +89,16 @@ func (c *Config) check() []error {
 		oneOf("log_format", c.LogFormat, "text", "json"),
 		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),
 		refuse(c.ShutdownTimeout < 0, "shutdown_timeout", "must not be negative"),
-		listenAddress("profile_address", c.ProfileAddress, false),
+		profileAddress(c.ProfileAddress),
 	}
+}
+
+// profileAddress accepts a unix socket path or a loopback host:port.
+func profileAddress(addr string) error {
+	if !strings.HasPrefix(addr, "/") {
+		return listenAddress("profile_address", addr, false)
+	}
+	return refuse(len(addr) > 107, "profile_address", "a unix socket path must be shorter than 108 bytes")
 }
 
 // MetricsConfig places the Prometheus metrics endpoint.
@@ -187,15 +198,24 @@ type StreamingConfig struct {
 
 	// A connection must send its whole request (TLS handshake, headers) and take
 	// the answer within this, until it is upgraded to a stream; an upgraded
-	// exec, attach or port-forward stream is never cut by it.
+	// exec, attach or port-forward stream is never cut by it. The kubelet sends
+	// its request as soon as it connects.
 	RequestTimeout Duration `toml:"request_timeout"`
-	// A connection that is not a stream and waits for its next request (after a
-	// refused token, say) is closed after this.
+	// A connection that is not a stream and waits for its next request is
+	// closed after this. (A refused request closes its connection at once.)
 	IdleConnTimeout Duration `toml:"idle_conn_timeout"`
 	// Connections open at once, streams included. At the cap a new connection
-	// takes the place of the oldest one waiting for a request, or is closed when
-	// every one is busy.
+	// takes the place of one waiting for a request (as for
+	// max_waiting_connections), or is closed when every one is a stream or
+	// being served.
 	MaxConnections int `toml:"max_connections"`
+	// Connections open at once that wait for a request: accepted and their
+	// request not read yet, or idle after an answer. Anyone who reaches the port
+	// can open them; at this cap a new connection waits in the kernel's backlog
+	// until one of them may go: one idle after an answer, or one that waited
+	// 100ms with nothing unread (silent, or half a request and stopped), the
+	// longest waiting first. Never a stream. At most max_connections.
+	MaxWaitingConnections int `toml:"max_waiting_connections"`
 }
 
 func (s StreamingConfig) check() []error {
@@ -205,6 +225,8 @@ func (s StreamingConfig) check() []error {
 		refuse(s.RequestTimeout <= 0, "streaming.request_timeout", "must be positive"),
 		refuse(s.IdleConnTimeout <= 0, "streaming.idle_conn_timeout", "must be positive"),
 		refuse(s.MaxConnections < 1, "streaming.max_connections", "must be at least 1"),
+		refuse(s.MaxWaitingConnections < 1 || s.MaxWaitingConnections > s.MaxConnections, "streaming.max_waiting_connections",
+			"must be at least 1 and at most streaming.max_connections"),
 		refuse((s.TLSCert == "") != (s.TLSKey == ""), "streaming.tls_cert", "tls_cert and tls_key must be set together"),
 	}
 }
@@ -325,11 +347,12 @@ func Default() Config {
 			},
 		},
 		Streaming: StreamingConfig{
-			Address:         "127.0.0.1",
-			TokenTTL:        Duration(time.Minute),
-			RequestTimeout:  Duration(10 * time.Second),
-			IdleConnTimeout: Duration(30 * time.Second),
-			MaxConnections:  1024,
+			Address:               "127.0.0.1",
+			TokenTTL:              Duration(time.Minute),
+			RequestTimeout:        Duration(5 * time.Second),
+			IdleConnTimeout:       Duration(30 * time.Second),
+			MaxConnections:        1024,
+			MaxWaitingConnections: 128,
 		},
 		CNI: CNIConfig{
 			ConfDir: "/etc/cni/net.d",

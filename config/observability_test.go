@@ -23,6 +23,12 @@ func TestObservabilityAddresses(t *testing.T) {
 		{"metrics port out of range", []string{"--metrics-address", "127.0.0.1:70000"}, `"metrics.address"`},
 		{"pprof on loopback", []string{"--profile-address", "127.0.0.1:6060"}, ""},
 		{"pprof elsewhere, even if metrics may", []string{"--profile-address", "0.0.0.0:6060", "--metrics-allow-non-loopback"}, `"profile_address"`},
+		{"pprof on a node IP", []string{"--profile-address", "10.0.0.5:6060"}, `"profile_address"`},
+		{"pprof on a unix socket", []string{"--profile-address", "/run/minicri/debug.sock"}, ""},
+		{"pprof on a relative path", []string{"--profile-address", "debug.sock"}, `"profile_address"`},
+		{"pprof on a unix socket path too long", []string{"--profile-address", "/" + strings.Repeat("d", 107)}, `"profile_address"`},
+		{"streaming waiting cap above the total", []string{"--streaming-max-connections", "10", "--streaming-max-waiting-connections", "11"}, `"streaming.max_waiting_connections"`},
+		{"streaming waiting cap 0", []string{"--streaming-max-waiting-connections", "0"}, `"streaming.max_waiting_connections"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

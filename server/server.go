@@ -236,6 +236,7 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 		RequestTimeout:  sc.RequestTimeout.Std(),
 		IdleConnTimeout: sc.IdleConnTimeout.Std(),
 		MaxConns:        sc.MaxConnections,
+		MaxWaitingConns: sc.MaxWaitingConnections,
 		// Ports the recovered pods' hostPorts take (sandbox_hostport.go).
 		AvoidPorts: s.recoveredHostPorts(),
 		Log:        log.WithField("component", "streaming"),

@@ -3,9 +3,12 @@ package streaming
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +50,11 @@ func waitClosedByServer(t *testing.T, c net.Conn, within time.Duration, what str
 	}
 }
 
-const badTokenRequest = "GET /exec/not-a-token HTTP/1.1\r\nHost: x\r\n\r\n"
+const (
+	badTokenRequest = "GET /exec/not-a-token HTTP/1.1\r\nHost: x\r\n\r\n"
+	// slowBodyRequest announces a body it never sends.
+	slowBodyRequest = "GET /exec/not-a-token HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"
+)
 
 // TestIdleConnectionsAreClosed: a connection that sends nothing, one that
 // sends half a request, and one that asked with a bad token and kept the
@@ -61,7 +68,7 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 	waitClosedByServer(t, silent, 3*time.Second, "a connection that never sent a request")
 	waitClosedByServer(t, half, 3*time.Second, "a connection that sent half a request")
 	waitClosedByServer(t, kept, 3*time.Second, "a kept-alive connection after a 404")
-	waitUntil(t, "the server to forget them", func() bool { return s.limiter.open() == 0 })
+	waitUntil(t, "the server to forget them", func() bool { return s.limiter.Open() == 0 })
 }
 
 // TestStreamOutlivesRequestTimeouts: an exec stream that stays quiet for
@@ -109,22 +116,18 @@ func TestConnectionCapMakesRoomForNewOnes(t *testing.T) {
 	defer cancel()
 
 	// A stream opened first, so the oldest connection of all.
-	stream := execURL(t, s, ExecRequest{ContainerID: "c1", Cmd: []string{"cat"}, Stdin: true, Stdout: true})
-	pr, pw := io.Pipe()
-	var streamed strings.Builder
-	streamDone := make(chan error, 1)
-	go func() {
-		streamDone <- executors(t, &rest.Config{}, stream)["spdy"].StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: &streamed})
-	}()
-	<-rt.started
+	streamStillWorks := openStream(ctx, t, s, rt)
 
-	for i := range 5 * maxConns {
+	for i := range 6 * maxConns {
 		req := ""
-		if i%2 == 0 {
+		switch i % 3 {
+		case 1:
 			req = badTokenRequest
+		case 2:
+			req = slowBodyRequest
 		}
 		dialIdle(t, s, req)
-		if n := s.limiter.open(); n > maxConns {
+		if n := s.limiter.Open(); n > maxConns {
 			t.Fatalf("%d connections open, cap %d", n, maxConns)
 		}
 	}
@@ -134,11 +137,7 @@ func TestConnectionCapMakesRoomForNewOnes(t *testing.T) {
 	if out.String() != "hello c2\n" {
 		t.Fatalf("exec through a flood of idle connections: output %q", out.String())
 	}
-	io.WriteString(pw, "still here\n")
-	pw.Close()
-	if err := <-streamDone; err != nil || streamed.String() != "still here\n" {
-		t.Fatalf("the stream opened before the flood: err %v, output %q", err, streamed.String())
-	}
+	streamStillWorks("the stream opened before the flood")
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
@@ -149,5 +148,112 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("gave up waiting for %s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRequestsThatCannotStreamAreClosedAtOnce: whatever cannot become a
+// stream is answered and its connection closed at once, though it announced
+// a body that never comes and the request timeout is long; a refused
+// request does not use up the token it carried.
+func TestRequestsThatCannotStreamAreClosedAtOnce(t *testing.T) {
+	s, _ := startServer(t, Config{RequestTimeout: time.Minute, IdleConnTimeout: time.Minute})
+	u := mustParse(t, execURL(t, s, ExecRequest{ContainerID: "c1", Cmd: []string{"greet"}, Stdout: true}))
+	token := u.Path
+	cases := []struct {
+		name, request string
+		code          int
+	}{
+		{"unknown token, body announced", slowBodyRequest, http.StatusBadRequest},
+		{"unknown token", badTokenRequest, http.StatusNotFound},
+		{"valid token, body announced", "POST " + token + " HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n", http.StatusBadRequest},
+		{"valid token, chunked body", "POST " + token + " HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", http.StatusBadRequest},
+		{"wrong method", "PUT " + token + " HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n", http.StatusMethodNotAllowed},
+		{"unknown path", "GET /debug/x HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusNotFound},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", s.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			io.WriteString(c, tc.request)
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("no answer within 5s (request timeout 1m): %v", err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != tc.code {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.code)
+			}
+			if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("the connection is still open after the answer: %v", err)
+			}
+		})
+	}
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	executors(t, &rest.Config{}, u.String())["spdy"].StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out})
+	if out.String() != "hello c1\n" {
+		t.Fatalf("the token after refused requests that carried it: output %q", out.String())
+	}
+}
+
+// TestWaitingConnectionsGiveWayOldestFirst: past MaxWaitingConns
+// connections that sent half a request and stopped (a slowloris: silent
+// ones wait in the kernel, TCP_DEFER_ACCEPT, and reach the server in no
+// order), the one waiting longest is closed for each new one, and a stream
+// older than all of them is never; the stream still works after.
+func TestWaitingConnectionsGiveWayOldestFirst(t *testing.T) {
+	const maxWaiting = 4
+	s, rt := startServer(t, Config{MaxWaitingConns: maxWaiting})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	streamStillWorks := openStream(ctx, t, s, rt)
+
+	var silent []net.Conn
+	for range 3 * maxWaiting {
+		c := dialIdle(t, s, "")
+		io.WriteString(c, "GET /exec/x HTTP/1.1\r\nHost:")
+		silent = append(silent, c)
+		if n := s.limiter.Waiting(); n > maxWaiting {
+			t.Fatalf("%d connections waiting, cap %d", n, maxWaiting)
+		}
+	}
+	for i, c := range silent[:len(silent)-maxWaiting] {
+		waitClosedByServer(t, c, 5*time.Second, fmt.Sprintf("silent connection %d of %d", i+1, len(silent)))
+	}
+	for i, c := range silent[len(silent)-maxWaiting:] {
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("one of the %d youngest silent connections (%d) was closed: %v", maxWaiting, i, err)
+		}
+	}
+	streamStillWorks("the stream opened before the silent connections")
+}
+
+// openStream starts an exec of cat over SPDY and returns once it runs; the
+// function it returns sends a line through it, ends it and fails the test,
+// naming it what, unless the line came back.
+func openStream(ctx context.Context, t *testing.T, s *Server, rt *fakeRuntime) func(what string) {
+	t.Helper()
+	stream := execURL(t, s, ExecRequest{ContainerID: "c1", Cmd: []string{"cat"}, Stdin: true, Stdout: true})
+	pr, pw := io.Pipe()
+	var streamed strings.Builder
+	streamDone := make(chan error, 1)
+	go func() {
+		streamDone <- executors(t, &rest.Config{}, stream)["spdy"].StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: &streamed})
+	}()
+	<-rt.started
+	return func(what string) {
+		t.Helper()
+		io.WriteString(pw, "still here\n")
+		pw.Close()
+		if err := <-streamDone; err != nil || streamed.String() != "still here\n" {
+			t.Fatalf("%s: err %v, output %q", what, err, streamed.String())
+		}
 	}
 }

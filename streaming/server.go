@@ -20,6 +20,7 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 
+	"github.com/minicri/minicri/internal/connlimit"
 	"github.com/minicri/minicri/internal/defaults"
 )
 
@@ -28,11 +29,16 @@ const (
 	DefaultTokenTTL    = time.Minute
 	DefaultIdleTimeout = 4 * time.Hour
 	// The kubelet sends its request as soon as it connects, and upgrades it.
-	DefaultRequestTimeout  = 10 * time.Second
+	DefaultRequestTimeout  = 5 * time.Second
 	DefaultIdleConnTimeout = 30 * time.Second
 	// DefaultMaxConns is far above the exec, attach and port-forward
 	// sessions a node has open at once.
 	DefaultMaxConns = 1024
+	// DefaultMaxWaitingConns is far above the connections a kubelet opens
+	// at once and has not sent its request on yet; it bounds what a
+	// stranger's silent connections cost (each a goroutine and 8 KiB of
+	// buffers, see docs/exec.md).
+	DefaultMaxWaitingConns = 128
 	// streamCreationTimeout bounds the wait for a SPDY client to open its
 	// streams after the upgrade.
 	streamCreationTimeout = 30 * time.Second
@@ -67,10 +73,15 @@ type Config struct {
 	// for its next request; 0 is DefaultIdleConnTimeout.
 	IdleConnTimeout time.Duration
 	// MaxConns bounds the open connections, streams included; at the cap
-	// a new connection takes the place of the oldest idle one, or is
-	// closed if none is idle. 0 is DefaultMaxConns.
+	// a new connection takes the place of the one waiting longest for a
+	// request, or is closed if none waits. 0 is DefaultMaxConns.
 	MaxConns int
-	Log      *logrus.Entry
+	// MaxWaitingConns bounds the open connections waiting for a request
+	// (not streams, not being served); at the cap a new one takes the place
+	// of a silent or idle one (internal/connlimit says which). 0 is
+	// DefaultMaxWaitingConns.
+	MaxWaitingConns int
+	Log             *logrus.Entry
 }
 
 // Server is a running streaming server. It is safe for concurrent use.
@@ -81,7 +92,7 @@ type Server struct {
 	tokens   *tokenCache
 	base     url.URL
 	listener net.Listener
-	limiter  *connLimiter
+	limiter  *connlimit.Listener
 	http     *http.Server
 	errLog   *io.PipeWriter // the HTTP server's log, into ours
 
@@ -104,6 +115,7 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 	defaults.Positive(&cfg.RequestTimeout, DefaultRequestTimeout)
 	defaults.Positive(&cfg.IdleConnTimeout, DefaultIdleConnTimeout)
 	defaults.Positive(&cfg.MaxConns, DefaultMaxConns)
+	defaults.Positive(&cfg.MaxWaitingConns, DefaultMaxWaitingConns)
 	if cfg.Log == nil {
 		cfg.Log = logrus.NewEntry(logrus.StandardLogger())
 	}
@@ -122,7 +134,7 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 		ReadTimeout:       cfg.RequestTimeout,
 		WriteTimeout:      cfg.RequestTimeout,
 		IdleTimeout:       cfg.IdleConnTimeout,
-		ConnState:         s.limiter.connState,
+		ConnState:         s.limiter.ConnState,
 		// A client cut off by a timeout is news only when debugging.
 		ErrorLog: log.New(s.errLog, "", 0),
 	}
@@ -136,6 +148,14 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 
 // listen binds the address, wraps it in TLS when configured, and sets the
 // base of the URLs.
+//
+// Connections that have not become streams are bounded: in time by the
+// HTTP server's timeouts (a request must arrive within RequestTimeout, a
+// kept-alive connection may wait IdleConnTimeout for its next one), and in
+// number by the connlimit listener: MaxWaitingConns of them wait for a
+// request at most, a silent or idle one giving way to a new one. An upgraded
+// stream is none of these: it held a valid token, the timeouts no longer
+// apply to it (Hijack clears them), and it is never pushed out.
 func (s *Server) listen() (net.Listener, error) {
 	addr := net.JoinHostPort(s.cfg.Address, strconv.Itoa(s.cfg.Port))
 	listen := func() (net.Listener, error) { return net.Listen("tcp", addr) }
@@ -148,7 +168,7 @@ func (s *Server) listen() (net.Listener, error) {
 	}
 	s.base = url.URL{Scheme: "http", Host: urlHost(ln.Addr().(*net.TCPAddr))}
 	// Below TLS: the HTTP server must see the *tls.Conn to do the handshake.
-	s.limiter = newConnLimiter(ln, s.cfg.MaxConns, s.log)
+	s.limiter = connlimit.New(ln, connlimit.Limits{Max: s.cfg.MaxConns, MaxWaiting: s.cfg.MaxWaitingConns}, s.log)
 	ln = s.limiter
 	if s.cfg.TLSCert == "" {
 		return ln, nil
@@ -256,6 +276,12 @@ func (s *Server) Close() error {
 	return err
 }
 
+// routes serves the three kinds of stream. Anyone who reaches the port is
+// answered here, before any token is checked; a request that can never
+// become a stream (another method or path, a body on what must be a
+// bodiless upgrade, an unknown token) is answered and its connection closed
+// at once, with no wait for a body it announced: such a connection must not
+// stay busy, out of reach of the connection cap's eviction.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	for _, method := range []string{"GET", "POST"} {
@@ -263,7 +289,8 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc(method+" /attach/{token}", s.serveAttach)
 		mux.HandleFunc(method+" /portforward/{token}", s.servePortForward)
 	}
-	return mux
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { connlimit.Refuse(w, http.StatusNotFound) })
+	return connlimit.Bodiless(mux, "GET", "POST")
 }
 
 // consume finds the request of the URL's token; an unknown, used or expired
@@ -271,13 +298,9 @@ func (s *Server) routes() http.Handler {
 func consume[T any](s *Server, w http.ResponseWriter, r *http.Request) (T, bool) {
 	var zero T
 	req, ok := s.tokens.consume(r.PathValue("token"))
-	if !ok {
-		http.NotFound(w, r)
-		return zero, false
-	}
-	typed, ok := req.(T)
-	if !ok {
-		http.NotFound(w, r)
+	typed, isT := req.(T)
+	if !ok || !isT {
+		connlimit.Refuse(w, http.StatusNotFound)
 		return zero, false
 	}
 	return typed, true

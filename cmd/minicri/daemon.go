@@ -64,7 +64,7 @@ func runDaemon(cfg config.Config) error {
 	}
 	defer srv.Close()
 
-	listener, err := listenSocket(cfg.Listen)
+	listener, err := listenSocket(cfg.Listen, 0o660)
 	if err != nil {
 		return err
 	}
@@ -188,8 +188,6 @@ func lockStateRoot(root string) (*os.File, error) {
 	return f, nil
 }
 
-// listenSocket listens on the CRI socket, replacing a stale socket file left
-// by a daemon that died, but never one that a live server still answers on.
 // privateDir makes dir, and makes it 0700 if it was there already.
 func privateDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -201,7 +199,10 @@ func privateDir(dir string) error {
 	return nil
 }
 
-func listenSocket(path string) (net.Listener, error) {
+// listenSocket listens on a unix socket of mode perm (the CRI socket, the
+// profiles'), replacing a stale socket file left by a daemon that died, but
+// never one that a live server still answers on.
+func listenSocket(path string, perm os.FileMode) (net.Listener, error) {
 	if _, err := os.Lstat(path); err == nil {
 		conn, dialErr := net.DialTimeout("unix", path, time.Second)
 		if dialErr == nil {
@@ -212,9 +213,9 @@ func listenSocket(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("remove stale socket: %w", err)
 		}
 	}
-	// Create the socket with 0660 from the start: a chmod after listen would
-	// leave a moment where it is wider than that.
-	old := unix.Umask(0o117)
+	// Create the socket with its mode from the start: a chmod after listen
+	// would leave a moment where it is wider than that.
+	old := unix.Umask(int(^perm & 0o777))
 	l, err := net.Listen("unix", path)
 	unix.Umask(old)
 	if err != nil {

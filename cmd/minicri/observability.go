@@ -6,12 +6,36 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/internal/connlimit"
 	"github.com/minicri/minicri/metrics"
+)
+
+// The metrics and profile endpoints answer whoever reaches their address,
+// before anything else: their connections are bounded as the streaming
+// server's are (internal/connlimit), so that a flood of them costs the
+// daemon at most endpointMaxConns descriptors and goroutines each.
+const (
+	// A Prometheus scrapes with one connection; an operator profiles with
+	// one or two.
+	endpointMaxConns   = 64
+	endpointMaxWaiting = 16
+	// endpointHeaderTimeout bounds the wait for a request's headers;
+	// endpointIdleTimeout the wait for the next request on a kept-alive
+	// connection.
+	endpointHeaderTimeout = 5 * time.Second
+	endpointIdleTimeout   = 30 * time.Second
+	// endpointWriteTimeout is what a client has to take its answer, after
+	// any wait it asked for (a profile's ?seconds=N, 30 s when unsaid).
+	endpointWriteTimeout = 30 * time.Second
+	defaultProfileWait   = 30 * time.Second
 )
 
 // startObservability starts the endpoints the configuration asks for: the
@@ -55,20 +79,52 @@ func startObservability(cfg config.Config, log *logrus.Entry) (*metrics.Metrics,
 }
 
 // serveHTTP listens at once, so that an address in use fails the start,
-// and serves in the background until the returned function is called.
+// and serves in the background until the returned function is called. An
+// absolute path is a unix socket only root can use (0600); anything else a
+// host:port, which config validation keeps on loopback unless told.
 func serveHTTP(addr string, h http.Handler, log *logrus.Entry) (func(), error) {
-	l, err := net.Listen("tcp", addr)
+	var l net.Listener
+	var err error
+	if filepath.IsAbs(addr) {
+		if err := os.MkdirAll(filepath.Dir(addr), 0o700); err != nil {
+			return nil, err
+		}
+		l, err = listenSocket(addr, 0o600)
+	} else {
+		l, err = net.Listen("tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}
-	// A CPU profile or a trace runs for as long as asked (?seconds=N):
-	// no write timeout; slow headers are cut.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	limited := connlimit.New(l, connlimit.Limits{Max: endpointMaxConns, MaxWaiting: endpointMaxWaiting}, log)
+	// No server-wide write or read timeout: a CPU profile or a trace runs
+	// for as long as asked (?seconds=N), and a read timeout would cancel it
+	// (net/http ends the request's context when its background read fails).
+	srv := &http.Server{
+		Handler:           connlimit.Bodiless(writeDeadline(h), http.MethodGet, http.MethodHead),
+		ReadHeaderTimeout: endpointHeaderTimeout,
+		IdleTimeout:       endpointIdleTimeout,
+		ConnState:         limited.ConnState,
+	}
 	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.WithError(err).Error("HTTP endpoint stopped")
 		}
 	}()
 	log.WithField("address", l.Addr().String()).Info("HTTP endpoint listening")
 	return func() { _ = srv.Close() }, nil
+}
+
+// writeDeadline gives each request the wait it asked for (?seconds=N) and
+// endpointWriteTimeout more to take its answer: a client that stops reading
+// does not hold its connection and goroutine for ever.
+func writeDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		wait := defaultProfileWait
+		if s, err := strconv.ParseFloat(r.URL.Query().Get("seconds"), 64); err == nil && s > 0 && s < 1e6 {
+			wait = time.Duration(s * float64(time.Second))
+		}
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + endpointWriteTimeout))
+		h.ServeHTTP(w, r)
+	})
 }

@@ -338,8 +338,7 @@ func (x *extractor) leave(keep int) error {
 // enters it: the entries below a directory usually follow it.
 func (x *extractor) mkdir(base string, hdr *tar.Header) error {
 	full := x.child(base)
-	var st unix.Stat_t
-	if err := unix.Lstat(full, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	if fi, err := os.Lstat(full); err != nil || !fi.IsDir() {
 		if err := removeEntry(full); err != nil {
 			return err
 		}

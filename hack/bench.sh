@@ -19,3 +19,9 @@ echo
 echo "monitor memory per container (PSS), idle containers:"
 go test -count=1 -timeout 5m -run '^TestMonitorMemory$' -v ./conmon/ \
 	| sed -n 's/.*memory_test.go:[0-9]*: //p' || true
+# The daemon's peak RSS while it pulls the hostile layer of issue 24 item 6
+# (60,000 empty directories under 4 KB paths, 2 MB gzipped).
+echo
+echo "image unpack memory, a hostile layer (peak RSS):"
+MINICRI_BENCH=1 MINICRI_BIN_DIR="$bin" go test -tags e2e -count=1 -timeout 10m -run '^TestPullOfDeepDirectoriesStaysSmall$' -v ./test/e2e/ \
+	| grep 'peak RSS,' || true

@@ -32,6 +32,14 @@ const (
 // maxArchiveLinks bounds symlink chains inside an archive.
 const maxArchiveLinks = 8
 
+// An archive is as hostile as a registry, and its index keeps the name of
+// each of its files and links: the index is bounded, far above what image
+// archives hold (a few entries per layer and image).
+const (
+	maxArchiveEntries   = 100_000
+	maxArchiveNameBytes = 16 << 20
+)
+
 // archive is a tar file indexed by entry name. Entries are read in place
 // (pread on sections of the file): nothing is extracted.
 type archive struct {
@@ -61,6 +69,7 @@ func (a *archive) Close() error { return a.f.Close() }
 // reader has consumed exactly the headers (it skips data by seeking).
 func (a *archive) index() error {
 	tr := tar.NewReader(a.f)
+	entries, nameBytes := 0, 0
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -70,6 +79,14 @@ func (a *archive) index() error {
 			return err
 		}
 		name := path.Clean(strings.TrimPrefix(hdr.Name, "./"))
+		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA || hdr.Typeflag == tar.TypeSymlink || hdr.Typeflag == tar.TypeLink {
+			entries++
+			nameBytes += len(name) + len(hdr.Linkname)
+			if entries > maxArchiveEntries || nameBytes > maxArchiveNameBytes {
+				return fmt.Errorf("more than %d files and links, or %d MiB of their names: not an image archive",
+					maxArchiveEntries, maxArchiveNameBytes>>20)
+			}
+		}
 		switch hdr.Typeflag {
 		case tar.TypeReg, tar.TypeRegA:
 			off, err := a.f.Seek(0, io.SeekCurrent)

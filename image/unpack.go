@@ -12,9 +12,8 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
-	"time"
+	"syscall"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/gzip"
@@ -27,11 +26,12 @@ import (
 // directories (".wh..wh..opq") marked with the trusted.overlay.opaque xattr.
 //
 // A layer comes from the network and is hostile until proven otherwise. The
-// destination is a fresh directory nobody else writes to, so the unpacker
-// knows every directory it made: an entry may only be created in one of
-// those. A name that is absolute or has "..", a path through a symlink (or
-// any non-directory), a hard link to such a path: the layer is refused. Files
-// are streamed to disk, so a huge layer costs no memory; runs of zeros are
+// destination is a fresh directory nobody else writes to, so a directory in
+// it is one the unpacker made: an entry may only be created in one of those.
+// A name that is absolute or has "..", a path through a symlink (or any
+// non-directory), a hard link to such a path: the layer is refused. Memory
+// grows with the depth of a path, not with the entries (see extractor), and
+// files are streamed to disk, so a huge layer costs no memory; runs of zeros are
 // skipped rather than written, so the holes of a sparse entry (which the tar
 // reader hands out as zeros) cost no disk either; and the budget bounds what
 // the entries declare (see Limits).
@@ -95,22 +95,37 @@ func decompress(r *bufio.Reader) (io.Reader, func(), error) {
 	}
 }
 
-// extractor writes one layer's entries below dest.
+// extractor writes one layer's entries below dest. What it keeps from one
+// entry to the next grows with the depth of a path, never with the number of
+// entries: the directories from dest down to the last entry (cwd), each with
+// the times to give it when the stream leaves it. A layer of a million
+// directories under 4 KB paths costs what its deepest path costs.
 type extractor struct {
-	dest     string
-	budget   *unpackBudget
-	dirs     map[string]bool // directories this layer made, relative ("" is dest)
-	dirTimes []dirTime       // applied last: making children changes a dir's mtime
-	buf      []byte
+	dest   string
+	destFD int       // an O_PATH handle of dest, to resolve hard-link targets beneath it
+	cwd    []openDir // cwd[0] is dest; each next one a directory inside the one before
+	dir    string    // the path of the last of cwd
+	budget *unpackBudget
+	buf    []byte
 }
 
-type dirTime struct {
-	path         string
-	atime, mtime time.Time
+// openDir is a directory of the current path, checked to be a directory
+// made by this layer (never a symlink). Making an entry in it changes its
+// mtime, so its times are set when the stream leaves it: the times its
+// header gave, or, for a directory the stream comes back to, the times it
+// had then.
+type openDir struct {
+	name  string
+	times []unix.Timespec // atime, mtime; nil: none to set
 }
 
 func extractTar(ctx context.Context, r io.Reader, dest string, budget *unpackBudget) error {
-	x := &extractor{dest: dest, budget: budget, dirs: map[string]bool{"": true}, buf: make([]byte, copyBufSize)}
+	destFD, err := unix.Open(dest, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open layer dir: %w", err)
+	}
+	defer unix.Close(destFD)
+	x := &extractor{dest: dest, destFD: destFD, cwd: []openDir{{}}, dir: dest, budget: budget, buf: make([]byte, copyBufSize)}
 	tr := tar.NewReader(contextReader{ctx, r})
 	for {
 		hdr, err := tr.Next()
@@ -124,7 +139,7 @@ func extractTar(ctx context.Context, r io.Reader, dest string, budget *unpackBud
 			return fmt.Errorf("layer entry %q: %w", shortName(hdr.Name), err)
 		}
 	}
-	return x.applyDirTimes()
+	return x.leave(0)
 }
 
 // shortName keeps an error message readable when a hostile name is long.
@@ -139,8 +154,15 @@ func shortName(name string) string {
 // cleanEntryPath turns a tar name into a path relative to the layer root,
 // refusing what could point outside it. "" is the root itself.
 func cleanEntryPath(name string) (string, error) {
+	parts, err := entryParts(name)
+	return strings.Join(parts, "/"), err
+}
+
+// entryParts splits a tar name into the names of its path below the layer
+// root, refusing what could point outside it. None is the root itself.
+func entryParts(name string) ([]string, error) {
 	if strings.HasPrefix(name, "/") {
-		return "", fmt.Errorf("%w: absolute path", errUnsafeEntry)
+		return nil, fmt.Errorf("%w: absolute path", errUnsafeEntry)
 	}
 	var parts []string
 	for _, p := range strings.Split(name, "/") {
@@ -148,11 +170,11 @@ func cleanEntryPath(name string) (string, error) {
 		case "", ".":
 			continue
 		case "..":
-			return "", fmt.Errorf("%w: path with \"..\"", errUnsafeEntry)
+			return nil, fmt.Errorf("%w: path with \"..\"", errUnsafeEntry)
 		}
 		parts = append(parts, p)
 	}
-	return strings.Join(parts, "/"), nil
+	return parts, nil
 }
 
 func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
@@ -162,43 +184,45 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	if hdr.Typeflag == tar.TypeXGlobalHeader {
 		return nil
 	}
-	rel, err := cleanEntryPath(hdr.Name)
+	parts, err := entryParts(hdr.Name)
 	if err != nil {
 		return err
 	}
-	if rel != "" {
-		if err := x.budget.checkDepth(strings.Count(rel, "/") + 1); err != nil {
-			return err
-		}
-	}
-	if rel == "" {
+	if len(parts) == 0 {
 		if hdr.Typeflag != tar.TypeDir {
 			return fmt.Errorf("%w: the layer root is not a directory", errUnsafeEntry)
 		}
-		return x.setMetadata(x.dest, hdr, true)
+		if err := x.setMetadata(x.dest, hdr); err != nil {
+			return err
+		}
+		x.cwd[0].times = headerTimes(hdr)
+		return nil
 	}
-	parent, base := path.Split(rel)
-	parent = strings.TrimSuffix(parent, "/")
-	if err := x.ensureDir(parent); err != nil {
+	if err := x.budget.checkDepth(len(parts)); err != nil {
+		return err
+	}
+	base := parts[len(parts)-1]
+	if err := x.enter(parts[:len(parts)-1]); err != nil {
 		return err
 	}
 	switch {
 	case base == opaqueMarker:
-		return x.markOpaque(parent)
+		return unix.Lsetxattr(x.dir, opaqueXattr, []byte("y"), 0)
 	case strings.HasPrefix(base, whiteoutPrefix+whiteoutPrefix):
 		return nil // other aufs metadata (.wh..wh.plnk …): nothing for overlay
 	case strings.HasPrefix(base, whiteoutPrefix):
-		return x.whiteout(parent, strings.TrimPrefix(base, whiteoutPrefix))
+		return x.whiteout(strings.TrimPrefix(base, whiteoutPrefix))
 	}
-	return x.create(rel, hdr, r)
+	return x.create(base, hdr, r)
 }
 
-func (x *extractor) create(rel string, hdr *tar.Header, r io.Reader) error {
-	full := filepath.Join(x.dest, rel)
+// create makes the entry base in the current directory.
+func (x *extractor) create(base string, hdr *tar.Header, r io.Reader) error {
+	full := x.child(base)
 	if hdr.Typeflag == tar.TypeDir {
-		return x.mkdir(rel, hdr)
+		return x.mkdir(base, hdr)
 	}
-	if err := x.clear(rel); err != nil {
+	if err := removeEntry(full); err != nil {
 		return err
 	}
 	switch hdr.Typeflag {
@@ -212,7 +236,7 @@ func (x *extractor) create(rel string, hdr *tar.Header, r io.Reader) error {
 		if err := os.Symlink(hdr.Linkname, full); err != nil {
 			return err
 		}
-		return x.setMetadata(full, hdr, false)
+		return x.setMetadata(full, hdr)
 	case tar.TypeLink:
 		return x.hardlink(full, hdr)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
@@ -228,63 +252,110 @@ func (x *extractor) create(rel string, hdr *tar.Header, r io.Reader) error {
 		if err := unix.Mknod(full, mode, int(unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor)))); err != nil {
 			return err
 		}
-		return x.setMetadata(full, hdr, false)
+		return x.setMetadata(full, hdr)
 	default:
 		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
 }
 
-// ensureDir makes sure rel is a directory this layer made, creating missing
-// ones (tar streams may omit parents). Anything else in the way, a symlink
-// above all, is refused: following it could lead out of the layer.
-func (x *extractor) ensureDir(rel string) error {
-	if x.dirs[rel] {
-		return nil
+func (x *extractor) child(name string) string { return x.dir + "/" + name }
+
+// enter makes the directory of path (names below dest) the current one:
+// it leaves the directories of the current path that are not on the way,
+// then goes down, creating the directories that are missing (tar streams
+// may omit parents). Anything else in the way, a symlink above all, is
+// refused: following it could lead out of the layer. Since dest was empty
+// and only this extractor writes in it, a directory there is one this
+// layer made.
+func (x *extractor) enter(path []string) error {
+	same := 0
+	for same < len(path) && same+1 < len(x.cwd) && x.cwd[same+1].name == path[same] {
+		same++
 	}
-	parts := strings.Split(rel, "/")
-	for i := range parts {
-		prefix := strings.Join(parts[:i+1], "/")
-		if x.dirs[prefix] {
-			continue
-		}
-		full := filepath.Join(x.dest, prefix)
-		fi, err := os.Lstat(full)
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			if err := x.budget.addEntry(); err != nil {
-				return err
-			}
-			if err := os.Mkdir(full, 0o755); err != nil {
-				return err
-			}
-		case err != nil:
+	if err := x.leave(same + 1); err != nil {
+		return err
+	}
+	for _, name := range path[same:] {
+		if err := x.descend(name); err != nil {
 			return err
-		case !fi.IsDir():
-			return fmt.Errorf("%w: path goes through %q, which is not a directory (%s)", errUnsafeEntry, prefix, fi.Mode().Type())
 		}
-		x.dirs[prefix] = true
 	}
 	return nil
 }
 
-func (x *extractor) mkdir(rel string, hdr *tar.Header) error {
-	full := filepath.Join(x.dest, rel)
-	if !x.dirs[rel] {
-		if err := x.clear(rel); err != nil {
+// descend goes into the directory name of the current one, making it if it
+// is missing.
+func (x *extractor) descend(name string) error {
+	full := x.child(name)
+	fi, err := os.Lstat(full)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err := x.budget.addEntry(); err != nil {
+			return err
+		}
+		if err := os.Mkdir(full, 0o755); err != nil {
+			return err
+		}
+		x.push(name, nil)
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("%w: path goes through %q, which is not a directory (%s)", errUnsafeEntry,
+			shortName(strings.TrimPrefix(full, x.dest+"/")), fi.Mode().Type())
+	}
+	// Back in a directory it left: what is made in it now must not change its times.
+	st := fi.Sys().(*syscall.Stat_t)
+	x.push(name, []unix.Timespec{unix.Timespec(st.Atim), unix.Timespec(st.Mtim)})
+	return nil
+}
+
+func (x *extractor) push(name string, times []unix.Timespec) {
+	x.cwd = append(x.cwd, openDir{name: name, times: times})
+	x.dir = x.child(name)
+}
+
+// leave goes up the current path until keep directories remain, setting
+// each directory's times as it leaves it: nothing more is made in it until
+// the stream comes back to it.
+func (x *extractor) leave(keep int) error {
+	for len(x.cwd) > keep {
+		d := x.cwd[len(x.cwd)-1]
+		if d.times != nil {
+			if err := unix.UtimesNanoAt(unix.AT_FDCWD, x.dir, d.times, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				return fmt.Errorf("times of %q: %w", shortName(x.dir), err)
+			}
+		}
+		x.cwd = x.cwd[:len(x.cwd)-1]
+		if len(x.cwd) > 0 {
+			x.dir = x.dir[:len(x.dir)-len(d.name)-1]
+		}
+	}
+	return nil
+}
+
+// mkdir makes (or keeps) the directory base of the current directory and
+// enters it: the entries below a directory usually follow it.
+func (x *extractor) mkdir(base string, hdr *tar.Header) error {
+	full := x.child(base)
+	if fi, err := os.Lstat(full); err != nil || !fi.IsDir() {
+		if err := removeEntry(full); err != nil {
 			return err
 		}
 		if err := os.Mkdir(full, 0o700); err != nil {
 			return err
 		}
-		x.dirs[rel] = true
 	}
-	return x.setMetadata(full, hdr, true)
+	if err := x.setMetadata(full, hdr); err != nil {
+		return err
+	}
+	x.push(base, headerTimes(hdr))
+	return nil
 }
 
-// clear removes what an earlier entry put at rel: in a tar stream, the later
-// entry wins. rel's parent is known to be a directory of this layer.
-func (x *extractor) clear(rel string) error {
-	full := filepath.Join(x.dest, rel)
+// removeEntry removes what an earlier entry put at full: in a tar stream,
+// the later entry wins. full's parent is the current directory.
+func removeEntry(full string) error {
 	fi, err := os.Lstat(full)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -294,11 +365,6 @@ func (x *extractor) clear(rel string) error {
 	}
 	if !fi.IsDir() {
 		return os.Remove(full)
-	}
-	for d := range x.dirs {
-		if d == rel || strings.HasPrefix(d, rel+"/") {
-			delete(x.dirs, d)
-		}
 	}
 	return os.RemoveAll(full)
 }
@@ -320,7 +386,7 @@ func (x *extractor) writeFile(full string, hdr *tar.Header, r io.Reader) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return x.setMetadata(full, hdr, false)
+	return x.setMetadata(full, hdr)
 }
 
 // holeBlock is the unit of zeros left as a hole: the filesystem block,
@@ -393,53 +459,59 @@ func readBlock(r io.Reader, buf []byte) (int, error) {
 	return n, nil
 }
 
-// hardlink links to an earlier entry of this layer, reached through this
-// layer's directories only.
+// hardlink links to an earlier entry of this layer, reached from dest
+// through directories only: the kernel refuses a path through a symlink or
+// out of dest (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS).
 func (x *extractor) hardlink(full string, hdr *tar.Header) error {
 	target, err := cleanEntryPath(hdr.Linkname)
 	if err != nil {
-		return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+		return fmt.Errorf("hard link target %q: %w", shortName(hdr.Linkname), err)
 	}
 	if target == "" {
 		return fmt.Errorf("%w: hard link to the layer root", errUnsafeEntry)
 	}
-	parent := path.Dir(target)
-	if parent == "." {
-		parent = ""
+	parent, base := path.Split(target)
+	if parent == "" {
+		parent = "."
 	}
-	if !x.dirs[parent] {
-		return fmt.Errorf("%w: hard link target %q is not inside a directory of this layer", errUnsafeEntry, hdr.Linkname)
+	dirFD, err := unix.Openat2(x.destFD, parent, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP), errors.Is(err, unix.EXDEV):
+		return fmt.Errorf("%w: hard link target %q is not inside a directory of this layer", errUnsafeEntry, shortName(hdr.Linkname))
+	case err != nil:
+		return fmt.Errorf("hard link target %q: %w", shortName(hdr.Linkname), err)
 	}
-	fi, err := os.Lstat(filepath.Join(x.dest, target))
-	if err != nil {
-		return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+	defer unix.Close(dirFD)
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirFD, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("hard link target %q: %w", shortName(hdr.Linkname), err)
 	}
-	if fi.IsDir() {
-		return fmt.Errorf("%w: hard link to directory %q", errUnsafeEntry, hdr.Linkname)
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return fmt.Errorf("%w: hard link to directory %q", errUnsafeEntry, shortName(hdr.Linkname))
 	}
 	// link(2) does not follow a symlink target: it links the symlink itself.
-	return os.Link(filepath.Join(x.dest, target), full)
+	return unix.Linkat(dirFD, base, unix.AT_FDCWD, full, 0)
 }
 
 // whiteout hides name of the layers below: a 0/0 character device.
-func (x *extractor) whiteout(parent, name string) error {
+func (x *extractor) whiteout(name string) error {
 	if name == "" || name == "." || name == ".." {
 		return fmt.Errorf("%w: whiteout of %q", errUnsafeEntry, name)
 	}
-	rel := path.Join(parent, name)
-	if err := x.clear(rel); err != nil {
+	full := x.child(name)
+	if err := removeEntry(full); err != nil {
 		return err
 	}
-	return unix.Mknod(filepath.Join(x.dest, rel), unix.S_IFCHR, 0)
-}
-
-func (x *extractor) markOpaque(dir string) error {
-	return unix.Lsetxattr(filepath.Join(x.dest, dir), opaqueXattr, []byte("y"), 0)
+	return unix.Mknod(full, unix.S_IFCHR, 0)
 }
 
 // setMetadata applies owner, mode, xattrs and times. Owner goes before mode
-// (chown clears the setuid bit); a directory's times wait for the end.
-func (x *extractor) setMetadata(full string, hdr *tar.Header, isDir bool) error {
+// (chown clears the setuid bit); a directory's times wait until the stream
+// leaves it (see leave).
+func (x *extractor) setMetadata(full string, hdr *tar.Header) error {
 	if err := os.Lchown(full, hdr.Uid, hdr.Gid); err != nil {
 		return err
 	}
@@ -451,15 +523,26 @@ func (x *extractor) setMetadata(full string, hdr *tar.Header, isDir bool) error 
 	if err := setXattrs(full, hdr); err != nil {
 		return err
 	}
+	if hdr.Typeflag == tar.TypeDir {
+		return nil
+	}
+	if ts := headerTimes(hdr); ts != nil {
+		return unix.UtimesNanoAt(unix.AT_FDCWD, full, ts, unix.AT_SYMLINK_NOFOLLOW)
+	}
+	return nil
+}
+
+// headerTimes are the atime and mtime an entry's header gives, or nil: an
+// entry without a time keeps the time of its making.
+func headerTimes(hdr *tar.Header) []unix.Timespec {
+	if hdr.ModTime.IsZero() {
+		return nil
+	}
 	atime := hdr.AccessTime
 	if atime.IsZero() {
 		atime = hdr.ModTime
 	}
-	if isDir {
-		x.dirTimes = append(x.dirTimes, dirTime{full, atime, hdr.ModTime})
-		return nil
-	}
-	return setTimes(full, atime, hdr.ModTime)
+	return []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
 }
 
 func tarMode(hdr *tar.Header) os.FileMode {
@@ -490,27 +573,6 @@ func setXattrs(full string, hdr *tar.Header) error {
 		}
 		if err != nil {
 			return fmt.Errorf("xattr %s: %w", name, err)
-		}
-	}
-	return nil
-}
-
-func setTimes(full string, atime, mtime time.Time) error {
-	if mtime.IsZero() {
-		return nil // an entry without a time keeps the time of its making
-	}
-	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
-	return unix.UtimesNanoAt(unix.AT_FDCWD, full, ts, unix.AT_SYMLINK_NOFOLLOW)
-}
-
-func (x *extractor) applyDirTimes() error {
-	for i := len(x.dirTimes) - 1; i >= 0; i-- {
-		d := x.dirTimes[i]
-		if _, err := os.Lstat(d.path); errors.Is(err, os.ErrNotExist) {
-			continue // replaced by a later entry
-		}
-		if err := setTimes(d.path, d.atime, d.mtime); err != nil {
-			return err
 		}
 	}
 	return nil

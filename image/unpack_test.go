@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -295,5 +297,170 @@ func TestChainIDs(t *testing.T) {
 	want2 := d(want1 + " " + d("c"))
 	if chains[0] != diffIDs[0] || chains[1].String() != want1 || chains[2].String() != want2 {
 		t.Fatalf("chain IDs %v, want [%s %s %s]", chains, diffIDs[0], want1, want2)
+	}
+}
+
+// liveHeapReader reads r and, every `every` bytes, collects garbage and
+// records the live heap: what the reader of r keeps, sampled along the way.
+type liveHeapReader struct {
+	r           io.Reader
+	every, next int
+	peak        uint64
+}
+
+func (l *liveHeapReader) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	if l.next -= n; l.next <= 0 {
+		l.next = l.every
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		l.peak = max(l.peak, ms.HeapAlloc)
+	}
+	return n, err
+}
+
+// TestUnpackMemoryGrowsWithDepthNotEntries unpacks 10,000 directories under
+// 4 KB paths (45 MB of tar, generated as it is read). An unpacker that keeps
+// each directory's path holds 80 MB by the end of it; this one holds what
+// one path costs, so the live heap stays at what the test itself holds.
+func TestUnpackMemoryGrowsWithDepthNotEntries(t *testing.T) {
+	requireRoot(t)
+	const dirs, pathLen = 10_000, 3900
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(tim.DeepDirsTar(pw, dirs, pathLen)) }()
+	defer pr.Close()
+	dest := t.TempDir()
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	probe := &liveHeapReader{r: pr, every: 4 << 20}
+	if err := extractTar(t.Context(), probe, dest, newBudget(Limits{})); err != nil {
+		t.Fatalf("unpack: %v", err)
+	}
+	if grown := int64(probe.peak) - int64(before.HeapAlloc); grown > 8<<20 {
+		t.Errorf("the live heap grew by %d MiB while unpacking %d directories", grown>>20, dirs)
+	}
+	// The directories are all there, with the times of their headers,
+	// set after their children were made.
+	bottom := dest
+	for {
+		entries, err := os.ReadDir(bottom)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 1 {
+			if len(entries) != dirs {
+				t.Fatalf("%d directories at the bottom, want %d", len(entries), dirs)
+			}
+			if fi, err := entries[dirs-1].Info(); err != nil || !fi.ModTime().Equal(tim.Epoch) {
+				t.Fatalf("last directory: mtime %v (%v), want %v", fi.ModTime(), err, tim.Epoch)
+			}
+			break
+		}
+		bottom = filepath.Join(bottom, entries[0].Name())
+		if fi, err := os.Lstat(bottom); err != nil || !fi.ModTime().Equal(tim.Epoch) {
+			t.Fatalf("%s: mtime %v (%v), want %v", bottom[len(dest):][:40], fi.ModTime(), err, tim.Epoch)
+		}
+	}
+}
+
+// TestUnpackDirTimesWhenTheStreamComesBack checks the times of directories
+// that the stream leaves and comes back to, and of a directory whose entry
+// follows its children: each ends with the time of its header.
+func TestUnpackDirTimesWhenTheStreamComesBack(t *testing.T) {
+	requireRoot(t)
+	at := func(day int) time.Time { return time.Date(2021, 1, day, 0, 0, 0, 0, time.UTC) }
+	dir := func(name string, day int) tim.Entry {
+		e := tim.Dir(name, 0o755)
+		e.Header.ModTime = at(day)
+		return e
+	}
+	raw := tarOf(t,
+		dir(".", 1),
+		dir("a", 2),
+		dir("a/deep", 3),
+		dir("b", 4),
+		tim.File("a/x", "x", 0o644),          // back in a
+		tim.File("a/deep/y", "y", 0o644),     // back in a/deep
+		tim.File("c/z", "z", 0o644),          // c is implicit here…
+		dir("c", 5),                          // …and given a time after its child
+		tim.File("b/gone", "", 0o644),        // back in b
+		tim.Whiteout("b/gone"),               // replaced
+		tim.File("a/deep/y", "again", 0o644), // replaced, in a dir left twice
+	)
+	dest := t.TempDir()
+	if _, err := unpackLayerFile(t.Context(), writeBlobFile(t, raw), dest, newBudget(Limits{})); err != nil {
+		t.Fatal(err)
+	}
+	for rel, day := range map[string]int{".": 1, "a": 2, "a/deep": 3, "b": 4, "c": 5} {
+		fi, err := os.Lstat(filepath.Join(dest, rel))
+		if err != nil || !fi.ModTime().Equal(at(day)) {
+			t.Errorf("%s: mtime %v (%v), want %v", rel, fi.ModTime(), err, at(day))
+		}
+	}
+}
+
+// BenchmarkUnpack unpacks gzipped layers of the shapes images have: the
+// busybox layer (one binary, 80 symlinks), 10,000 small files in 100
+// directories in the order a build writes them, and the same files with
+// each entry in another directory than the one before (the worst order for
+// an unpacker that keeps only the current path).
+func BenchmarkUnpack(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	busybox, err := tim.BusyboxLayer(b).Uncompressed()
+	if err != nil {
+		b.Fatal(err)
+	}
+	busyboxTar, err := io.ReadAll(busybox)
+	if err != nil {
+		b.Fatal(err)
+	}
+	files := func(interleaved bool) []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		dir := func(d int) {
+			tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: fmt.Sprintf("d%02d/", d), Mode: 0o755, ModTime: tim.Epoch})
+		}
+		body := bytes.Repeat([]byte("x"), 1000)
+		for i := range 10_000 {
+			d, f := i/100, i%100
+			if interleaved {
+				d, f = i%100, i/100
+			}
+			if f == 0 {
+				dir(d)
+			}
+			tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: fmt.Sprintf("d%02d/f%02d", d, f), Mode: 0o644, Size: int64(len(body)), ModTime: tim.Epoch})
+			tw.Write(body)
+		}
+		tw.Close()
+		return buf.Bytes()
+	}
+	for _, l := range []struct {
+		name string
+		tar  []byte
+	}{{"busybox", busyboxTar}, {"10k files", files(false)}, {"10k files interleaved", files(true)}} {
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		zw.Write(l.tar)
+		zw.Close()
+		blob := filepath.Join(b.TempDir(), "blob")
+		if err := os.WriteFile(blob, gz.Bytes(), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(l.name, func(b *testing.B) {
+			for b.Loop() {
+				dest, err := os.MkdirTemp(b.TempDir(), "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := unpackLayerFile(b.Context(), blob, dest, newBudget(Limits{})); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

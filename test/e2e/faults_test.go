@@ -217,13 +217,8 @@ func TestCrashDuringASlowCreateLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Skip("no runc")
 	}
-	dir := t.TempDir()
-	mark, wrapper := filepath.Join(dir, "creating"), filepath.Join(dir, "slow-runc")
-	script := fmt.Sprintf("#!/bin/sh\nfor a; do if [ \"$a\" = create ]; then : > %s; sleep 3; break; fi; done\nexec %s \"$@\"\n", mark, runc)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d := StartDaemon(t, WithConfig(fmt.Sprintf("[runtime.handlers.runc]\npath = %q\n", wrapper)))
+	mark := filepath.Join(t.TempDir(), "creating")
+	d := startWithRuntimeWrapper(t, fmt.Sprintf("#!/bin/sh\nfor a; do if [ \"$a\" = create ]; then : > %s; sleep 3; break; fi; done\nexec %s \"$@\"\n", mark, runc))
 	ref := busyboxRef(t)
 	d.pull(t, ref)
 	cfg := d.hostNetworkPod("slow")
@@ -283,9 +278,8 @@ func TestCutCreateLeavesNoStrandedInit(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			mark, wrapper := filepath.Join(dir, "stranded"), filepath.Join(dir, "cut-runc")
-			script := fmt.Sprintf(`#!/bin/sh
+			mark := filepath.Join(t.TempDir(), "stranded")
+			d := startWithRuntimeWrapper(t, fmt.Sprintf(`#!/bin/sh
 root= prev= id= create=
 for a; do
 	[ "$prev" = --root ] && root=$a
@@ -297,11 +291,7 @@ done
 rm -f "$root/$id/state.json"
 : > %[2]s
 exec sleep 60
-`, runc, mark)
-			if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			d := StartDaemon(t, WithConfig(fmt.Sprintf("[runtime.handlers.runc]\npath = %q\n", wrapper)))
+`, runc, mark))
 			ref := busyboxRef(t)
 			d.pull(t, ref)
 			cfg := d.hostNetworkPod("cut")
@@ -340,4 +330,15 @@ exec sleep 60
 			d.assertNoLeaks(t, leakCheck{})
 		})
 	}
+}
+
+// startWithRuntimeWrapper starts a daemon whose runc handler runs script, a
+// shell wrapper of the real runc that a test makes misbehave.
+func startWithRuntimeWrapper(t *testing.T, script string) *Daemon {
+	t.Helper()
+	wrapper := filepath.Join(t.TempDir(), "runc-wrapper")
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return StartDaemon(t, WithConfig(fmt.Sprintf("[runtime.handlers.runc]\npath = %q\n", wrapper)))
 }

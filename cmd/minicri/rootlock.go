@@ -37,7 +37,8 @@ func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
-	deadline := time.Now().Add(wait)
+	start := time.Now()
+	deadline := start.Add(wait)
 	logged := false
 	for {
 		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
@@ -65,6 +66,9 @@ func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File
 			logged = true
 		}
 		time.Sleep(rootLockPoll)
+	}
+	if logged {
+		log.WithField("waited", time.Since(start).Round(time.Millisecond).String()).Info("took the state root's lock")
 	}
 	if err := f.Truncate(0); err == nil {
 		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)

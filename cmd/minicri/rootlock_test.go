@@ -114,8 +114,8 @@ func TestLockStateRootWaitsForAGoneDaemonsHeir(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the lock was not taken within 10 s of its holder's exit")
 	}
-	if n := len(hook.AllEntries()); n != 1 {
-		t.Errorf("%d log lines about the wait, want 1", n)
+	if n := len(hook.AllEntries()); n != 2 {
+		t.Errorf("%d log lines about the wait, want 2: one when it began, one when it ended", n)
 	}
 }
 

@@ -97,7 +97,7 @@ func (d *Daemon) restart(t *testing.T) {
 func (d *Daemon) logLockWait(t *testing.T) {
 	t.Helper()
 	for _, line := range strings.Split(d.Output(), "\n") {
-		if strings.Contains(line, "the state root is still locked") {
+		if strings.Contains(line, "the state root is still locked") || strings.Contains(line, "took the state root's lock") {
 			t.Logf("restart waited for the lock: %s", line)
 		}
 	}

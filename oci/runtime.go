@@ -220,13 +220,30 @@ func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
 	if force {
 		args = append(args, "--force")
 	}
+	stranded := force && r.unknown(id)
 	_, err := r.run(ctx, nil, "delete", id, append(args, id)...)
 	if err == nil || errors.Is(err, ErrNotFound) {
 		// runc's delete --force of a container it does not know succeeds,
 		// whatever it could not remove.
-		return r.removeAbortedState(id)
+		err = r.removeAbortedState(id)
+		if stranded {
+			err = errors.Join(err, killStrandedInits(r.Root, id))
+		}
+		return err
 	}
 	return err
+}
+
+// unknown reports whether the runtime has no state.json for id under our
+// root: a create that never ran, or one cut short, whose init the runtime's
+// delete does not kill (see stranded_init.go). Only then is it worth
+// looking for that init.
+func (r *Runtime) unknown(id string) bool {
+	if r.Root == "" || id == "" || strings.ContainsRune(id, '/') {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(r.Root, id, "state.json"))
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // removeAbortedState removes what a runtime killed in its create leaves in

@@ -278,8 +278,11 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	}
 	crashPoint("container-discard-before-record-delete")
 	s.forgetWatch(rec.ID)
-	s.encodedContainers.forget(rec.ID)
-	return s.containers.Delete(rec.ID)
+	err := s.containers.Delete(rec.ID)
+	// After the delete, so that no ListContainers answer made before it is
+	// kept after it (see encodedContainers).
+	s.encodedContainers.forget(rec.ID, s.containers.Version())
+	return err
 }
 
 // waitMonitorDone waits, for killGrace at most, until the container's

@@ -18,12 +18,19 @@ import (
 // lists every container every second; at 200 containers encoding them anew
 // was the largest part of the daemon's side of the call.
 func (s *Server) Codec() encoding.CodecV2 {
-	return listCodec{proto: encoding.GetCodecV2(grpcproto.Name), containers: &s.encodedContainers}
+	return listCodec{proto: encoding.GetCodecV2(grpcproto.Name), containers: &s.encodedContainers, exists: s.containerExists}
 }
 
 type listCodec struct {
 	proto      encoding.CodecV2
 	containers *encodedContainers
+	exists     func(id string) bool
+}
+
+// containerExists reports whether a container still has its record.
+func (s *Server) containerExists(id string) bool {
+	_, err := s.containers.Get(id)
+	return err == nil
 }
 
 // Name is the protobuf codec's: clients see no other content type.
@@ -35,13 +42,13 @@ func (c listCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if batch, ok := v.(*runtime.StreamContainersResponse); ok {
 		// A StreamContainers batch is, on the wire, a ListContainersResponse
 		// of its containers (TestStreamContainersBatchIsAListOnTheWire).
-		return c.containers.encode(&runtime.ListContainersResponse{Containers: batch.GetContainers()})
+		return c.containers.encode(&runtime.ListContainersResponse{Containers: batch.GetContainers()}, c.exists)
 	}
 	resp, ok := v.(*runtime.ListContainersResponse)
 	if !ok {
 		return c.proto.Marshal(v)
 	}
-	return c.containers.encode(resp)
+	return c.containers.encode(resp, c.exists)
 }
 
 // containersField is the number of ListContainersResponse's only field,
@@ -57,6 +64,14 @@ var containersField = (&runtime.ListContainersResponse{}).ProtoReflect().Descrip
 // of the containers table it was made from, and that answer's encoding
 // once made: while the table does not change, that answer is sent again as
 // it is, neither walked nor encoded.
+//
+// Neither ever holds a removed container, though an answer is made (by the
+// handler) and encoded (by grpc, after the handler returned) with no lock
+// held between, and a removal may land anywhere in that gap: an encoding
+// is kept only for a container that still has its record (encode checks
+// under mu, and the removal calls forget under mu after deleting the
+// record), and an answer only if it was made from a version of the table
+// at or after the last removal.
 type encodedContainers struct {
 	mu   sync.Mutex
 	byID map[string]encodedContainer
@@ -64,6 +79,13 @@ type encodedContainers struct {
 	every        *runtime.ListContainersResponse
 	everyVersion uint64
 	everyData    []byte // nil until encode made it; never changed after
+	// removedAt is the table's version just after the last removal: an
+	// answer made from an earlier one may list the removed container.
+	removedAt uint64
+
+	// beforeKeep, set by tests, runs between an answer's walk of the table
+	// and its keeping: where a removal must not slip through.
+	beforeKeep func()
 }
 
 type encodedContainer struct {
@@ -85,8 +107,14 @@ func (e *encodedContainers) lastOfEvery(version uint64) *runtime.ListContainersR
 // keepEvery keeps resp, an answer listing every container made from this
 // version of the table, unless one of a later version is kept already.
 func (e *encodedContainers) keepEvery(version uint64, resp *runtime.ListContainersResponse) {
+	if e.beforeKeep != nil {
+		e.beforeKeep()
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if version < e.removedAt {
+		return // it may list a container removed since
+	}
 	if e.every == nil || version >= e.everyVersion {
 		e.every, e.everyVersion, e.everyData = resp, version, nil
 	}
@@ -96,8 +124,8 @@ func (e *encodedContainers) keepEvery(version uint64, resp *runtime.ListContaine
 // aside, whose order protobuf leaves open). The kept answer listing every
 // container is encoded once, into memory it keeps, and then sent from it;
 // any other answer goes into a buffer of grpc's pool that grpc returns once
-// it is sent.
-func (e *encodedContainers) encode(resp *runtime.ListContainersResponse) (mem.BufferSlice, error) {
+// it is sent. exists tells the containers whose encodings may be kept.
+func (e *encodedContainers) encode(resp *runtime.ListContainersResponse, exists func(id string) bool) (mem.BufferSlice, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	kept := resp == e.every
@@ -109,7 +137,7 @@ func (e *encodedContainers) encode(resp *runtime.ListContainersResponse) (mem.Bu
 	entries := make([][]byte, len(resp.GetContainers()))
 	size := 0
 	for i, c := range resp.GetContainers() {
-		data, err := e.encoding(c)
+		data, err := e.encoding(c, exists)
 		if err != nil {
 			return nil, err
 		}
@@ -136,15 +164,19 @@ func (e *encodedContainers) encode(resp *runtime.ListContainersResponse) (mem.Bu
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-// encoding returns c's kept encoding, or makes and keeps it. The caller
-// holds mu.
-func (e *encodedContainers) encoding(c *runtime.Container) ([]byte, error) {
+// encoding returns c's kept encoding, or makes it, and keeps it while c has
+// a record: one removed since the answer was made is encoded, not kept.
+// The caller holds mu.
+func (e *encodedContainers) encoding(c *runtime.Container, exists func(id string) bool) ([]byte, error) {
 	if kept, ok := e.byID[c.GetId()]; ok && kept.state == c.GetState() {
 		return kept.data, nil
 	}
 	data, err := proto.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("encode container %s: %w", c.GetId(), err)
+	}
+	if !exists(c.GetId()) {
+		return data, nil
 	}
 	if e.byID == nil {
 		e.byID = map[string]encodedContainer{}
@@ -153,9 +185,18 @@ func (e *encodedContainers) encoding(c *runtime.Container) ([]byte, error) {
 	return data, nil
 }
 
-// forget drops a removed container's encoding.
-func (e *encodedContainers) forget(id string) {
+// forget drops a removed container's encoding, and the kept answer that
+// may list it. It is called after the record is deleted, with the table's
+// version from then: an encode or keepEvery that comes later sees the
+// record gone, or the answer's version older than the removal.
+func (e *encodedContainers) forget(id string, version uint64) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	delete(e.byID, id)
-	e.mu.Unlock()
+	if version > e.removedAt {
+		e.removedAt = version
+	}
+	if e.every != nil && e.everyVersion < version {
+		e.every, e.everyData = nil, nil
+	}
 }

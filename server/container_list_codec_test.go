@@ -171,3 +171,81 @@ func TestListContainersAnswerIsKeptUntilARecordChanges(t *testing.T) {
 		last = got
 	}
 }
+
+// TestListContainersKeepsNoRemovedContainer: a removal that lands between
+// the making of a ListContainers answer and its encoding (grpc encodes
+// after the handler returned), or between the handler's walk of the table
+// and its keeping of the answer, leaves nothing of the removed container
+// kept: neither its encoding nor an answer that lists it. Before, each such
+// removal leaked one encoding for the life of the daemon.
+func TestListContainersKeepsNoRemovedContainer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// list lists every container, removing ids[0] at the point under test.
+		list func(t *testing.T, ts *testServer, remove func()) *runtime.ListContainersResponse
+	}{
+		{"removed after the handler returned, before grpc encodes", func(t *testing.T, ts *testServer, remove func()) *runtime.ListContainersResponse {
+			resp, err := ts.ListContainers(bg, &runtime.ListContainersRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			remove()
+			return resp
+		}},
+		{"removed between the walk and the keeping of the answer", func(t *testing.T, ts *testServer, remove func()) *runtime.ListContainersResponse {
+			ts.encodedContainers.beforeKeep = remove
+			defer func() { ts.encodedContainers.beforeKeep = nil }()
+			resp, err := ts.ListContainers(bg, &runtime.ListContainersRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestServer(t)
+			codec := ts.Codec()
+			var ids []string
+			for i := range 3 {
+				pod := podConfig(fmt.Sprintf("web-%d", i))
+				ids = append(ids, ts.createCtr(t, ts.runPod(t, pod), pod, kubeletLikeConfig(pod, "app")))
+			}
+			removed := false
+			remove := func() {
+				if _, err := ts.RemoveContainer(bg, &runtime.RemoveContainerRequest{ContainerId: ids[0]}); err != nil {
+					t.Fatal(err)
+				}
+				removed = true
+			}
+			resp := tc.list(t, ts, remove)
+			if !removed {
+				t.Fatal("the removal did not run: the test misses the point it is about")
+			}
+			if len(resp.GetContainers()) != 3 {
+				t.Fatalf("the answer made before the removal lists %d containers, want 3", len(resp.GetContainers()))
+			}
+			if _, err := codec.Marshal(resp); err != nil {
+				t.Fatal(err)
+			}
+			ts.encodedContainers.mu.Lock()
+			_, encoded := ts.encodedContainers.byID[ids[0]]
+			every := ts.encodedContainers.every
+			ts.encodedContainers.mu.Unlock()
+			if encoded {
+				t.Error("the removed container's encoding is kept")
+			}
+			for _, c := range every.GetContainers() {
+				if c.GetId() == ids[0] {
+					t.Error("the kept answer listing every container holds the removed container")
+				}
+			}
+			next, err := ts.ListContainers(bg, &runtime.ListContainersRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(next.GetContainers()) != 2 {
+				t.Errorf("the list after the removal has %d containers, want 2", len(next.GetContainers()))
+			}
+		})
+	}
+}

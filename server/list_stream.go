@@ -46,7 +46,8 @@ func (s *Server) StreamContainers(req *runtime.StreamContainersRequest, stream r
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "containers", resp.GetContainers(), s.encodedContainers.size, func(b []*runtime.Container) *runtime.StreamContainersResponse {
+	size := func(c *runtime.Container) int { return s.encodedContainers.size(c, s.containerExists) }
+	return sendBatches(stream, "containers", resp.GetContainers(), size, func(b []*runtime.Container) *runtime.StreamContainersResponse {
 		return &runtime.StreamContainersResponse{Containers: b}
 	})
 }
@@ -139,11 +140,12 @@ func batchEnd[T any](items []T, start int, size func(T) int) int {
 
 // size is c's encoded size, read from its kept encoding, made now if it
 // has none: the codec sends the batch from these encodings, and proto.Size
-// would walk the container's labels and annotations once more.
-func (e *encodedContainers) size(c *runtime.Container) int {
+// would walk the container's labels and annotations once more. exists is
+// encode's: the encoding of a container removed meanwhile is not kept.
+func (e *encodedContainers) size(c *runtime.Container, exists func(id string) bool) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	data, err := e.encoding(c)
+	data, err := e.encoding(c, exists)
 	if err != nil {
 		return proto.Size(c) // the codec will fail the same way, and say why
 	}

@@ -200,6 +200,7 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 			s.sweep("container bundle", id, s.discardOrphanContainer(ctx, id))
 		}
 	}
+	s.sweepStrandedInits()
 	for _, id := range s.images.Rootfses() {
 		// An image volume's rootfs is its container's (rootfsOwner).
 		if !knownContainer(rootfsOwner(id)) {
@@ -224,6 +225,27 @@ func (s *Server) sweepInfraProcesses(ctx context.Context) {
 			continue
 		}
 		s.sweep("pod infra process", id, conmon.StopPause(ctx, infra))
+	}
+}
+
+// sweepStrandedInits kills the container inits that wait, in this daemon's
+// runtime roots, for the start of a container no record names: a create
+// cut short after the runtime started the init but before it wrote its
+// state (the runtime's delete then leaves the init), found by the exec
+// fifo it holds (oci.WaitingInits). Their cgroups go with them.
+func (s *Server) sweepStrandedInits() {
+	for _, name := range s.runtimes.Names() {
+		rt, err := s.runtimes.Get(name)
+		if err != nil || rt.StateRoot() == "" {
+			continue
+		}
+		ids, err := oci.KillStrandedInits(rt.StateRoot(), s.hasContainerRecord)
+		for _, id := range ids {
+			s.sweep("stranded container init", id, nil)
+		}
+		if err != nil {
+			s.log.WithError(err).Warn("remove stranded container inits")
+		}
 	}
 }
 

@@ -1,14 +1,12 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
 	goruntime "runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,7 +44,7 @@ func runDaemon(cfg config.Config) error {
 	if err := os.MkdirAll(filepath.Dir(cfg.Listen), 0o711); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Dir(cfg.Listen), err)
 	}
-	lock, err := lockStateRoot(cfg.Root)
+	lock, err := lockStateRoot(cfg.Root, rootLockWait, log)
 	if err != nil {
 		return err
 	}
@@ -162,30 +160,6 @@ func newLogger(cfg config.Config) (*logrus.Entry, error) {
 		logger.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: time.RFC3339Nano})
 	}
 	return logrus.NewEntry(logger), nil
-}
-
-// lockStateRoot takes an exclusive lock on the state root for the life of the
-// process: two daemons on one root would corrupt each other's records. The
-// kernel drops the lock when the process dies, so a crash leaves no stale lock.
-func lockStateRoot(root string) (*os.File, error) {
-	path := filepath.Join(root, "minicri.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open lock file: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		holder, _ := os.ReadFile(path)
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another minicri (pid %s) is using the state root %s; stop it first or choose another --root",
-				strings.TrimSpace(string(holder)), root)
-		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	if err := f.Truncate(0); err == nil {
-		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	return f, nil
 }
 
 // privateDir makes dir, and makes it 0700 if it was there already.

@@ -217,13 +217,8 @@ func TestCrashDuringASlowCreateLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Skip("no runc")
 	}
-	dir := t.TempDir()
-	mark, wrapper := filepath.Join(dir, "creating"), filepath.Join(dir, "slow-runc")
-	script := fmt.Sprintf("#!/bin/sh\nfor a; do if [ \"$a\" = create ]; then : > %s; sleep 3; break; fi; done\nexec %s \"$@\"\n", mark, runc)
-	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d := StartDaemon(t, WithConfig(fmt.Sprintf("[runtime.handlers.runc]\npath = %q\n", wrapper)))
+	mark := filepath.Join(t.TempDir(), "creating")
+	d := startWithRuntimeWrapper(t, fmt.Sprintf("#!/bin/sh\nfor a; do if [ \"$a\" = create ]; then : > %s; sleep 3; break; fi; done\nexec %s \"$@\"\n", mark, runc))
 	ref := busyboxRef(t)
 	d.pull(t, ref)
 	cfg := d.hostNetworkPod("slow")
@@ -248,4 +243,102 @@ func TestCrashDuringASlowCreateLeavesNothing(t *testing.T) {
 	d.assertNoContainerLeft(t)
 	d.removeAll(t)
 	d.assertNoLeaks(t, leakCheck{})
+}
+
+// TestCutCreateLeavesNoStrandedInit: a runtime's create killed after it
+// started the container's init and before it wrote state.json leaves that
+// init waiting on its exec fifo, in the pod's cgroup and namespaces, and
+// the runtime's delete does not know it. Whether the daemon dies with the
+// create in flight (the next daemon rolls it back) or the monitor does (the
+// daemon undoes the create at once), the init is found by its exec fifo
+// and removed with its cgroup. A runtime wrapper makes that state for sure:
+// it runs the real create, then removes state.json and hangs, as a create
+// killed at that point would have left it.
+func TestCutCreateLeavesNoStrandedInit(t *testing.T) {
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Skip("no runc")
+	}
+	for _, tc := range []struct {
+		name string
+		cut  func(t *testing.T, d *Daemon)
+	}{
+		{"daemon killed", func(t *testing.T, d *Daemon) {
+			d.kill9(t)
+			d.Start()
+		}},
+		{"monitor killed", func(t *testing.T, d *Daemon) {
+			pids := d.monitorPIDs()
+			if len(pids) != 1 {
+				t.Fatalf("%d monitors, want the one of the create in flight", len(pids))
+			}
+			if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mark := filepath.Join(t.TempDir(), "stranded")
+			d := startWithRuntimeWrapper(t, fmt.Sprintf(`#!/bin/sh
+root= prev= id= create=
+for a; do
+	[ "$prev" = --root ] && root=$a
+	[ "$a" = create ] && create=1
+	prev=$a id=$a
+done
+[ -n "$create" ] || exec %[1]s "$@"
+%[1]s "$@" || exit $?
+rm -f "$root/$id/state.json"
+: > %[2]s
+exec sleep 60
+`, runc, mark))
+			ref := busyboxRef(t)
+			d.pull(t, ref)
+			cfg := d.hostNetworkPod("cut")
+			pod := d.runPod(t, cfg)
+			rt := d.Runtime // a restart replaces d.Runtime
+			created := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+				defer cancel()
+				_, err := rt.CreateContainer(ctx, pod, runningContainer("c", ref), cfg)
+				created <- err
+			}()
+			waitFor(t, "the runtime's create to leave its init without state", 30*time.Second, func() bool { _, err := os.Stat(mark); return err == nil })
+			if inits := d.strandedInits(); len(inits) == 0 {
+				t.Fatal("no init waits on an exec fifo: the wrapper did not make the state under test")
+			}
+			tc.cut(t, d)
+			select {
+			case err := <-created:
+				if err == nil {
+					t.Fatal("CreateContainer succeeded though its create was cut")
+				}
+			case <-time.After(45 * time.Second):
+				t.Fatal("CreateContainer still running 45 s after its create was cut")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if cs, err := d.Runtime.ListContainers(ctx, nil); err != nil || len(cs) != 0 {
+				t.Errorf("%d containers listed (%v), want the cut one gone", len(cs), err)
+			}
+			d.assertNoContainerLeft(t)
+			if inits := d.strandedInits(); len(inits) > 0 {
+				t.Errorf("stranded inits left:\n  %s", strings.Join(inits, "\n  "))
+			}
+			d.removeAll(t)
+			d.assertNoLeaks(t, leakCheck{})
+		})
+	}
+}
+
+// startWithRuntimeWrapper starts a daemon whose runc handler runs script, a
+// shell wrapper of the real runc that a test makes misbehave.
+func startWithRuntimeWrapper(t *testing.T, script string) *Daemon {
+	t.Helper()
+	wrapper := filepath.Join(t.TempDir(), "runc-wrapper")
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return StartDaemon(t, WithConfig(fmt.Sprintf("[runtime.handlers.runc]\npath = %q\n", wrapper)))
 }

@@ -89,6 +89,18 @@ func (d *Daemon) restart(t *testing.T) {
 	t.Helper()
 	d.kill9(t)
 	d.Start()
+	d.logLockWait(t)
+}
+
+// logLockWait logs the new daemon's wait for the state root's lock, if it
+// had to: the line names the processes that still held it.
+func (d *Daemon) logLockWait(t *testing.T) {
+	t.Helper()
+	for _, line := range strings.Split(d.Output(), "\n") {
+		if strings.Contains(line, "the state root is still locked") || strings.Contains(line, "took the state root's lock") {
+			t.Logf("restart waited for the lock: %s", line)
+		}
+	}
 }
 
 // waitCrashed waits for the daemon to die at its crash point.
@@ -284,7 +296,26 @@ func (d *Daemon) leaks(lc leakCheck) []string {
 	if ips := reservedIPs(filepath.Join(d.Dir, "ipam")); len(ips) > 0 {
 		leaks = append(leaks, fmt.Sprintf("IP allocations: %v", ips))
 	}
-	return append(leaks, busyCgroups()...)
+	leaks = append(leaks, d.strandedInits()...)
+	return append(leaks, busyCgroups(d.cgroupParent())...)
+}
+
+// strandedInits lists the processes that hold a file of the daemon's
+// runtime state open: a container init waiting on the exec fifo of a
+// create cut short, whose command line (runc init) names nothing.
+func (d *Daemon) strandedInits() []string {
+	var found []string
+	runtimeRoot := filepath.Join(d.RunDir, "runtime") + "/"
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		target, err := os.Readlink(fd)
+		if err == nil && strings.HasPrefix(target, runtimeRoot) {
+			pid := strings.Split(fd, "/")[2]
+			cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+			found = append(found, fmt.Sprintf("process %s (%s) holds %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " "), target))
+		}
+	}
+	return found
 }
 
 // processRunning is true for a live, non-zombie process.
@@ -299,12 +330,13 @@ func dirNames(dir string) []string {
 	return names
 }
 
-// busyCgroups lists the suite's cgroups that still hold a process.
-func busyCgroups() []string {
+// busyCgroups lists the cgroups under parent (in every hierarchy) that
+// still hold a process.
+func busyCgroups(parent string) []string {
 	var busy []string
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, root := range roots {
-		_ = filepath.WalkDir(filepath.Join(root, cgroupParent), func(p string, e os.DirEntry, err error) error {
+		_ = filepath.WalkDir(filepath.Join(root, parent), func(p string, e os.DirEntry, err error) error {
 			if err != nil || e.IsDir() || e.Name() != "cgroup.procs" {
 				return nil
 			}

@@ -4,11 +4,15 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -281,4 +285,75 @@ func TestRestartSweepsWhatNoRecordNames(t *testing.T) {
 		t.Errorf("after losing the records: %d sandboxes (%v), want none", len(pods), err)
 	}
 	d.assertNoLeaks(t, leakCheck{pids: []int{monitor}})
+}
+
+// TestRestartWaitsForTheLockOfAKilledDaemon: after a SIGKILL the state
+// root's lock can outlive the daemon for as long as a process it forked
+// holds a copy of the lock's descriptor (before that child's exec closes
+// it). Such a holder is made here for sure: the next daemon must not fail
+// ("another minicri is using the state root") but wait, say once which
+// process holds the lock, and start when that process exits.
+func TestRestartWaitsForTheLockOfAKilledDaemon(t *testing.T) {
+	d := StartDaemon(t)
+	d.kill9(t)
+	lock, err := os.OpenFile(filepath.Join(d.Root, "minicri.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("the killed daemon's lock is still held: %v", err)
+	}
+	holder := exec.Command("sleep", "60")
+	holder.ExtraFiles = []*os.File{lock}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lock.Close() // the holder's copy alone holds the lock now
+	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+
+	out := &syncBuffer{}
+	next := exec.Command(filepath.Join(binDir, "minicri"), d.args...)
+	next.Stdout, next.Stderr = out, out
+	next.Env = append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"))
+	if err := next.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = next.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = next.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = next.Process.Kill()
+			<-exited
+		}
+	})
+	want := fmt.Sprintf("pid %d (sleep 60)", holder.Process.Pid)
+	waitFor(t, "the next daemon to say it waits for the lock's holder", 20*time.Second, func() bool {
+		return strings.Contains(out.String(), "the state root is still locked") && strings.Contains(out.String(), want)
+	})
+	select {
+	case <-exited:
+		t.Fatalf("the next daemon exited while it should wait for the lock:\n%s", out.String())
+	default:
+	}
+	if conn, err := net.Dial("unix", d.Socket); err == nil {
+		conn.Close()
+		t.Fatalf("the next daemon serves while another process holds the lock:\n%s", out.String())
+	}
+	if err := holder.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = holder.Wait()
+	waitFor(t, "the next daemon to serve once the holder exited", 20*time.Second, func() bool {
+		conn, err := net.Dial("unix", d.Socket)
+		if err == nil {
+			conn.Close()
+		}
+		return err == nil
+	})
+	if n := strings.Count(out.String(), "the state root is still locked"); n != 1 {
+		t.Errorf("the wait was logged %d times, want once:\n%s", n, out.String())
+	}
 }

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/procstat"
+)
+
+// rootLockWait bounds how long a daemon waits for the state root's lock
+// while the daemon that held it is gone or dying: the kernel drops a flock
+// only when the last descriptor of its open file is closed, and a process
+// the dead daemon forked may hold a copy for a moment (see lockHolders).
+const rootLockWait = 30 * time.Second
+
+// rootLockPoll is how often a waiting daemon tries the lock again.
+const rootLockPoll = 100 * time.Millisecond
+
+// lockStateRoot takes an exclusive lock on the state root for the life of the
+// process: two daemons on one root would corrupt each other's records. The
+// kernel drops the lock when the last descriptor of the lock file's open
+// file is closed, so a crash leaves no stale lock; but that may be a moment
+// after the daemon died. A live daemon on the root is refused at once; a
+// lock whose daemon is gone or dying is waited for, up to wait.
+func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File, error) {
+	path := filepath.Join(root, "minicri.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	start := time.Now()
+	deadline := start.Add(wait)
+	logged := false
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		daemon := lockDaemon(path)
+		holders := lockHolders(f)
+		if slices.Contains(holders, daemon) && !dying(daemon) {
+			f.Close()
+			return nil, fmt.Errorf("another minicri (pid %d) is using the state root %s; stop it first or choose another --root", daemon, root)
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("the state root %s is still locked after %s by %s (the minicri that took the lock, pid %d, is gone); stop them or choose another --root",
+				root, wait, describe(holders), daemon)
+		}
+		if !logged {
+			log.WithFields(logrus.Fields{"root": root, "locked_by_pid": daemon, "holders": describe(holders), "wait": wait.String()}).
+				Warn("the state root is still locked, though the minicri that took the lock is gone or dying: waiting for the lock")
+			logged = true
+		}
+		time.Sleep(rootLockPoll)
+	}
+	if logged {
+		log.WithField("waited", time.Since(start).Round(time.Millisecond).String()).Info("took the state root's lock")
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
+}
+
+// lockDaemon is the pid the daemon that took the lock wrote into it; 0 when
+// there is none.
+func lockDaemon(path string) int {
+	data, _ := os.ReadFile(path)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return pid
+}
+
+// lockHolders lists the other processes that have the lock file open: the
+// flock belongs to an open file, so whichever of them holds the locked one
+// holds the lock, whatever pid the file names.
+func lockHolders(f *os.File) []int {
+	var want unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &want); err != nil {
+		return nil
+	}
+	var holders []int
+	self := os.Getpid()
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		fds, _ := os.ReadDir("/proc/" + d.Name() + "/fd")
+		for _, fd := range fds {
+			var st unix.Stat_t
+			if unix.Stat("/proc/"+d.Name()+"/fd/"+fd.Name(), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+				holders = append(holders, pid)
+				break
+			}
+		}
+	}
+	return holders
+}
+
+// dying is true for a process that is gone, a zombie, or on its way out
+// with a SIGKILL pending: it will release what it holds without anyone's help.
+func dying(pid int) bool {
+	if !procstat.Live(pid) {
+		return true
+	}
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return true
+	}
+	const sigkill = 1 << (9 - 1)
+	for _, line := range strings.Split(string(status), "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if ok && (name == "SigPnd" || name == "ShdPnd") {
+			if mask, err := strconv.ParseUint(strings.TrimSpace(value), 16, 64); err == nil && mask&sigkill != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// describe names processes by pid and command line, for an operator.
+func describe(pids []int) string {
+	if len(pids) == 0 {
+		return "no process with the file open (a descriptor in flight, or one that just closed)"
+	}
+	var names []string
+	for _, pid := range pids {
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		names = append(names, fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))))
+	}
+	return strings.Join(names, ", ")
+}

@@ -121,7 +121,7 @@ func (s *Store) liveContent() (liveSet, error) {
 		}
 	}
 	for _, dir := range orphans {
-		if err := os.RemoveAll(dir); err != nil {
+		if err := removeHalfMadeRootfs(filepath.Base(dir), dir); err != nil {
 			s.log.WithError(err).Warn("image store: cannot remove a half-made rootfs")
 		}
 	}

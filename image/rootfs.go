@@ -91,7 +91,7 @@ func (s *Store) prepare(id, imageID string, readOnly bool) error {
 // meta lock. Debris of an earlier, interrupted attempt is cleared first.
 func (s *Store) makeRootfs(id string, img *Image, readOnly bool) (retErr error) {
 	dir := s.rootfsDir(id)
-	if err := os.RemoveAll(dir); err != nil {
+	if err := removeHalfMadeRootfs(id, dir); err != nil {
 		return fmt.Errorf("prepare rootfs %s: %w", id, err)
 	}
 	defer func() {
@@ -301,6 +301,17 @@ func unmountAll(id, merged string) error {
 		}
 	}
 	return fmt.Errorf("unmount rootfs %s: still mounted after %d unmounts", id, unmountAttempts)
+}
+
+// removeHalfMadeRootfs deletes a rootfs dir that has no record. Its overlay
+// may still be mounted on merged (a crash between the mount and a later
+// step): a RemoveAll through the mount would delete the container's files
+// one by one, so the mount goes first.
+func removeHalfMadeRootfs(id, dir string) error {
+	if err := unmountAll(id, filepath.Join(dir, "merged")); err != nil {
+		return err
+	}
+	return os.RemoveAll(dir)
 }
 
 // RemoveRootfs unmounts rootfs id and deletes it with its upper dir. The

@@ -249,3 +249,33 @@ func testImageVolumes(t *testing.T) {
 		}
 	}
 }
+
+// A rootfs whose record is gone but whose overlay is still mounted (a crash
+// between the two) is unmounted before its dir is deleted: a RemoveAll
+// through the mount would delete the container's files one by one, and fail
+// on the mountpoint.
+func TestHalfMadeRootfsIsUnmountedBeforeItIsDeleted(t *testing.T) {
+	requireRoot(t)
+	s := newTestStore(t, Options{})
+	img := importImages(t, s, map[string]v1.Image{"example.com/multi:1": tim.MultiLayer(t)})[0]
+	if err := s.PrepareRootfs("ctr1", img.ID); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.MountRootfs("ctr1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
+	if err := os.Remove(filepath.Join(s.rootfsDir("ctr1"), rootfsRecordName)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sweep(); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	if mounted, err := isMountpoint(root); err == nil && mounted {
+		t.Fatalf("%s is still mounted after the half-made rootfs was swept", root)
+	}
+	if _, err := os.Lstat(s.rootfsDir("ctr1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("half-made rootfs dir still there (err %v)", err)
+	}
+}

@@ -41,10 +41,10 @@ type Config struct {
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
 	// Where Go's net/http/pprof profiles are served (/debug/pprof/): the
 	// absolute path of a unix socket, made mode 0600 so that only root reaches
-	// it (say /run/minicri/debug.sock, in the run dir), or host:port on
-	// loopback (127.0.0.1:6060), which any local user reaches. Empty: off.
-	// Profiles show memory contents and the daemon's command line, so no other
-	// address is accepted.
+	// it, or host:port on loopback (127.0.0.1:6060), which any local user
+	// reaches. The default is debug.sock in the run dir (as containerd's debug
+	// socket), also when run_dir is moved. Empty: off. Profiles show memory
+	// contents and the daemon's command line, so no other address is accepted.
 	ProfileAddress string `toml:"profile_address"`
 
 	// OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under
@@ -329,6 +329,7 @@ func Default() Config {
 		Listen:          "/run/minicri/minicri.sock",
 		Root:            "/var/lib/minicri",
 		RunDir:          "/run/minicri",
+		ProfileAddress:  "/run/minicri/" + profileSocketName,
 		LogLevel:        "info",
 		LogFormat:       "text",
 		CgroupDriver:    "cgroupfs",

@@ -18,7 +18,7 @@ var fieldDocs = map[string]string{
 	"Config.LogFormat":                      "Daemon log format: text or json.",
 	"Config.LogLevel":                       "Daemon log level: trace, debug, info, warn, error. debug logs one line per RPC with its duration.",
 	"Config.Metrics":                        "Prometheus metrics of the daemon (see docs/observability.md).",
-	"Config.ProfileAddress":                 "Where Go's net/http/pprof profiles are served (/debug/pprof/): the absolute path of a unix socket, made mode 0600 so that only root reaches it (say /run/minicri/debug.sock, in the run dir), or host:port on loopback (127.0.0.1:6060), which any local user reaches. Empty: off. Profiles show memory contents and the daemon's command line, so no other address is accepted.",
+	"Config.ProfileAddress":                 "Where Go's net/http/pprof profiles are served (/debug/pprof/): the absolute path of a unix socket, made mode 0600 so that only root reaches it, or host:port on loopback (127.0.0.1:6060), which any local user reaches. The default is debug.sock in the run dir (as containerd's debug socket), also when run_dir is moved. Empty: off. Profiles show memory contents and the daemon's command line, so no other address is accepted.",
 	"Config.Root":                           "State root: records of pods and containers, images, layers. Kept across reboots.",
 	"Config.RunDir":                         "Run dir: pinned namespaces, monitor sockets, runtime state. Lost at reboot, as it should be.",
 	"Config.Runtime":                        "OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under [runtime.handlers.NAME].",

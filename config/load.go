@@ -118,8 +118,14 @@ func LoadFile(path string, mustExist bool) (Config, error) {
 	return cfg, nil
 }
 
+// profileSocketName is the default pprof socket's name in the run dir.
+const profileSocketName = "debug.sock"
+
 // fillDerived fills values whose defaults depend on other keys.
 func (c *Config) fillDerived() {
+	if c.ProfileAddress == Default().ProfileAddress {
+		c.ProfileAddress = filepath.Join(c.RunDir, profileSocketName)
+	}
 	for name, h := range c.Runtime.Handlers {
 		if h.Path == "" {
 			h.Path = name

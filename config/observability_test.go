@@ -45,3 +45,30 @@ func TestObservabilityAddresses(t *testing.T) {
 		})
 	}
 }
+
+// Profiles are on by default, on a root-only socket in the run dir, which
+// moves with run_dir so that two daemons on their own run dirs never share
+// one; an explicit value, "" included, is kept.
+func TestProfileSocketDefaultFollowsTheRunDir(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"default", nil, "/run/minicri/debug.sock"},
+		{"run dir moved", []string{"--run-dir", "/run/other"}, "/run/other/debug.sock"},
+		{"turned off", []string{"--run-dir", "/run/other", "--profile-address", ""}, ""},
+		{"on loopback", []string{"--run-dir", "/run/other", "--profile-address", "127.0.0.1:6060"}, "127.0.0.1:6060"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := load(t, append([]string{"--config", writeFile(t, "")}, c.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.ProfileAddress != c.want {
+				t.Fatalf("profile_address = %q, want %q", cfg.ProfileAddress, c.want)
+			}
+		})
+	}
+}

@@ -272,13 +272,12 @@ func scrapeDuringFlood(t *testing.T, url string) string {
 	return ""
 }
 
-// TestProfileSocketIsRootOnly: profile_address as a path serves pprof on a
+// TestProfileSocketIsRootOnly: by default pprof is served on a
 // unix socket of mode 0600, and removes it on the way out.
 func TestProfileSocketIsRootOnly(t *testing.T) {
-	d := NewDaemon(t)
+	// No flag: the default is debug.sock in the run dir.
+	d := StartDaemon(t)
 	sock := filepath.Join(d.RunDir, "debug.sock")
-	d.args = append(d.args, "--profile-address", sock)
-	d.Start()
 	st, err := os.Stat(sock)
 	if err != nil {
 		t.Fatal(err)

@@ -108,7 +108,7 @@ func New(opts Options) (*Server, error) {
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}
-	s.runtimes = ociHandlers{runtimeHandlers(cfg, s.monitorPath)}
+	s.useRuntimes()
 	s.loadAppArmorProfile(opts.Log)
 	if s.sandboxes, err = openTable[sandboxRecord](s, sandboxesDir); err != nil {
 		return nil, err

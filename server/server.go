@@ -57,6 +57,7 @@ type Server struct {
 	exits          exitWatches
 	cni            networkPlugin
 	images         imageStore
+	pinned         image.Pinned // image.pinned_images: reported pinned, kept by the kubelet's image GC
 	runtimes       runtimeSet
 	pins           sandboxPins      // a pod's namespaces and shm
 	monitor        containerMonitor // starts the monitors (conmon)
@@ -102,6 +103,9 @@ func New(opts Options) (*Server, error) {
 		cni:            network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")),
 	}
 	var err error
+	if s.pinned, err = pinnedImages(cfg.Image); err != nil {
+		return nil, err
+	}
 	if s.images, err = openImages(cfg, opts.Log); err != nil {
 		return nil, err
 	}

@@ -153,6 +153,7 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 		Root:                   filepath.Join(cfg.Root, "image"),
 		Registries:             registries,
 		PullTimeout:            cfg.Image.PullTimeout.Std(),
+		PullProgress:           image.ProgressLimit{Window: cfg.Image.PullProgressTimeout.Std(), MinRate: cfg.Image.PullProgressMinRate},
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
 		Limits:                 imageLimits(cfg),
 		Log:                    log.WithField("component", "image"),

@@ -13,7 +13,7 @@ import (
 // What `features` prints, as the runc releases on this machine do, cut to
 // what minicri reads.
 const (
-	featuresRunc115 = `{"ociVersionMin":"1.0.0","mountOptions":["bind","rbind","ro"]}`
+	featuresRunc115 = `{"ociVersionMin":"1.0.0","mountOptions":["bind","rbind","ro","rro"]}`
 	featuresRunc152 = `{"mountOptions":["bind","rro"],"linux":{"mountExtensions":{"idmap":{"enabled":true}}},"annotations":{"org.opencontainers.runc.version":"1.5.2"}}`
 	featuresRROOnly = `{"mountOptions":["bind","rro"],"linux":{"mountExtensions":{"idmap":{"enabled":false}}}}`
 	noFeatures      = "" // the binary fails `features`, as crun 1.8 and runc 1.0 do

@@ -25,6 +25,24 @@ func incompressible(t *testing.T, n int) v1.Image {
 	return tim.Image(t, []v1.Layer{tim.Layer(t, tim.File("data", string(body), 0o644))})
 }
 
+// servePaced serves an image of one layer of about size bytes through a
+// proxy whose layer body goes through pace; it returns the image's
+// reference and the layer's digest.
+func servePaced(t *testing.T, size int, pace func(io.ReadCloser) io.ReadCloser) (ref, layer string) {
+	t.Helper()
+	reg := registry.Start(t, registry.Options{})
+	p := push(t, reg, "paced:1", incompressible(t, size))
+	layer = layerDigests(t, p.img)[0]
+	px := startProxy(t, reg.Host())
+	px.setTamper(func(digest string, body io.ReadCloser) io.ReadCloser {
+		if digest != layer {
+			return body
+		}
+		return pace(body)
+	})
+	return px.host() + "/paced:1", layer
+}
+
 // trickle sends one byte every `every`, as a registry that holds a pull
 // with a byte now and then; a read of the upstream body each time ends it
 // when the client has gone.
@@ -54,20 +72,13 @@ func (r *paced) Read(p []byte) (int, error) {
 // passed without the least rate, with an error naming the layer and what
 // of it arrived; nothing of the image is kept. containerd would wait.
 func TestPullFailsWhenALayerTrickles(t *testing.T) {
-	reg := registry.Start(t, registry.Options{})
-	p := push(t, reg, "trickle:1", incompressible(t, 64<<10))
-	layer := layerDigests(t, p.img)[0]
-	px := startProxy(t, reg.Host())
-	px.setTamper(func(digest string, body io.ReadCloser) io.ReadCloser {
-		if digest != layer {
-			return body
-		}
+	ref, layer := servePaced(t, 64<<10, func(body io.ReadCloser) io.ReadCloser {
 		return &trickle{ReadCloser: body, every: time.Second}
 	})
 	window := 2 * time.Second
 	s := newTestStore(t, Options{PullProgress: ProgressLimit{Window: window, MinRate: 1024}})
 	start := time.Now()
-	_, err := s.Pull(testContext(t), px.host()+"/trickle:1", nil)
+	_, err := s.Pull(testContext(t), ref, nil)
 	took := time.Since(start)
 	var stall *StalledError
 	if !errors.As(err, &stall) || !errors.Is(err, ErrUnavailable) {
@@ -96,20 +107,13 @@ func TestPullFailsWhenALayerTrickles(t *testing.T) {
 // A download slower than the registry could go, but above the rate, is
 // never cancelled, however many windows it takes.
 func TestPullSlowButMovingSucceeds(t *testing.T) {
-	reg := registry.Start(t, registry.Options{})
-	p := push(t, reg, "slow:1", incompressible(t, 48<<10))
-	layer := layerDigests(t, p.img)[0]
-	px := startProxy(t, reg.Host())
-	px.setTamper(func(digest string, body io.ReadCloser) io.ReadCloser {
-		if digest != layer {
-			return body
-		}
+	ref, _ := servePaced(t, 48<<10, func(body io.ReadCloser) io.ReadCloser {
 		return &paced{ReadCloser: body, chunk: 2 << 10, every: 100 * time.Millisecond} // 20 KiB/s
 	})
 	window := 500 * time.Millisecond // asks 4 KiB a window (8 KiB/s); it gets about 10 KiB
 	s := newTestStore(t, Options{PullProgress: ProgressLimit{Window: window, MinRate: 8 << 10}})
 	start := time.Now()
-	if _, err := s.Pull(testContext(t), px.host()+"/slow:1", nil); err != nil {
+	if _, err := s.Pull(testContext(t), ref, nil); err != nil {
 		t.Fatalf("a pull at 20 KiB/s with 8 KiB/s asked: %v", err)
 	}
 	if took := time.Since(start); took < 3*window {

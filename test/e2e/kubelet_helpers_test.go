@@ -56,32 +56,10 @@ type Kubelet struct {
 	Port        int    // the kubelet's API: /pods, /exec, /containerLogs …
 	CgroupRoot  string // the cgroup all its pods go below
 
-	// reclaim are the image GC and eviction lines of its configuration:
-	// both off unless a test turns image GC on (withImageGC).
-	reclaim string
-
 	cmd    *exec.Cmd
 	exited chan struct{}
 	log    string
 	client *http.Client
-}
-
-// kubeletOption changes a test kubelet before it starts.
-type kubeletOption func(*Kubelet)
-
-// withImageGC makes the kubelet's image GC remove every unused image it
-// may once it is a second old (0s would mean the default, 2m). Its periodic
-// run (a GC threshold of 1% of the image filesystem) comes at start, before
-// cAdvisor has the filesystem's capacity, and then only every 5 minutes
-// (ImageGCPeriod); so the node is also under disk pressure (less than 99%
-// of it free), and the eviction manager, every 10 seconds, asks the same
-// image GC to delete the unused images (DeleteUnusedImages). The test
-// kubelets run no pod to evict.
-func withImageGC() kubeletOption {
-	return func(k *Kubelet) {
-		k.reclaim = "imageGCHighThresholdPercent: 1\nimageGCLowThresholdPercent: 0\nimageMinimumGCAge: 1s\n" +
-			"evictionHard:\n  nodefs.available: \"99%\"\nevictionPressureTransitionPeriod: 1s"
-	}
 }
 
 // kubeletBinary is the kubelet to run; it skips the test, saying how to get
@@ -102,8 +80,8 @@ func kubeletBinary(t *testing.T) string {
 // startKubelet starts a kubelet on d's socket, waits until it is healthy,
 // and at the end of the test kills it by pid, removes every pod it made
 // from the daemon, and removes its cgroups. It skips the test when
-// MINICRI_KUBELET is not set.
-func startKubelet(t *testing.T, d *Daemon, opts ...kubeletOption) *Kubelet {
+// MINICRI_KUBELET is not set. extraArgs go on its command line after the others.
+func startKubelet(t *testing.T, d *Daemon, extraArgs ...string) *Kubelet {
 	t.Helper()
 	bin := kubeletBinary(t)
 	k := &Kubelet{
@@ -114,11 +92,7 @@ func startKubelet(t *testing.T, d *Daemon, opts ...kubeletOption) *Kubelet {
 		CgroupRoot:  cgroupParent + "/kubelet-" + randomHex(4),
 		ManifestDir: filepath.Join(d.Dir, "kubelet", "manifests"),
 		RootDir:     filepath.Join(d.Dir, "kubelet", "root"),
-		reclaim:     "imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\nevictionHard: {}",
 		exited:      make(chan struct{}),
-	}
-	for _, o := range opts {
-		o(k)
 	}
 	k.log = filepath.Join(k.Dir, "kubelet.log")
 	for _, dir := range []string{k.ManifestDir, k.RootDir, filepath.Join(k.Dir, "pod-logs"), filepath.Join(k.Dir, "volume-plugins")} {
@@ -149,6 +123,7 @@ func startKubelet(t *testing.T, d *Daemon, opts ...kubeletOption) *Kubelet {
 	defer logFile.Close()
 	args := []string{bin, "--config", config, "--root-dir", k.RootDir, "--cert-dir", filepath.Join(k.Dir, "pki"),
 		"--hostname-override", k.NodeName, "--v=2"}
+	args = append(args, extraArgs...)
 	// Two paths of a kubelet cannot be moved: the device plugin socket dir
 	// /var/lib/kubelet/device-plugins (which it empties at start: a real
 	// node's plugins would lose their sockets) and the log symlinks in
@@ -284,14 +259,16 @@ resolvConf: %[6]s
 podLogsDir: %[7]s
 volumePluginDir: %[8]s
 serializeImagePulls: true
-%[9]s
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {}
 makeIPTablesUtilChains: false
 runtimeRequestTimeout: 2m
 containerLogMaxSize: 64Ki
 containerLogMaxFiles: 2
 containerLogMonitorInterval: 3s
 `, d.Endpoint, k.CgroupRoot, k.ManifestDir, k.Port, healthzPort, resolvConf,
-		filepath.Join(k.Dir, "pod-logs"), filepath.Join(k.Dir, "volume-plugins"), k.reclaim)
+		filepath.Join(k.Dir, "pod-logs"), filepath.Join(k.Dir, "volume-plugins"))
 }
 
 // stop kills the kubelet (it does not stop pods when it exits, like a node

@@ -15,9 +15,9 @@ import (
 
 // The kubelet's image garbage collection removes every unused image it may
 // but a pinned one (image.pinned_images): the kubelet reads pinned: true
-// from ListImages and passes the image over. It is told to free the whole
-// image filesystem at its start (withImageGC); the unpinned image going is
-// the proof that it ran.
+// from ListImages and passes the image over. It is told to remove every
+// unused image (imageGCFlags); the unpinned image going is the proof that
+// it ran.
 func TestKubeletImageGCKeepsPinnedImages(t *testing.T) {
 	kubeletBinary(t)
 	reg := registry.Start(t, registry.Options{})
@@ -33,7 +33,7 @@ func TestKubeletImageGCKeepsPinnedImages(t *testing.T) {
 		t.Fatal("before the kubelet: want only the pinned image pinned")
 	}
 
-	k := startKubelet(t, d, withImageGC())
+	k := startKubelet(t, d, imageGCFlags()...)
 	waitFor(t, "the kubelet's image GC to remove the unpinned image", 2*time.Minute, func() bool {
 		return imageGone(t, d, otherRef)
 	})
@@ -58,4 +58,20 @@ func imagePinned(t *testing.T, d *Daemon, ref string) bool {
 
 func imageGone(t *testing.T, d *Daemon, ref string) bool {
 	return d.imageStatus(t, ref, false).GetImage() == nil
+}
+
+// imageGCFlags make a test kubelet's image GC remove every unused image it
+// may once it is a second old (the suite's configuration turns image GC
+// off; flags win over it). Its periodic run (a GC threshold of 1% of the
+// image filesystem) comes at start, before cAdvisor has the filesystem's
+// capacity ("invalid capacity 0"), and then only every 5 minutes
+// (ImageGCPeriod); so the node is also under disk pressure (less than 99%
+// of it free), and the eviction manager, every 10 seconds, asks the same
+// image GC to delete the unused images (DeleteUnusedImages). The test runs
+// no pod to evict.
+func imageGCFlags() []string {
+	return []string{
+		"--image-gc-high-threshold=1", "--image-gc-low-threshold=0", "--minimum-image-ttl-duration=1s",
+		"--eviction-hard=nodefs.available<99%", "--eviction-pressure-transition-period=1s",
+	}
 }

@@ -121,7 +121,13 @@ func (m MetricsConfig) check() []error {
 type RuntimeConfig struct {
 	// One table per handler: [runtime.handlers.NAME] with path and root.
 	Handlers map[string]RuntimeHandler `toml:"handlers"`
-	// Handler used when a pod names none (RuntimeClass unset).
+	// Handler used when a pod names none (RuntimeClass unset). Empty: the most
+	// capable runc, chosen once at start among the handlers whose binary is
+	// named runc, each asked `runc features`: one that can idmap mounts (pods
+	// with hostUsers: false) wins, then one with recursive read-only mounts;
+	// a tie goes to the handler named runc, and a missing binary never wins.
+	// With the default handlers: runc-current where make deps built it, else
+	// runc. The log and crictl info say which was chosen.
 	DefaultHandler string `toml:"default_handler"`
 	// Path of the minicri-conmon monitor binary; a bare name is looked up next
 	// to the daemon binary, then in PATH.
@@ -144,7 +150,10 @@ func (r RuntimeConfig) check() []error {
 		refuse(r.MonitorShare < 1, "runtime.monitor_share", "must be at least 1 container"),
 		refuse(r.ExecSyncMaxOutput < 1, "runtime.exec_sync_max_output", "must be at least 1 byte"),
 	}
-	if _, ok := r.Handlers[r.DefaultHandler]; !ok {
+	if len(r.Handlers) == 0 {
+		checks = append(checks, &InvalidError{"runtime.handlers", "at least one [runtime.handlers.NAME] table is needed"})
+	}
+	if _, ok := r.Handlers[r.DefaultHandler]; r.DefaultHandler != "" && !ok {
 		checks = append(checks, &InvalidError{"runtime.default_handler", fmt.Sprintf("%q has no [runtime.handlers.%s] table", r.DefaultHandler, r.DefaultHandler)})
 	}
 	for name, h := range r.Handlers {
@@ -154,10 +163,15 @@ func (r RuntimeConfig) check() []error {
 }
 
 // CurrentRuncHandler names the handler of the runc release that make deps
-// builds (hack/build-runc.sh): Debian 12's runc 1.1.5 has no idmapped
-// mounts, so only this handler runs pods in a user namespace
-// (docs/security.md).
+// builds (hack/build-runc.sh): Debian 12's runc 1.1.5 (handler runc) has no
+// idmapped mounts, so this handler, the default where it is installed, runs
+// pods in a user namespace (docs/security.md).
 const CurrentRuncHandler = "runc-current"
+
+// DistroRuncHandler names the runc found in PATH: Debian's /usr/sbin/runc
+// on Debian. A RuntimeClass may ask for it by this name whichever handler
+// is the default.
+const DistroRuncHandler = "runc"
 
 // CurrentRuncPath is where hack/build-runc.sh installs that runc, beside
 // Debian's /usr/sbin/runc and never over it. Keep the two in step.
@@ -258,6 +272,16 @@ func (c CNIConfig) check() []error {
 type ImageConfig struct {
 	// A pull that takes longer than this is cancelled; 0 means no limit.
 	PullTimeout Duration `toml:"pull_timeout"`
+	// A layer download that moves fewer than pull_progress_min_rate bytes a
+	// second on average over this window cancels its pull, with an error that
+	// names the layer and the bytes that arrived of its size: a registry that
+	// trickles cannot hold a pull (containerd's image_pull_progress_timeout,
+	// where one byte counts as progress). Unpacking a layer is not download
+	// and never counts as stalled. 0: off.
+	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
+	// Bytes a second that a downloading layer must average over
+	// pull_progress_timeout (1024: 300 KiB in the default 5m window).
+	PullProgressMinRate int64 `toml:"pull_progress_min_rate"`
 	// Layers downloaded at once by one pull.
 	MaxConcurrentDownloads int `toml:"max_concurrent_downloads"`
 	// Bytes that the files of one image may declare, summed over the layers a
@@ -275,12 +299,23 @@ type ImageConfig struct {
 	// Per registry host: [image.registries."HOST"] with mirrors = [...] and
 	// insecure = true|false.
 	Registries map[string]RegistryConfig `toml:"registries"`
+	// Images that the kubelet's image garbage collection never removes, as
+	// containerd's pinned_images: NAME = "REFERENCE" (base =
+	// "docker.io/library/busybox:1.36"); the names are the operator's. An
+	// image is pinned (pinned: true in ImageStatus and ListImages) while one
+	// of its tags or repo digests is one of these references, normalised
+	// (busybox is docker.io/library/busybox:latest). minicri itself needs no
+	// image (no pause image), so none is pinned by default. An explicit
+	// RemoveImage (crictl rmi) still removes a pinned image, as containerd's.
+	PinnedImages map[string]string `toml:"pinned_images"`
 }
 
 func (c ImageConfig) check() []error {
 	return []error{
 		refuse(c.MaxConcurrentDownloads < 1, "image.max_concurrent_downloads", "must be at least 1"),
 		refuse(c.PullTimeout < 0, "image.pull_timeout", "must not be negative"),
+		refuse(c.PullProgressTimeout < 0, "image.pull_progress_timeout", "must not be negative"),
+		refuse(c.PullProgressMinRate < 1, "image.pull_progress_min_rate", "must be at least 1 byte a second"),
 		refuse(c.MaxUnpackedBytes < 1, "image.max_unpacked_bytes", "must be at least 1 byte"),
 		refuse(c.MaxUnpackedEntries < 1, "image.max_unpacked_entries", "must be at least 1"),
 		refuse(c.MaxPathDepth < 1, "image.max_path_depth", "must be at least 1"),
@@ -335,15 +370,18 @@ func Default() Config {
 		CgroupDriver:    "cgroupfs",
 		ShutdownTimeout: Duration(10 * time.Second),
 		Runtime: RuntimeConfig{
-			DefaultHandler:    "runc",
+			// Chosen at start, the most capable runc (server.chooseDefaultHandler),
+			// as containerd 2.x and cri-o run pods with hostUsers: false
+			// on their default handler.
+			DefaultHandler:    "",
 			MonitorPath:       "minicri-conmon",
 			ExecSyncMaxOutput: 16 << 20,
 			MonitorShare:      8,
 			Handlers: map[string]RuntimeHandler{
-				"runc": {Path: "runc"},
-				"crun": {Path: "crun"},
+				DistroRuncHandler: {Path: "runc"},
+				"crun":            {Path: "crun"},
 				// A current runc beside Debian's (hack/build-runc.sh, make
-				// deps): the handler that can run pods in a user namespace.
+				// deps): it can run pods in a user namespace.
 				CurrentRuncHandler: {Path: CurrentRuncPath},
 			},
 		},
@@ -361,11 +399,14 @@ func Default() Config {
 		},
 		Image: ImageConfig{
 			PullTimeout:            Duration(10 * time.Minute),
+			PullProgressTimeout:    Duration(5 * time.Minute), // containerd's default
+			PullProgressMinRate:    1 << 10,
 			MaxConcurrentDownloads: 3,
 			MaxUnpackedBytes:       64 << 30,
 			MaxUnpackedEntries:     1_000_000,
 			MaxPathDepth:           256,
 			Registries:             map[string]RegistryConfig{},
+			PinnedImages:           map[string]string{},
 		},
 		// containerd's defaults (enable_cdi, cdi_spec_dirs), which are the
 		// CDI library's: static specs in /etc/cdi, generated ones in

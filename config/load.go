@@ -138,6 +138,9 @@ func (c *Config) fillDerived() {
 	if c.Image.Registries == nil {
 		c.Image.Registries = map[string]RegistryConfig{}
 	}
+	if c.Image.PinnedImages == nil {
+		c.Image.PinnedImages = map[string]string{}
+	}
 }
 
 // leaf is one scalar configuration key and the field that holds it.
@@ -268,6 +271,10 @@ func renderStruct(b *strings.Builder, v reflect.Value, table string) {
 			keys = append(keys, k.String())
 		}
 		sort.Strings(keys)
+		if fv.Type().Elem().Kind() == reflect.String {
+			renderStringTable(b, name, keys, fv)
+			continue
+		}
 		if len(keys) == 0 {
 			fmt.Fprintf(b, "# [%s.\"NAME\"]\n", name)
 		}
@@ -277,6 +284,31 @@ func renderStruct(b *strings.Builder, v reflect.Value, table string) {
 			renderStruct(b, fv.MapIndex(reflect.ValueOf(k)), sub)
 		}
 	}
+}
+
+// renderStringTable writes a table of NAME = "VALUE" entries
+// (image.pinned_images), with an example line when it is empty.
+func renderStringTable(b *strings.Builder, name string, keys []string, fv reflect.Value) {
+	fmt.Fprintf(b, "[%s]\n", name)
+	if len(keys) == 0 {
+		b.WriteString("# NAME = \"REFERENCE\"\n")
+	}
+	for _, k := range keys {
+		fmt.Fprintf(b, "%s = %s\n", tomlKey(k), tomlValue(fv.MapIndex(reflect.ValueOf(k)).String()))
+	}
+}
+
+// tomlKey quotes a key that is not a bare TOML key.
+func tomlKey(k string) string {
+	for _, r := range k {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return strconv.Quote(k)
+		}
+	}
+	if k == "" {
+		return `""`
+	}
+	return k
 }
 
 // fieldDoc is what an operator is told of a field of t: its doc comment in

@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/atomicfile"
@@ -140,22 +140,52 @@ func (s *Store) commitTemp(tmp *os.File, dst string) error {
 	return atomicfile.SyncDir(s.path(blobsDir))
 }
 
+// flights are the downloads or unpacks running, by key, so that two pulls
+// that need the same blob or layer do the work once.
+type flights struct {
+	mu      sync.Mutex
+	running map[string]*flight
+}
+
+type flight struct {
+	done chan struct{}
+	err  error // set before done is closed
+}
+
 // once runs fn for key unless a call for key is already running, in which
-// case it waits for that one. A waiter whose own context is still live
-// retries when the leader failed only because the leader's context ended.
-func (s *Store) once(ctx context.Context, g *singleflight.Group, key string, fn func() error) error {
+// case it waits for that one. The caller that runs fn runs it itself, so
+// that nothing of its work (a temp file being removed) outlives its call
+// when its context ends; a waiter leaves when its own context ends, and
+// retries, its context still live, when the runner failed only because the
+// runner's context ended.
+func (s *Store) once(ctx context.Context, f *flights, key string, fn func() error) error {
 	for {
-		ch := g.DoChan(key, func() (any, error) { return nil, fn() })
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case res := <-ch:
-			err := res.Err
-			if res.Shared && isContextError(err) && ctx.Err() == nil {
+		f.mu.Lock()
+		if fl, ok := f.running[key]; ok {
+			f.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-fl.done:
+			}
+			if isContextError(fl.err) && ctx.Err() == nil {
 				continue
 			}
-			return err
+			return fl.err
 		}
+		if f.running == nil {
+			f.running = map[string]*flight{}
+		}
+		fl := &flight{done: make(chan struct{})}
+		f.running[key] = fl
+		f.mu.Unlock()
+
+		fl.err = fn()
+		f.mu.Lock()
+		delete(f.running, key)
+		f.mu.Unlock()
+		close(fl.done)
+		return fl.err
 	}
 }
 

@@ -118,6 +118,7 @@ func startProxy(t *testing.T, upstreamHost string) *proxy {
 	target := &url.URL{Scheme: "http", Host: upstreamHost}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.ErrorLog = log.New(io.Discard, "", 0) // cut connections are the point of some tests
+	rp.FlushInterval = -1                    // a paced body reaches the client paced, not in 4 KiB bursts
 	rp.ModifyResponse = func(resp *http.Response) error {
 		digest, ok := blobDigest(resp.Request)
 		if !ok || resp.Request.Method != http.MethodGet {

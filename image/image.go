@@ -60,6 +60,9 @@ type Options struct {
 	Registries map[string]RegistryConfig
 	// PullTimeout cancels a pull that takes longer; 0 means no limit.
 	PullTimeout time.Duration
+	// PullProgress cancels a pull whose layer download moves too little
+	// (*StalledError); its zero value is off.
+	PullProgress ProgressLimit
 	// MaxConcurrentDownloads is how many layers one pull downloads at once (default 3).
 	MaxConcurrentDownloads int
 	// Limits bound what one pull or import unpacks; zero fields are the defaults.

@@ -13,14 +13,68 @@ import (
 // progressInterval is how often a pull logs the layers still downloading.
 var progressInterval = 5 * time.Second
 
-// pullProgress logs one pull's downloads at info level: each layer when it
-// is in (size, time, rate), and every progressInterval the layers still
-// coming. All methods accept a nil receiver (no logging).
+// ProgressLimit is the least a layer download must move: MinRate bytes a
+// second on average over every Window of it (image.pull_progress_timeout,
+// image.pull_progress_min_rate). containerd cancels a pull only when no byte
+// at all arrives in its window, so a registry that sends one byte a minute
+// holds a pull forever; a rate does not let it. A zero Window is off.
+type ProgressLimit struct {
+	Window  time.Duration
+	MinRate int64 // bytes a second; 0 means DefaultProgressMinRate
+}
+
+// DefaultProgressMinRate is the rate a download must keep when the limit
+// names none: 1 KiB a second, 300 KiB over containerd's 5-minute window.
+const DefaultProgressMinRate = 1 << 10
+
+func (l ProgressLimit) rate() int64 {
+	if l.MinRate <= 0 {
+		return DefaultProgressMinRate
+	}
+	return l.MinRate
+}
+
+// minBytes is what one window must bring.
+func (l ProgressLimit) minBytes() int64 {
+	return max(1, int64(float64(l.rate())*l.Window.Seconds()))
+}
+
+// checkEvery is how often downloads are judged: ten times a window, so that
+// a stall is caught within 1.1 windows of its start.
+func (l ProgressLimit) checkEvery() time.Duration {
+	return max(10*time.Millisecond, l.Window/10)
+}
+
+// StalledError is a layer download that moved less than its ProgressLimit
+// asks. It is a registry that cannot serve now: ErrUnavailable.
+type StalledError struct {
+	Layer        string // digest
+	Bytes, Total int64  // arrived so far, of the layer's size
+	Moved        int64  // in the last window
+	Limit        ProgressLimit
+}
+
+func (e *StalledError) Error() string {
+	return fmt.Sprintf("layer %s: download stalled: %s of %s arrived, %s in the last %v; at least %s (%d bytes a second) must arrive in every %v (image.pull_progress_min_rate, image.pull_progress_timeout)",
+		e.Layer, formatBytes(e.Bytes), formatBytes(e.Total), formatBytes(e.Moved), e.Limit.Window,
+		formatBytes(e.Limit.minBytes()), e.Limit.rate(), e.Limit.Window)
+}
+
+func (e *StalledError) Unwrap() error { return ErrUnavailable }
+
+// pullProgress watches one pull's layer downloads, from the request for a
+// blob until its last byte is stored (never its unpacking, nor the wait for
+// a download slot): it logs each layer when it is in (size, time, rate) and
+// every progressInterval the layers still coming, and calls stalled with a
+// *StalledError when one moves less than the limit asks. All methods accept
+// a nil receiver (no logging, no limit).
 type pullProgress struct {
-	log  logrus.FieldLogger
-	mu   sync.Mutex
-	busy map[*layerProgress]bool
-	done chan struct{}
+	log     logrus.FieldLogger
+	limit   ProgressLimit
+	stalled func(error)
+	mu      sync.Mutex
+	busy    map[*layerProgress]bool
+	done    chan struct{}
 }
 
 type layerProgress struct {
@@ -28,6 +82,14 @@ type layerProgress struct {
 	total  int64
 	start  time.Time
 	bytes  atomic.Int64
+	// samples are the byte counts seen by the checks of the last window
+	// and the newest one before it (under pullProgress.mu).
+	samples []progressSample
+}
+
+type progressSample struct {
+	at    time.Time
+	bytes int64
 }
 
 func (l *layerProgress) Write(p []byte) (int, error) {
@@ -35,32 +97,78 @@ func (l *layerProgress) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func newPullProgress(log logrus.FieldLogger) *pullProgress {
-	p := &pullProgress{log: log, busy: map[*layerProgress]bool{}, done: make(chan struct{})}
+// newPullProgress starts watching; stalled is called at most once.
+func newPullProgress(log logrus.FieldLogger, limit ProgressLimit, stalled func(error)) *pullProgress {
+	p := &pullProgress{log: log, limit: limit, stalled: stalled, busy: map[*layerProgress]bool{}, done: make(chan struct{})}
 	// Read here, not in the goroutine: one that starts late, after its
 	// pull ended, must not read the setting while a test changes it.
-	go p.tick(progressInterval)
+	go p.run(progressInterval)
 	return p
 }
 
-// stop ends the periodic logging.
+// stop ends the periodic logging and checks.
 func (p *pullProgress) stop() {
 	if p != nil {
 		close(p.done)
 	}
 }
 
-func (p *pullProgress) tick(interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
+func (p *pullProgress) run(interval time.Duration) {
+	logs := time.NewTicker(interval)
+	defer logs.Stop()
+	var checks <-chan time.Time
+	if p.limit.Window > 0 {
+		t := time.NewTicker(p.limit.checkEvery())
+		defer t.Stop()
+		checks = t.C
+	}
 	for {
 		select {
 		case <-p.done:
 			return
-		case <-t.C:
+		case <-logs.C:
 			p.logBusy()
+		case now := <-checks:
+			if err := p.checkStalls(now); err != nil {
+				p.stalled(err)
+				return
+			}
 		}
 	}
+}
+
+// checkStalls judges every download in progress; the first that stalled
+// is the answer.
+func (p *pullProgress) checkStalls(now time.Time) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for l := range p.busy {
+		if err := l.judge(now, p.limit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// judge records what the download has at now and compares it with what it
+// had a window ago. A download younger than a window, or whose bytes are
+// all in (it is being stored), is not judged.
+func (l *layerProgress) judge(now time.Time, limit ProgressLimit) error {
+	n := l.bytes.Load()
+	l.samples = append(l.samples, progressSample{now, n})
+	cut := now.Add(-limit.Window)
+	i := 0
+	for i+1 < len(l.samples) && !l.samples[i+1].at.After(cut) {
+		i++
+	}
+	l.samples = l.samples[i:]
+	if l.samples[0].at.After(cut) || n >= l.total {
+		return nil
+	}
+	if moved := n - l.samples[0].bytes; moved < limit.minBytes() {
+		return &StalledError{Layer: l.digest, Bytes: n, Total: l.total, Moved: moved, Limit: limit}
+	}
+	return nil
 }
 
 func (p *pullProgress) logBusy() {
@@ -80,7 +188,8 @@ func (p *pullProgress) begin(desc v1.Descriptor) *layerProgress {
 	if p == nil {
 		return nil
 	}
-	l := &layerProgress{digest: desc.Digest.String(), total: desc.Size, start: time.Now()}
+	now := time.Now()
+	l := &layerProgress{digest: desc.Digest.String(), total: desc.Size, start: now, samples: []progressSample{{now, 0}}}
 	p.mu.Lock()
 	p.busy[l] = true
 	p.mu.Unlock()

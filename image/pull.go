@@ -32,10 +32,18 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 		ctx, cancel = context.WithTimeout(ctx, s.opts.PullTimeout)
 		defer cancel()
 	}
+	// A stalled download cancels the pull with its *StalledError as the
+	// cause, which then replaces the "context canceled" of the layer.
+	ctx, stalled := context.WithCancelCause(ctx)
+	defer stalled(nil)
 	start := time.Now()
 	s.log.WithField("image", named.String()).Info("pulling image")
-	img, err := s.pull(ctx, named, auth)
+	img, err := s.pull(ctx, named, auth, stalled)
 	s.collectRefused(err)
+	var stall *StalledError
+	if err != nil && errors.As(context.Cause(ctx), &stall) {
+		err = stall
+	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && s.opts.PullTimeout > 0 && time.Since(start) >= s.opts.PullTimeout {
 			err = fmt.Errorf("pull timeout of %v reached: %w", s.opts.PullTimeout, err)
@@ -49,7 +57,7 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 	return img, nil
 }
 
-func (s *Store) pull(ctx context.Context, named reference, auth *Auth) (Image, error) {
+func (s *Store) pull(ctx context.Context, named reference, auth *Auth, stalled context.CancelCauseFunc) (Image, error) {
 	release, err := s.holdContent()
 	if err != nil {
 		return Image{}, err
@@ -73,7 +81,7 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth) (Image, e
 	if err != nil {
 		return Image{}, err
 	}
-	progress := newPullProgress(log)
+	progress := newPullProgress(log, s.opts.PullProgress, func(err error) { stalled(err) })
 	defer progress.stop()
 	req := ingestRequest{
 		manifest:    m.raw,

@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sync/singleflight"
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/atomicfile"
@@ -54,10 +53,10 @@ type Store struct {
 	// transports are shared by all pulls so that connections are reused.
 	secureTransport, insecureTransport http.RoundTripper
 
-	blobFlight  singleflight.Group // one download per blob digest
-	layerFlight singleflight.Group // one unpack per chain ID
-	unpackSlots chan struct{}      // bounds concurrent unpacks (CPU-bound)
-	mountMu     sync.Mutex         // serialises mount checks and mounts
+	blobFlight  flights       // one download per blob digest
+	layerFlight flights       // one unpack per chain ID
+	unpackSlots chan struct{} // bounds concurrent unpacks (CPU-bound)
+	mountMu     sync.Mutex    // serialises mount checks and mounts
 
 	mu    sync.Mutex
 	cat   *catalog // last catalog read or written; nil until the first read

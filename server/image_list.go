@@ -19,12 +19,12 @@ func (s *Server) ListImages(ctx context.Context, req *runtime.ListImagesRequest)
 		if err != nil {
 			return nil, toStatus(err)
 		}
-		return &runtime.ListImagesResponse{Images: []*runtime.Image{criImage(img)}}, nil
+		return &runtime.ListImagesResponse{Images: []*runtime.Image{s.criImage(img)}}, nil
 	}
 	images := s.images.List()
 	out := make([]*runtime.Image, 0, len(images))
 	for _, img := range images {
-		out = append(out, criImage(img))
+		out = append(out, s.criImage(img))
 	}
 	return &runtime.ListImagesResponse{Images: out}, nil
 }

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
 )
 
@@ -28,7 +31,7 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtime.ImageStatusReques
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("image status %q: %w", ref, err))
 	}
-	resp := &runtime.ImageStatusResponse{Image: criImage(img)}
+	resp := &runtime.ImageStatusResponse{Image: s.criImage(img)}
 	if req.GetVerbose() {
 		info, err := json.Marshal(img)
 		if err != nil {
@@ -41,13 +44,16 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtime.ImageStatusReques
 
 // criImage is an image as the CRI describes it, with the user split the way
 // the kubelet's runAsNonRoot check reads it: a numeric uid, else a name.
-func criImage(img image.Image) *runtime.Image {
+// Pinned images (image.pinned_images) say so: the kubelet's image garbage
+// collection passes them over.
+func (s *Server) criImage(img image.Image) *runtime.Image {
 	out := &runtime.Image{
 		Id:          img.ID,
 		RepoTags:    img.RepoTags,
 		RepoDigests: img.RepoDigests,
 		Size:        img.Size,
 		Spec:        &runtime.ImageSpec{Image: img.ID},
+		Pinned:      s.pinned.Has(img),
 	}
 	user, _, _ := strings.Cut(img.Config.User, ":")
 	if uid, err := strconv.ParseInt(user, 10, 64); err == nil {
@@ -56,4 +62,16 @@ func criImage(img image.Image) *runtime.Image {
 		out.Username = user
 	}
 	return out
+}
+
+// pinnedImages reads image.pinned_images; a value that is no reference
+// stops the start, naming its key.
+func pinnedImages(cfg config.ImageConfig) (image.Pinned, error) {
+	p := image.Pinned{}
+	for _, name := range slices.Sorted(maps.Keys(cfg.PinnedImages)) {
+		if err := p.Add(cfg.PinnedImages[name]); err != nil {
+			return nil, &config.InvalidError{Key: "image.pinned_images." + name, Reason: err.Error()}
+		}
+	}
+	return p, nil
 }

@@ -57,6 +57,7 @@ type Server struct {
 	exits          exitWatches
 	cni            networkPlugin
 	images         imageStore
+	pinned         image.Pinned // image.pinned_images: reported pinned, kept by the kubelet's image GC
 	runtimes       runtimeSet
 	pins           sandboxPins      // a pod's namespaces and shm
 	monitor        containerMonitor // starts the monitors (conmon)
@@ -102,13 +103,16 @@ func New(opts Options) (*Server, error) {
 		cni:            network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")),
 	}
 	var err error
+	if s.pinned, err = pinnedImages(cfg.Image); err != nil {
+		return nil, err
+	}
 	if s.images, err = openImages(cfg, opts.Log); err != nil {
 		return nil, err
 	}
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}
-	s.runtimes = ociHandlers{runtimeHandlers(cfg, s.monitorPath)}
+	s.useRuntimes()
 	s.loadAppArmorProfile(opts.Log)
 	if s.sandboxes, err = openTable[sandboxRecord](s, sandboxesDir); err != nil {
 		return nil, err
@@ -150,6 +154,7 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 		PrivateParents:         []string{cfg.Root},
 		Registries:             registries,
 		PullTimeout:            cfg.Image.PullTimeout.Std(),
+		PullProgress:           image.ProgressLimit{Window: cfg.Image.PullProgressTimeout.Std(), MinRate: cfg.Image.PullProgressMinRate},
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
 		Limits:                 imageLimits(cfg),
 		Log:                    log.WithField("component", "image"),

@@ -87,7 +87,8 @@ func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {
 }
 
 // handlerFeatures reports a feature only when the handler's runtime has it;
-// a runtime that cannot say has none.
+// a runtime that cannot say has none. Each runtime ran `features` once (the
+// candidates for the default at start, the others at first use).
 func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures {
 	rt, err := s.runtimes.Get(handler)
 	if err != nil {
@@ -98,6 +99,18 @@ func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures
 		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
 		UserNamespaces:          f.IDMappedMounts && userNamespacesSupported,
 	}
+}
+
+// userNamespaceHandlers names the handlers that can run a pod in a user
+// namespace, for the error that refuses one on another handler.
+func (s *Server) userNamespaceHandlers() []string {
+	var out []string
+	for _, name := range s.runtimes.Names() {
+		if s.handlerFeatures(name).GetUserNamespaces() {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // statusInfo is the verbose part of Status: JSON values, as crictl info shows
@@ -114,6 +127,9 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		"config":            s.cfg,
 		"lastCNILoadStatus": cniStatus,
 		"podCIDR":           s.netConfig.PodCIDR(),
+		// The handler of pods without a RuntimeClass, as chosen at start
+		// when runtime.default_handler is empty.
+		"defaultRuntimeHandler": s.cfg.Runtime.DefaultHandler,
 	}
 	out := make(map[string]string, len(info))
 	for k, v := range info {

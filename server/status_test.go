@@ -55,8 +55,8 @@ func TestStatusRuntimeReadyFollowsTheBinaries(t *testing.T) {
 			s := newRecordsServer(t)
 			s.cfg = config.Default()
 			s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: c.runtimePath}}
-			s.runtimes = ociHandlers{runtimeHandlers(s.cfg, c.monitor)}
 			s.monitorPath = c.monitor
+			s.useRuntimes()
 			s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
 			got := conditions(t, s)[runtime.RuntimeReady]
 			if c.wantReason == "" {
@@ -80,8 +80,8 @@ func TestStatusRuntimeReadyOnceTheBinaryAppears(t *testing.T) {
 	s := newRecordsServer(t)
 	s.cfg = config.Default()
 	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: bin}}
-	s.runtimes = ociHandlers{runtimeHandlers(s.cfg, bin)}
 	s.monitorPath, _ = os.Executable()
+	s.useRuntimes()
 	s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
 	rt, _ := s.runtimes.Get("")
 	if _, err := rt.Binary(); err == nil {

@@ -73,6 +73,8 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 	cfg.CDI.SpecDirs = []string{filepath.Join(dir, "cdi")}
 	cfg.Runtime.MonitorShare = 1
 	cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: "runc"}} // the fake runtime runs nothing
+	// What New would choose (chooseDefaultHandler): the only handler.
+	cfg.Runtime.DefaultHandler = "runc"
 	for _, e := range edit {
 		e(&cfg)
 	}

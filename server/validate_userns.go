@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -125,7 +126,7 @@ func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler
 		if err != nil {
 			why = fmt.Sprintf("its OCI runtime reports no features: %v", err)
 		}
-		return invalidf(field+".userns_options", "runtime handler %q cannot run a pod in a user namespace: %s (the handler %q can, docs/security.md)", handler, why, config.CurrentRuncHandler)
+		return invalidf(field+".userns_options", "runtime handler %q cannot run a pod in a user namespace: %s (handlers that can: %s; docs/security.md)", handler, why, canRunUserNamespaces(s.userNamespaceHandlers()))
 	}
 	return nil
 }
@@ -173,4 +174,13 @@ func sameIDMappings(a, b []*runtime.IDMapping) bool {
 		}
 	}
 	return true
+}
+
+// canRunUserNamespaces lists the handlers for the error, or says what would
+// add one.
+func canRunUserNamespaces(names []string) string {
+	if len(names) == 0 {
+		return fmt.Sprintf("none; make deps installs %s", config.CurrentRuncHandler)
+	}
+	return strings.Join(names, ", ")
 }

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -12,18 +13,41 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// withUserNamespaces runs the kubelet suite's daemon with runc-current as
-// its default handler: a standalone kubelet reads no RuntimeClass, and it
-// lets a pod have hostUsers: false only when the default handler reports
-// user_namespaces. The test's dir (0700, from MkdirTemp) becomes 0711 as
-// /var/lib/minicri is, so that a pod's root can reach its rootfs.
+// withUserNamespaces readies the kubelet suite's daemon for pods with
+// hostUsers: false. A standalone kubelet reads no RuntimeClass, and lets a
+// pod have hostUsers: false only when the default handler reports
+// user_namespaces: with its default configuration the daemon chooses
+// runc-current, which make deps built, as that handler. The test's dir
+// (0700, from MkdirTemp) becomes 0711 as /var/lib/minicri is, so that a
+// pod's root can reach its rootfs.
 func withUserNamespaces() DaemonOption {
 	return func(d *Daemon) {
 		requireCurrentRunc(d.t)
-		d.args = append(d.args, "--runtime-default-handler", usernsHandler)
 		if err := os.Chmod(d.Dir, 0o711); err != nil {
 			d.t.Fatal(err)
 		}
+	}
+}
+
+// A kubelet pod with hostUsers: false and no RuntimeClass runs on a daemon
+// with the default configuration (no runtime.default_handler), in a user
+// namespace, on the handler chosen at start.
+func TestKubeletUserNamespacePodWithoutRuntimeClass(t *testing.T) {
+	n := newKubeletNode(t)
+	writeUsernsPod(t, n)
+	testUserNamespacePod(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pods, err := n.d.Runtime.ListPodSandbox(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	handlers := map[string]string{}
+	for _, p := range pods {
+		handlers[p.GetMetadata().GetName()] = p.GetRuntimeHandler()
+	}
+	if got := handlers[n.k.podName("userns")]; got != usernsHandler {
+		t.Errorf("the kubelet's pod runs on handler %q, want %q (the default); sandboxes: %v", got, usernsHandler, handlers)
 	}
 }
 

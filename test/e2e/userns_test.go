@@ -59,8 +59,11 @@ func requireCurrentRunc(t testing.TB) {
 }
 
 // Status says which handler can run a pod in a user namespace: the current
-// runc only, not Debian's runc 1.1.5 nor crun 1.8, which cannot idmap mounts.
-func TestStatusUserNamespacesOnlyForCurrentRunc(t *testing.T) {
+// runc, not Debian's runc 1.1.5 nor crun 1.8, which cannot idmap mounts; and
+// the default handler (""), which is the current runc where make deps built
+// it, so that the kubelet lets a pod without a RuntimeClass have hostUsers:
+// false.
+func TestStatusUserNamespacesForCurrentRuncAndTheDefault(t *testing.T) {
 	requireCurrentRunc(t)
 	d := StartDaemon(t)
 	resp, err := d.Runtime.Status(context.Background(), true) // verbose, as crictl info asks
@@ -71,7 +74,7 @@ func TestStatusUserNamespacesOnlyForCurrentRunc(t *testing.T) {
 	for _, h := range resp.GetRuntimeHandlers() {
 		got[h.GetName()] = h.GetFeatures().GetUserNamespaces()
 	}
-	want := map[string]bool{"": false, "runc": false, "crun": false, usernsHandler: true}
+	want := map[string]bool{"": true, "runc": false, "crun": false, usernsHandler: true}
 	for name, w := range want {
 		if g, ok := got[name]; !ok || g != w {
 			t.Errorf("handler %q: user_namespaces = %v (listed %v), want %v; all: %v", name, g, ok, w, got)
@@ -83,8 +86,11 @@ func TestStatusUserNamespacesOnlyForCurrentRunc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(printed), `"user_namespaces":true`); n != 1 || !strings.Contains(string(printed), `{"name":"runc-current","features":{`) {
-		t.Errorf("crictl info would show %s: want user_namespaces once, for runc-current", printed)
+	if n := strings.Count(string(printed), `"user_namespaces":true`); n != 2 || !strings.Contains(string(printed), `{"name":"runc-current","features":{`) {
+		t.Errorf("crictl info would show %s: want user_namespaces twice, for the default and runc-current", printed)
+	}
+	if got := resp.GetInfo()["defaultRuntimeHandler"]; got != `"`+usernsHandler+`"` {
+		t.Errorf("crictl info shows defaultRuntimeHandler %s, want %q", got, usernsHandler)
 	}
 	t.Logf("runtimeHandlers as crictl info shows them: %s", printed)
 }
@@ -293,6 +299,38 @@ func TestCrashDuringUserNamespacePodRollsBack(t *testing.T) {
 			d.assertNoLeaks(t, lc)
 			d.runPodOn(t, cfg, usernsHandler)
 		})
+	}
+}
+
+// A pod with hostUsers: false and no RuntimeClass runs, as on containerd 2.x
+// and cri-o: the default handler is the current runc, which idmaps the
+// rootfs and the pod's files; the pod reports the handler it got.
+func TestUserNamespacePodWithoutRuntimeClass(t *testing.T) {
+	d, ref := startUsernsDaemon(t)
+	cfg := d.usernsPodConfig("userns-default")
+	podID := d.runPodOn(t, cfg, "")
+	ctr := containerConfig("check", ref, "sh", "-c", "cat /proc/self/uid_map; echo rootfs=$(stat -c %u:%g / /etc/hostname); id -u")
+	ctr.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+		NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: usernsOptions()},
+	}}
+	st, out := d.runToExit(t, podID, cfg, ctr)
+	if st.GetExitCode() != 0 {
+		t.Fatalf("container exited %d: %s", st.GetExitCode(), out)
+	}
+	if f := strings.Fields(out); len(f) < 3 || strings.Join(f[:3], " ") != "0 3145728 65536" {
+		t.Errorf("uid_map in the pod: %q, want 0 3145728 65536", out)
+	}
+	if !strings.Contains(out, "rootfs=0:0 0:0") || !strings.HasSuffix(strings.TrimSpace(out), "\n0") {
+		t.Errorf("the pod sees %q, want its rootfs and files owned by its root, and to be root", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pod, err := d.Runtime.PodSandboxStatus(ctx, podID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pod.GetStatus().GetRuntimeHandler(); got != usernsHandler {
+		t.Errorf("PodSandboxStatus runtime_handler = %q, want %q (the default, chosen at start)", got, usernsHandler)
 	}
 }
 

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"path/filepath"
+	"slices"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/minicri/minicri/config"
+)
+
+// useRuntimes makes the OCI runtime of each configured handler and settles
+// which is the default, once, at start.
+func (s *Server) useRuntimes() {
+	handlers := runtimeHandlers(s.cfg, s.monitorPath)
+	s.runtimes = ociHandlers{handlers}
+	handlers.Default = chooseDefaultHandler(s.cfg.Runtime, s.runtimes, s.log)
+	s.cfg.Runtime.DefaultHandler = handlers.Default
+}
+
+// chooseDefaultHandler is the handler a pod without a RuntimeClass runs on:
+// runtime.default_handler when the operator named one, else the most capable
+// runc among the handlers whose binary is named runc. containerd 2.x and
+// cri-o run pods with hostUsers: false on their default handler, while
+// Debian's runc 1.1.5 cannot idmap mounts; where make deps built a current
+// runc, the default is that one. Each candidate runs `features` here, once:
+// the runtime keeps the answer, so Status and every create read it from
+// memory.
+func chooseDefaultHandler(cfg config.RuntimeConfig, runtimes runtimeSet, log logrus.FieldLogger) string {
+	if cfg.DefaultHandler != "" {
+		return cfg.DefaultHandler
+	}
+	best, bestScore := "", -1
+	for _, name := range defaultCandidates(runtimes) {
+		rt, err := runtimes.Get(name)
+		if err != nil {
+			continue
+		}
+		score := handlerScore(rt)
+		if score > bestScore {
+			best, bestScore = name, score
+		}
+	}
+	if best == "" {
+		best = fallbackHandler(runtimes.Names())
+	}
+	logDefaultHandler(log, runtimes, best)
+	return best
+}
+
+// defaultCandidates lists the handlers whose binary is a runc, the handler
+// named runc first (it wins a tie), the others by name.
+func defaultCandidates(runtimes runtimeSet) []string {
+	var out []string
+	for _, name := range runtimes.Names() {
+		rt, err := runtimes.Get(name)
+		if err != nil {
+			continue
+		}
+		bin, err := rt.Binary()
+		if err != nil || filepath.Base(bin) != "runc" {
+			continue
+		}
+		out = append(out, name)
+	}
+	slices.SortStableFunc(out, func(a, b string) int {
+		switch {
+		case a == b:
+			return 0
+		case a == config.DistroRuncHandler:
+			return -1
+		case b == config.DistroRuncHandler:
+			return 1
+		}
+		return 0 // Names is sorted already
+	})
+	return out
+}
+
+// handlerScore ranks a runtime by what it can do: a missing binary never
+// wins, idmapped mounts (user namespaces) count before recursive read-only
+// mounts.
+func handlerScore(rt runtimeBinary) int {
+	if rt.Available() != nil {
+		return -1
+	}
+	f, err := rt.Features()
+	if err != nil {
+		return 0
+	}
+	score := 0
+	if f.IDMappedMounts {
+		score += 2
+	}
+	if f.RecursiveReadOnly {
+		score++
+	}
+	return score
+}
+
+// fallbackHandler is the default when no handler runs a runc at all (a
+// file that names only crun, say): the handler named runc if there is one,
+// else the first by name.
+func fallbackHandler(names []string) string {
+	if slices.Contains(names, config.DistroRuncHandler) || len(names) == 0 {
+		return config.DistroRuncHandler
+	}
+	return names[0]
+}
+
+// logDefaultHandler says which handler was chosen and why, once at start.
+func logDefaultHandler(log logrus.FieldLogger, runtimes runtimeSet, name string) {
+	fields := logrus.Fields{"handler": name}
+	if rt, err := runtimes.Get(name); err == nil {
+		if bin, err := rt.Binary(); err == nil {
+			fields["binary"] = bin
+		}
+		f, err := rt.Features()
+		if err != nil {
+			fields["features"] = err.Error()
+		} else {
+			fields["user_namespaces"] = f.IDMappedMounts
+			fields["recursive_read_only_mounts"] = f.RecursiveReadOnly
+		}
+	}
+	log.WithFields(fields).Info("default runtime handler chosen (runtime.default_handler is empty)")
+}

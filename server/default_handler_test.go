@@ -1,0 +1,173 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/config"
+)
+
+// What `features` prints, as the runc releases on this machine do, cut to
+// what minicri reads.
+const (
+	featuresRunc115 = `{"ociVersionMin":"1.0.0","mountOptions":["bind","rbind","ro","rro"]}`
+	featuresRunc152 = `{"mountOptions":["bind","rro"],"linux":{"mountExtensions":{"idmap":{"enabled":true}}},"annotations":{"org.opencontainers.runc.version":"1.5.2"}}`
+	featuresRROOnly = `{"mountOptions":["bind","rro"],"linux":{"mountExtensions":{"idmap":{"enabled":false}}}}`
+	noFeatures      = "" // the binary fails `features`, as crun 1.8 and runc 1.0 do
+)
+
+// fakeRuntimeBinary writes dir/name/BASE, a runtime whose `features` prints
+// features (or fails when it is empty), and counts its runs in dir/name/runs.
+func fakeRuntimeBinary(t *testing.T, dir, name, base, features string) string {
+	t.Helper()
+	d := filepath.Join(dir, name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "#!/bin/sh\necho run >> " + filepath.Join(d, "runs") + "\n"
+	if features == noFeatures {
+		script += "echo 'unknown command features' >&2; exit 1\n"
+	} else {
+		script += "echo '" + features + "'\n"
+	}
+	p := filepath.Join(d, base)
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The default handler, when the config names none, is the most capable runc:
+// idmapped mounts first, then rro; a tie to the handler named runc; never a
+// missing binary nor one that is not a runc.
+func TestDefaultHandlerIsTheMostCapableRunc(t *testing.T) {
+	type handler struct {
+		base, features string
+		missing        bool
+	}
+	cases := []struct {
+		name       string
+		handlers   map[string]handler
+		named      string // runtime.default_handler
+		want       string
+		wantUserns bool
+	}{
+		{"current runc beside Debian's", map[string]handler{
+			"runc":         {"runc", featuresRunc115, false},
+			"runc-current": {"runc", featuresRunc152, false},
+			"crun":         {"crun", noFeatures, false},
+		}, "", "runc-current", true},
+		{"current runc not built", map[string]handler{
+			"runc":         {"runc", featuresRunc115, false},
+			"runc-current": {"runc", featuresRunc152, true},
+		}, "", "runc", false},
+		{"a crun with idmap is not a runc", map[string]handler{
+			"runc": {"runc", featuresRunc115, false},
+			"crun": {"crun", featuresRunc152, false},
+		}, "", "runc", false},
+		{"rro beats nothing", map[string]handler{
+			"runc":   {"runc", noFeatures, false},
+			"runc-b": {"runc", featuresRROOnly, false},
+		}, "", "runc-b", false},
+		{"idmap beats rro", map[string]handler{
+			"runc-a": {"runc", featuresRROOnly, false},
+			"runc-z": {"runc", featuresRunc152, false},
+		}, "", "runc-z", true},
+		{"a tie goes to runc", map[string]handler{
+			"another": {"runc", featuresRunc152, false},
+			"runc":    {"runc", featuresRunc152, false},
+		}, "", "runc", true},
+		{"a tie without runc goes to the first name", map[string]handler{
+			"b": {"runc", featuresRunc152, false},
+			"a": {"runc", featuresRunc152, false},
+		}, "", "a", true},
+		{"no runc binary at all", map[string]handler{
+			"crun": {"crun", featuresRunc152, false},
+			"kata": {"kata", noFeatures, false},
+		}, "", "crun", true},
+		{"every runc missing", map[string]handler{
+			"runc":         {"runc", featuresRunc115, true},
+			"runc-current": {"runc", featuresRunc152, true},
+		}, "", "runc", false},
+		{"the operator's choice stands", map[string]handler{
+			"runc":         {"runc", featuresRunc115, false},
+			"runc-current": {"runc", featuresRunc152, false},
+		}, "runc", "runc", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := newRecordsServer(t)
+			s.cfg = config.Default()
+			s.cfg.Runtime.DefaultHandler = c.named
+			s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{}
+			for name, h := range c.handlers {
+				p := fakeRuntimeBinary(t, dir, name, h.base, h.features)
+				if h.missing {
+					p = filepath.Join(dir, name, "gone", h.base)
+				}
+				s.cfg.Runtime.Handlers[name] = config.RuntimeHandler{Path: p, Root: filepath.Join(dir, name, "root")}
+			}
+			s.useRuntimes()
+			if got := s.cfg.Runtime.DefaultHandler; got != c.want {
+				t.Fatalf("default handler = %q, want %q", got, c.want)
+			}
+			// Status tells the kubelet what a pod without a RuntimeClass
+			// gets: the chosen handler's features, under the name "".
+			def, named := statusHandler(t, s, ""), statusHandler(t, s, c.want)
+			if def.GetFeatures().GetUserNamespaces() != c.wantUserns || !equalFeatures(def, named) {
+				t.Errorf("Status: default handler %v, %q %v; want user_namespaces %v for both", def, c.want, named, c.wantUserns)
+			}
+		})
+	}
+}
+
+// The choice runs each candidate's `features` once, at start: Status and
+// creates afterwards read the kept answer, however often the kubelet asks.
+func TestDefaultHandlerProbesOnceAtStart(t *testing.T) {
+	dir := t.TempDir()
+	s := newRecordsServer(t)
+	s.cfg = config.Default()
+	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{
+		"runc":         {Path: fakeRuntimeBinary(t, dir, "runc", "runc", featuresRunc115)},
+		"runc-current": {Path: fakeRuntimeBinary(t, dir, "runc-current", "runc", featuresRunc152)},
+	}
+	s.useRuntimes()
+	for range 5 {
+		statusHandler(t, s, "")
+		if err := s.validatePodUserNamespace(usernsSandboxConfig(), ""); err != nil {
+			t.Fatalf("a pod with hostUsers: false and no RuntimeClass refused: %v", err)
+		}
+	}
+	for _, name := range []string{"runc", "runc-current"} {
+		runs, err := os.ReadFile(filepath.Join(dir, name, "runs"))
+		if err != nil || len(runs) != len("run\n") {
+			t.Errorf("%s ran %q (%v), want `features` once", name, runs, err)
+		}
+	}
+}
+
+func usernsSandboxConfig() *runtime.PodSandboxConfig {
+	cfg := goodSandboxConfig()
+	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: kubeletUserns()}}
+	return cfg
+}
+
+func statusHandler(t *testing.T, s *Server, name string) *runtime.RuntimeHandler {
+	t.Helper()
+	for _, h := range s.runtimeHandlers() {
+		if h.GetName() == name {
+			return h
+		}
+	}
+	t.Fatalf("Status lists no handler %q", name)
+	return nil
+}
+
+func equalFeatures(a, b *runtime.RuntimeHandler) bool {
+	return a.GetFeatures().GetUserNamespaces() == b.GetFeatures().GetUserNamespaces() &&
+		a.GetFeatures().GetRecursiveReadOnlyMounts() == b.GetFeatures().GetRecursiveReadOnlyMounts()
+}

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,9 +30,12 @@ func TestExecBackgroundSessionChildLeavesNothing(t *testing.T) {
 	const (
 		execs       = 200
 		concurrency = 10
-		sleep       = "sleep 86417"    // about a day, and a sleep nobody else runs
-		marker      = "sleep\x0086417" // its command line
 	)
+	// About a day, and a sleep nobody else runs: not even this test in
+	// another run on the same host, whose children it would count.
+	seconds := 86400 + rand.IntN(1_000_000)
+	sleep := fmt.Sprintf("sleep %d", seconds)
+	marker := fmt.Sprintf("sleep\x00%d\x00", seconds) // its command line
 	e := newExecEnv(t)
 	id := e.sleeper(t, "bg")
 	run := func(proto string, cmd string) error {

@@ -11,6 +11,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/oci/runcflags"
 )
 
 // monitorPlacement decides which minicri-conmon process serves a new
@@ -225,16 +226,13 @@ func (s *Server) monitorOptions(rec containerRecord, rt runtimeBinary, cfg *runt
 	if err != nil {
 		return conmon.Options{}, err
 	}
-	var runtimeArgs []string
-	if rt.SystemdCgroup() {
-		runtimeArgs = append(runtimeArgs, "--systemd-cgroup")
-	}
 	return conmon.Options{
 		ID:          rec.ID,
 		Bundle:      rec.Bundle,
 		Runtime:     bin,
 		RuntimeRoot: rt.StateRoot(),
-		RuntimeArgs: runtimeArgs,
+		// --root travels on its own (RuntimeRoot); the rest rendered here.
+		RuntimeArgs: runcflags.Global{SystemdCgroup: rt.SystemdCgroup()}.Args(),
 		LogPath:     rec.LogPath,
 		ExitFile:    exitFile(rec),
 		SocketDir:   rec.Bundle,

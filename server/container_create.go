@@ -9,8 +9,6 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -39,7 +37,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		return nil, toStatus(err)
 	}
 	if sb.State != stateReady {
-		return nil, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready (%s)", sbID, sb.State)
+		return nil, toStatus(sandboxNotReady(sb))
 	}
 	img, err := s.images.Get(cfg.GetImage().GetImage())
 	if err != nil {
@@ -54,8 +52,8 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if err := s.containerNames.Reserve(name, id); err != nil {
 		var reserved *store.ReservedError
 		if errors.As(err, &reserved) {
-			return nil, status.Errorf(codes.AlreadyExists, "container %q (attempt %d) of sandbox %s is already taken by container %s",
-				cfg.GetMetadata().GetName(), cfg.GetMetadata().GetAttempt(), sbID, reserved.Owner)
+			return nil, toStatus(markf(store.ErrNameReserved, "container %q (attempt %d) of sandbox %s is already taken by container %s",
+				cfg.GetMetadata().GetName(), cfg.GetMetadata().GetAttempt(), sbID, reserved.Owner))
 		}
 		return nil, toStatus(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -26,7 +24,7 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.Upda
 	defer unlock()
 	id := rec.ID
 	if rec.State != stateCreated && rec.State != stateRunning {
-		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s: only a created or running container can be updated", id, rec.State)
+		return nil, toStatus(markf(errWrongState, "container %s is %s: only a created or running container can be updated", id, rec.State))
 	}
 	if resources == nil {
 		return &runtime.UpdateContainerResourcesResponse{}, nil

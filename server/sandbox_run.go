@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -31,7 +29,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 		return nil, toStatus(err)
 	}
 	if err := s.checkHostPorts(cfg); err != nil {
-		return nil, err
+		return nil, toStatus(err)
 	}
 	handler, err := s.handlerName(req.GetRuntimeHandler())
 	if err != nil {
@@ -48,7 +46,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	if err := s.sandboxNames.Reserve(name, id); err != nil {
 		var reserved *store.ReservedError
 		if errors.As(err, &reserved) {
-			return nil, status.Errorf(codes.AlreadyExists, "pod sandbox %s is already taken by sandbox %s", name, reserved.Owner)
+			return nil, toStatus(markf(store.ErrNameReserved, "pod sandbox %s is already taken by sandbox %s", name, reserved.Owner))
 		}
 		return nil, toStatus(err)
 	}

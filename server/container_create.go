@@ -192,7 +192,7 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 // writeBundle mounts the container's root filesystem and writes
 // config.json into the bundle directory.
 func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (*specs.Spec, error) {
-	if err := s.images.PrepareRootfs(rec.ID, img.ID); err != nil {
+	if err := s.rootfs.PrepareRootfs(rec.ID, img.ID); err != nil {
 		return nil, fmt.Errorf("prepare rootfs: %w", err)
 	}
 	rootfs, err := s.mountRootfs(rec.ID, sb, sbCfg)
@@ -262,7 +262,7 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	// is gone; removing the bundle under it could fail or leave that file.
 	s.waitMonitorDone(rec)
 	s.releaseMonitor(rec.ID)
-	if err := s.images.RemoveRootfs(rec.ID); err != nil {
+	if err := s.rootfs.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
 	if err := s.removeImageVolumes(rec.ImageVolumes); err != nil {

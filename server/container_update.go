@@ -8,7 +8,13 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
+
+// resourceUpdater changes a container's cgroup limits (*oci.Runtime).
+type resourceUpdater interface {
+	Update(ctx context.Context, id string, res *specs.LinuxResources) error
+}
 
 // UpdateContainerResources changes a running or created container's cgroup
 // limits, and records them so that ContainerStatus reports what applies.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/minicri/minicri/conmon/wire"
+	"github.com/minicri/minicri/oci/runcflags"
 )
 
 // cleanupTimeout bounds the undoing of a create that failed or timed out.
@@ -175,9 +176,5 @@ func abandon(pid int, cfg wire.Config, reaped <-chan struct{}, reported bool) {
 }
 
 func runtimeGlobalArgs(cfg wire.Config) []string {
-	var args []string
-	if cfg.RuntimeRoot != "" {
-		args = append(args, "--root", cfg.RuntimeRoot)
-	}
-	return append(args, cfg.RuntimeArgs...)
+	return runcflags.Global{Root: cfg.RuntimeRoot, Extra: cfg.RuntimeArgs}.Args()
 }

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/mountinfo"
+	"github.com/minicri/minicri/oci/runcflags"
 )
 
 // Runtime drives one OCI runtime binary (runc, or crun, which takes the same
@@ -130,17 +131,8 @@ func (r *Runtime) name() string {
 // globalArgs are the options before the subcommand; logPath adds --log in
 // JSON form, for calls whose stderr belongs to the container.
 func (r *Runtime) globalArgs(logPath string) []string {
-	var args []string
-	if r.Root != "" {
-		args = append(args, "--root", r.Root)
-	}
-	if r.SystemdCgroup {
-		args = append(args, "--systemd-cgroup")
-	}
-	if logPath != "" {
-		args = append(args, "--log", logPath, "--log-format", "json")
-	}
-	return args
+	g := runcflags.Global{Root: r.Root, SystemdCgroup: r.SystemdCgroup, Log: logPath, LogJSON: logPath != ""}
+	return g.Args()
 }
 
 // command builds the runtime command for a call whose stdio the caller owns.

@@ -11,6 +11,12 @@ import (
 	"github.com/minicri/minicri/streaming"
 )
 
+// monitorSockets are the calls on a running monitor's socket (conmon).
+type monitorSockets interface {
+	Attach(ctx context.Context, socketDir string, stdin io.Reader, stdout, stderr io.Writer, resize <-chan conmon.Size) error
+	ReopenLog(ctx context.Context, socketDir string) error
+}
+
 // Attach validates the request and answers with a single-use URL that
 // connects to the running container's own stdio.
 func (s *Server) Attach(ctx context.Context, req *runtime.AttachRequest) (*runtime.AttachResponse, error) {
@@ -51,7 +57,7 @@ func (r streamRuntime) Attach(ctx context.Context, containerID string, st stream
 		defer stop()
 	}
 	// A nil WriteCloser stays a nil Writer: that output is not sent.
-	if err := r.s.monitor.Attach(ctx, rec.Bundle, stdin, st.Stdout, st.Stderr, resize); err != nil && ctx.Err() == nil {
+	if err := r.s.sockets.Attach(ctx, rec.Bundle, stdin, st.Stdout, st.Stderr, resize); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("attach to container %s: %w", rec.ID, err)
 	}
 	return nil

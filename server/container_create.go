@@ -9,8 +9,6 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -39,7 +37,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		return nil, toStatus(err)
 	}
 	if sb.State != stateReady {
-		return nil, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready (%s)", sbID, sb.State)
+		return nil, toStatus(sandboxNotReady(sb))
 	}
 	img, err := s.images.Get(cfg.GetImage().GetImage())
 	if err != nil {
@@ -54,8 +52,8 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if err := s.containerNames.Reserve(name, id); err != nil {
 		var reserved *store.ReservedError
 		if errors.As(err, &reserved) {
-			return nil, status.Errorf(codes.AlreadyExists, "container %q (attempt %d) of sandbox %s is already taken by container %s",
-				cfg.GetMetadata().GetName(), cfg.GetMetadata().GetAttempt(), sbID, reserved.Owner)
+			return nil, toStatus(markf(store.ErrNameReserved, "container %q (attempt %d) of sandbox %s is already taken by container %s",
+				cfg.GetMetadata().GetName(), cfg.GetMetadata().GetAttempt(), sbID, reserved.Owner))
 		}
 		return nil, toStatus(err)
 	}
@@ -194,7 +192,7 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 // writeBundle mounts the container's root filesystem and writes
 // config.json into the bundle directory.
 func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (*specs.Spec, error) {
-	if err := s.images.PrepareRootfs(rec.ID, img.ID); err != nil {
+	if err := s.rootfs.PrepareRootfs(rec.ID, img.ID); err != nil {
 		return nil, fmt.Errorf("prepare rootfs: %w", err)
 	}
 	rootfs, err := s.mountRootfs(rec.ID, sb, sbCfg)
@@ -264,7 +262,7 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	// is gone; removing the bundle under it could fail or leave that file.
 	s.waitMonitorDone(rec)
 	s.releaseMonitor(rec.ID)
-	if err := s.images.RemoveRootfs(rec.ID); err != nil {
+	if err := s.rootfs.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
 	if err := s.removeImageVolumes(rec.ImageVolumes); err != nil {

@@ -5,9 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/internal/broadcast"
 )
 
 // eventBuffer is how many events one GetContainerEvents subscriber may lag
@@ -31,7 +31,7 @@ func (s *Server) GetContainerEvents(req *runtime.GetEventsRequest, stream runtim
 	if err := sub.Err(); err != nil {
 		return toStatus(fmt.Errorf("container events: %w", err))
 	}
-	return status.Error(codes.Unavailable, "container events subscription closed by the server")
+	return toStatus(markf(broadcast.ErrClosed, "container events subscription closed by the server"))
 }
 
 // EndEventStreams ends every GetContainerEvents stream: a graceful stop of

@@ -15,6 +15,11 @@ import (
 	"github.com/minicri/minicri/streaming"
 )
 
+// processExecer runs a further process in a container (*oci.Runtime).
+type processExecer interface {
+	Exec(ctx context.Context, id, stateDir string, proc *specs.Process, o oci.ExecIO) (int, error)
+}
+
 // errNotRunning refuses exec, attach and the like on a container whose
 // process is not running: FailedPrecondition.
 var errNotRunning = errors.New("container is not running")
@@ -95,7 +100,7 @@ func (s *Server) runningContainer(idOrPrefix string) (containerRecord, error) {
 // execTarget is what an exec needs of its container.
 type execTarget struct {
 	rec  containerRecord
-	rt   ociRuntime
+	rt   processExecer
 	base *specs.Process // the container's own process, shared: do not change
 }
 

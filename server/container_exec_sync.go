@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
@@ -47,8 +45,8 @@ func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*r
 		oci.ExecIO{Stdout: stdout, Stderr: stderr})
 	s.metrics.ObserveExecSync(execResult(code, err, timeout > 0), time.Since(start))
 	if errors.Is(err, context.DeadlineExceeded) && timeout > 0 {
-		return nil, status.Errorf(codes.DeadlineExceeded, "command %q in container %s timed out after %s",
-			strings.Join(req.GetCmd(), " "), t.rec.ID, timeout)
+		return nil, toStatus(markf(context.DeadlineExceeded, "command %q in container %s timed out after %s",
+			strings.Join(req.GetCmd(), " "), t.rec.ID, timeout))
 	}
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("exec in container %s: %w", t.rec.ID, err))

@@ -24,7 +24,7 @@ func (s *Server) reopenLog(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("reopen log: %w", err)
 	}
-	if err := s.monitor.ReopenLog(ctx, rec.Bundle); err != nil {
+	if err := s.sockets.ReopenLog(ctx, rec.Bundle); err != nil {
 		return fmt.Errorf("container %s: %w", rec.ID, err) // the monitor's error says "reopen log"
 	}
 	return nil

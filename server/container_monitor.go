@@ -11,7 +11,38 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/oci/runcflags"
 )
+
+// containerMonitor starts the monitors that create and serve the
+// containers (conmon).
+type containerMonitor interface {
+	Create(ctx context.Context, o conmon.Options) (conmon.Created, error)
+	// BeginJoin has the shared monitor in joinDir start preparing the
+	// container while its bundle is written; the runtime's create waits
+	// for Finish.
+	BeginJoin(ctx context.Context, joinDir string, o conmon.Options) (pendingJoin, error)
+	// WatchContainer returns a channel closed once the monitor is done
+	// with the container whose socket is in socketDir.
+	WatchContainer(socketDir string) (<-chan struct{}, error)
+}
+
+// pendingJoin is a join begun before the bundle was complete
+// (*conmon.PendingJoin): exactly one of Finish, once the bundle is
+// written, and Cancel, when it could not be, follows.
+type pendingJoin interface {
+	Finish() (conmon.Created, error)
+	Cancel()
+}
+
+// monitorRuntime is what a monitor needs to run the OCI runtime
+// (*oci.Runtime): its binary and its global options.
+type monitorRuntime interface {
+	Binary() (string, error)
+	// StateRoot is the runtime's --root; "" is the runtime's default.
+	StateRoot() string
+	SystemdCgroup() bool
+}
 
 // monitorPlacement decides which minicri-conmon process serves a new
 // container. A monitor serves up to runtime.monitor_share containers: a
@@ -220,21 +251,18 @@ func (s *Server) joinRefused(containerID string, ref monitorRef, err error) {
 	s.monitors.markClosed(ref)
 }
 
-func (s *Server) monitorOptions(rec containerRecord, rt runtimeBinary, cfg *runtime.ContainerConfig) (conmon.Options, error) {
+func (s *Server) monitorOptions(rec containerRecord, rt monitorRuntime, cfg *runtime.ContainerConfig) (conmon.Options, error) {
 	bin, err := rt.Binary()
 	if err != nil {
 		return conmon.Options{}, err
-	}
-	var runtimeArgs []string
-	if rt.SystemdCgroup() {
-		runtimeArgs = append(runtimeArgs, "--systemd-cgroup")
 	}
 	return conmon.Options{
 		ID:          rec.ID,
 		Bundle:      rec.Bundle,
 		Runtime:     bin,
 		RuntimeRoot: rt.StateRoot(),
-		RuntimeArgs: runtimeArgs,
+		// --root travels on its own (RuntimeRoot); the rest rendered here.
+		RuntimeArgs: runcflags.Global{SystemdCgroup: rt.SystemdCgroup()}.Args(),
 		LogPath:     rec.LogPath,
 		ExitFile:    exitFile(rec),
 		SocketDir:   rec.Bundle,

@@ -6,8 +6,26 @@ import (
 	"strings"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
+	"github.com/minicri/minicri/image"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
+
+// rootfsStore makes and removes the containers' root filesystems and image
+// volumes in the image store (*image.Store); Rootfses lists them for the
+// start-up sweep.
+type rootfsStore interface {
+	PrepareRootfs(id, imageID string) error
+	PrepareImageVolume(id, imageID string) error
+	RemoveRootfs(id string) error
+	Rootfses() []string
+}
+
+// rootfsMounter mounts a prepared root filesystem or image volume,
+// idmapped for a pod with a user namespace of its own (*image.Store).
+type rootfsMounter interface {
+	MountRootfs(id string) (string, error)
+	MountRootfsIDMapped(id string, idmap image.IDMap) (string, error)
+}
 
 // imageVolume is one image volume (a mount with Mount.image, KEP-4639) of a
 // container: a read-only view of an image, kept in the image store as a
@@ -62,10 +80,10 @@ func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerC
 func (s *Server) mountImageVolumes(vols []imageVolume, cfg *runtime.ContainerConfig) (map[int]string, error) {
 	sources := make(map[int]string, len(vols))
 	for _, v := range vols {
-		if err := s.images.PrepareImageVolume(v.ID, v.ImageID); err != nil {
+		if err := s.rootfs.PrepareImageVolume(v.ID, v.ImageID); err != nil {
 			return nil, fmt.Errorf("prepare image volume %s: %w", v.ID, err)
 		}
-		root, err := s.images.MountRootfs(v.ID)
+		root, err := s.mounts.MountRootfs(v.ID)
 		if err != nil {
 			return nil, fmt.Errorf("mount image volume %s: %w", v.ID, err)
 		}
@@ -89,7 +107,7 @@ func (s *Server) mountImageVolumes(vols []imageVolume, cfg *runtime.ContainerCon
 // which unpins their images.
 func (s *Server) removeImageVolumes(vols []imageVolume) error {
 	for _, v := range vols {
-		if err := s.images.RemoveRootfs(v.ID); err != nil {
+		if err := s.rootfs.RemoveRootfs(v.ID); err != nil {
 			return fmt.Errorf("remove image volume %s: %w", v.ID, err)
 		}
 	}
@@ -99,7 +117,7 @@ func (s *Server) removeImageVolumes(vols []imageVolume) error {
 // checkHandlerMounts refuses a recursive read-only mount on a handler whose
 // runtime cannot make one: a plain read-only mount in its place would leave
 // the mounts below it writable, without anyone knowing.
-func checkHandlerMounts(rt runtimeBinary, handler string, cfg *runtime.ContainerConfig) error {
+func checkHandlerMounts(rt runtimeProbe, handler string, cfg *runtime.ContainerConfig) error {
 	for _, m := range cfg.GetMounts() {
 		if !m.GetRecursiveReadOnly() {
 			continue

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -19,7 +17,7 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	defer unlock()
 	id := rec.ID
 	if rec.State != stateCreated {
-		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s, not created", id, rec.State)
+		return nil, toStatus(markf(errWrongState, "container %s is %s, not created", id, rec.State))
 	}
 	rt, err := s.runtimes.Get(rec.Handler)
 	if err != nil {

@@ -64,7 +64,7 @@ func (s *Server) containerStatsAndCgroup(rec containerRecord) (*runtime.Containe
 		u := s.cgroupUsage(rec.ID, now, read)
 		st.Cpu, st.Memory, st.Swap, st.Io = u.cpu, u.memory, u.swap, u.io
 	}
-	if u, err := s.images.RootfsUsage(rec.ID); err == nil {
+	if u, err := s.usage.RootfsUsage(rec.ID); err == nil {
 		st.WritableLayer = &runtime.FilesystemUsage{
 			Timestamp:  now,
 			FsId:       &runtime.FilesystemIdentifier{Mountpoint: u.Mountpoint},

@@ -16,6 +16,15 @@ import (
 	"github.com/minicri/minicri/store"
 )
 
+// containerRuntime is the OCI runtime's calls on a container's process
+// (*oci.Runtime): start, signal, ask its state, delete it.
+type containerRuntime interface {
+	Start(ctx context.Context, id string) error
+	State(ctx context.Context, id string) (oci.State, error)
+	Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error
+	Delete(ctx context.Context, id string, force bool) error
+}
+
 // killGrace bounds the waits for a monitor to finish with a container that
 // is gone (container_monitor.go, container_create.go).
 const killGrace = 10 * time.Second

@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
+
+// resourceUpdater changes a container's cgroup limits (*oci.Runtime).
+type resourceUpdater interface {
+	Update(ctx context.Context, id string, res *specs.LinuxResources) error
+}
 
 // UpdateContainerResources changes a running or created container's cgroup
 // limits, and records them so that ContainerStatus reports what applies.
@@ -26,7 +30,7 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.Upda
 	defer unlock()
 	id := rec.ID
 	if rec.State != stateCreated && rec.State != stateRunning {
-		return nil, status.Errorf(codes.FailedPrecondition, "container %s is %s: only a created or running container can be updated", id, rec.State)
+		return nil, toStatus(markf(errWrongState, "container %s is %s: only a created or running container can be updated", id, rec.State))
 	}
 	if resources == nil {
 		return &runtime.UpdateContainerResourcesResponse{}, nil

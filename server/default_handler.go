@@ -80,7 +80,7 @@ func defaultCandidates(runtimes runtimeSet) []string {
 // handlerScore ranks a runtime by what it can do: a missing binary never
 // wins, idmapped mounts (user namespaces) count before recursive read-only
 // mounts.
-func handlerScore(rt runtimeBinary) int {
+func handlerScore(rt runtimeProbe) int {
 	if rt.Available() != nil {
 		return -1
 	}

@@ -26,6 +26,32 @@ func invalidf(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", errInvalid, field, fmt.Sprintf(format, args...))
 }
 
+var (
+	// errWrongState marks an object whose state does not allow the call: a
+	// pod that is not ready, a container that is not created.
+	errWrongState = errors.New("wrong state for the call")
+	// errHostPortTaken marks a hostPort that the node itself uses.
+	errHostPortTaken = errors.New("host port taken")
+	// errPull marks a failed pull: what has no code of its own is the
+	// image's or the registry's failure, not minicri's (Unknown, not Internal).
+	errPull = errors.New("pull failed")
+)
+
+// markedError says its own message and carries errs for toStatus: the code
+// comes from the sentinels, without their text in what the client reads.
+type markedError struct {
+	msg  string
+	errs []error
+}
+
+func (e *markedError) Error() string   { return e.msg }
+func (e *markedError) Unwrap() []error { return e.errs }
+
+// markf is the message format says, with mark's code.
+func markf(mark error, format string, args ...any) error {
+	return &markedError{msg: fmt.Sprintf(format, args...), errs: []error{mark}}
+}
+
 // codeMappings lists, in order, which wrapped errors become which gRPC code;
 // toStatus answers with the first that matches. The packages below server/
 // return plain wrapped errors and sentinels; this is the one place where they
@@ -35,13 +61,18 @@ var codeMappings = []struct {
 	code    codes.Code
 	targets []error
 }{
+	// A registry that is down, first: the kubelet backs off and retries a
+	// pull, and one that failed at one mirror for want of the image and at
+	// another for want of the registry may yet succeed.
+	{codes.Unavailable, []error{image.ErrUnavailable}},
 	{codes.InvalidArgument, []error{errInvalid, store.ErrAmbiguousID,
 		image.ErrInvalidReference, image.ErrAmbiguous,
 		oci.ErrInvalid, oci.ErrNoCommand, oci.ErrUnknownHandler, conmon.ErrPauseIDUnmapped}},
 	{codes.AlreadyExists, []error{store.ErrNameReserved}},
 	{codes.NotFound, []error{store.ErrNotFound, image.ErrNotFound, oci.ErrNotFound}},
 	{codes.FailedPrecondition, []error{image.ErrInUse, network.ErrNotReady,
-		conmon.ErrNotRunning, conmon.ErrNoPauseBinary, errNotRunning, errHandlerUnavailable}},
+		conmon.ErrNotRunning, conmon.ErrNoPauseBinary, errNotRunning, errHandlerUnavailable,
+		errWrongState, errHostPortTaken}},
 	{codes.Unauthenticated, []error{image.ErrUnauthorized}},
 	{codes.ResourceExhausted, []error{image.ErrTooLarge, streaming.ErrTooManyRequests, broadcast.ErrSlow}},
 	{codes.Unavailable, []error{broadcast.ErrClosed}},
@@ -52,6 +83,8 @@ var codeMappings = []struct {
 	{codes.DeadlineExceeded, []error{context.DeadlineExceeded}},
 	{codes.Canceled, []error{context.Canceled}},
 	{codes.NotFound, []error{os.ErrNotExist}},
+	// Last: only what nothing above claims.
+	{codes.Unknown, []error{errPull}},
 }
 
 // toStatus turns an error into a gRPC status error. Errors that already carry

@@ -293,8 +293,11 @@ func TestRecoverAfterRestart(t *testing.T) {
 		cfg: ts.cfg, version: ts.version, log: ts.log,
 		sandboxNames: store.NewNames(), containerNames: store.NewNames(),
 		locks: newKeyedLocks(), monitors: newMonitorPlacement(1), monitorPath: ts.monitorPath,
-		cdi: ts.cdi, cni: ts.cni, images: ts.images, pins: ts.pins, monitor: ts.Server.monitor, infra: ts.infra, runtimes: ts.runtimes,
+		cdi: ts.cdi, pins: ts.pins, runtimes: ts.runtimes,
 	}
+	s2.useCNI(ts.network)
+	s2.useImages(ts.images)
+	s2.useMonitor(fakeMonitor{ts.monitor})
 	var err error
 	if s2.sandboxes, err = openTable[sandboxRecord](s2, sandboxesDir); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,15 @@ import (
 	"github.com/minicri/minicri/image"
 )
 
+// imageStore is what the image handlers, and a container's create, need of
+// the image store (*image.Store).
+type imageStore interface {
+	Get(ref string) (image.Image, error)
+	List() []image.Image
+	Pull(ctx context.Context, ref string, auth *image.Auth) (image.Image, error)
+	Remove(ref string) error
+}
+
 // ListImages lists the images, or only the one the filter names.
 func (s *Server) ListImages(ctx context.Context, req *runtime.ListImagesRequest) (*runtime.ListImagesResponse, error) {
 	if ref := req.GetFilter().GetImage().GetImage(); ref != "" {

@@ -2,12 +2,9 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/image"
@@ -45,20 +42,15 @@ func (s *Server) pullTarget(spec *runtime.ImageSpec) (string, error) {
 	return ref, nil
 }
 
-// pullStatus is toStatus for pulls. A registry that is down is Unavailable
-// (the kubelet backs off and retries). What has no code of its own (a bad
+// pullStatus is toStatus for pulls. What has no code of its own (a bad
 // certificate, a refused layer, a registry's odd answer) is a failure of
 // the image or the registry, not of minicri: Unknown, not Internal; the
 // kubelet's client then shows the message without a code in the pod's events.
 func pullStatus(err error) error {
-	if errors.Is(err, image.ErrUnavailable) {
-		return status.Error(codes.Unavailable, err.Error())
+	if err == nil {
+		return nil
 	}
-	st := toStatus(err)
-	if status.Code(st) == codes.Internal {
-		return status.Error(codes.Unknown, err.Error())
-	}
-	return st
+	return toStatus(&markedError{msg: err.Error(), errs: []error{err, errPull}})
 }
 
 func pullAuth(a *runtime.AuthConfig) *image.Auth {

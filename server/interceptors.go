@@ -45,7 +45,7 @@ func finishCall(log *logrus.Entry, method string, req any, start time.Time, err 
 
 func panicError(log *logrus.Entry, method string, p any) error {
 	log.WithField("method", method).Errorf("panic in handler: %v\n%s", p, debug.Stack())
-	return status.Errorf(codes.Internal, "%s: internal error: %v", method, p)
+	return toStatus(fmt.Errorf("%s: internal error: %v", method, p)) // %v: a panicked error is Internal whatever it wraps
 }
 
 // requestIDs are the IDs a request names, for log fields.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/store"
 )
 
 func quietLog() *logrus.Entry {
@@ -71,6 +72,35 @@ func TestToStatus(t *testing.T) {
 	}
 	if toStatus(nil) != nil {
 		t.Error("toStatus(nil) is not nil")
+	}
+}
+
+// TestMarkedErrorsKeepTheirMessage: a sentinel gives the code, and the
+// client reads the handler's message without the sentinel's text.
+func TestMarkedErrorsKeepTheirMessage(t *testing.T) {
+	refused := fmt.Errorf("mirror a: %w; mirror b: %w", image.ErrNotFound, image.ErrUnavailable)
+	cases := []struct {
+		name string
+		st   error
+		want codes.Code
+		msg  string
+	}{
+		{"wrong state", toStatus(markf(errWrongState, "container %s is %s, not created", "c1", "running")),
+			codes.FailedPrecondition, "container c1 is running, not created"},
+		{"name taken", toStatus(markf(store.ErrNameReserved, "pod sandbox %s is already taken by sandbox %s", "p", "s1")),
+			codes.AlreadyExists, "pod sandbox p is already taken by sandbox s1"},
+		{"pull of a registry that is down", pullStatus(refused), codes.Unavailable, refused.Error()},
+		{"pull of a missing image", pullStatus(fmt.Errorf("pull: %w", image.ErrNotFound)), codes.NotFound, "pull: " + image.ErrNotFound.Error()},
+		{"pull with no code of its own", pullStatus(errors.New("bad certificate")), codes.Unknown, "bad certificate"},
+	}
+	for _, c := range cases {
+		st, _ := status.FromError(c.st)
+		if st.Code() != c.want || st.Message() != c.msg {
+			t.Errorf("%s: %v %q, want %v %q", c.name, st.Code(), st.Message(), c.want, c.msg)
+		}
+	}
+	if pullStatus(nil) != nil {
+		t.Error("pullStatus(nil) is not nil")
 	}
 }
 

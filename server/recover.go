@@ -201,10 +201,10 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 		}
 	}
 	s.sweepStrandedInits()
-	for _, id := range s.images.Rootfses() {
+	for _, id := range s.rootfs.Rootfses() {
 		// An image volume's rootfs is its container's (rootfsOwner).
 		if !knownContainer(rootfsOwner(id)) {
-			s.sweep("container root filesystem", id, s.images.RemoveRootfs(id))
+			s.sweep("container root filesystem", id, s.rootfs.RemoveRootfs(id))
 		}
 	}
 	s.sweepInfraProcesses(ctx)
@@ -295,7 +295,7 @@ func (s *Server) discardOrphanContainer(ctx context.Context, id string) error {
 			errs = append(errs, fmt.Errorf("delete from runtime %s: %w", name, err))
 		}
 	}
-	if err := s.images.RemoveRootfs(id); err != nil {
+	if err := s.rootfs.RemoveRootfs(id); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
 	if err := os.RemoveAll(filepath.Join(s.cfg.RunDir, "containers", id)); err != nil {

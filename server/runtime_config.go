@@ -79,7 +79,7 @@ func (s *Server) writeCNIConfFromTemplate(cidrs []string) error {
 	if s.cfg.CNI.ConfTemplate == "" {
 		return nil
 	}
-	if _, err := s.cni.WriteConfFromTemplate(s.cfg.CNI.ConfTemplate, network.NewTemplateValues(cidrs)); err != nil {
+	if _, err := s.cniConf.WriteConfFromTemplate(s.cfg.CNI.ConfTemplate, network.NewTemplateValues(cidrs)); err != nil {
 		return fmt.Errorf("write network config from cni.conf_template: %w", err)
 	}
 	return nil

@@ -49,7 +49,7 @@ func newRuntimeConfigServer(t *testing.T, root, confDir, tmpl string) *Server {
 	s.cfg.Root = root
 	s.cfg.CNI.ConfDir = confDir
 	s.cfg.CNI.ConfTemplate = tmpl
-	s.cni = network.NewCNI(confDir, nil, t.TempDir(), nil)
+	s.useCNI(network.NewCNI(confDir, nil, t.TempDir(), nil))
 	if err := s.restoreRuntimeConfig(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package server
 import (
 	"net"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -27,7 +25,7 @@ func (s *Server) checkHostPorts(cfg *runtime.PodSandboxConfig) error {
 	}
 	for _, p := range cfg.GetPortMappings() {
 		if p.GetProtocol() == runtime.Protocol_TCP && int(p.GetHostPort()) == addr.Port && mapsAddress(p.GetHostIp(), addr.IP) {
-			return status.Errorf(codes.FailedPrecondition,
+			return markf(errHostPortTaken,
 				"config.port_mappings.host_port: %d is the port of minicri's streaming server (exec, attach, port-forward) on this node; a hostPort there would take its connections",
 				addr.Port)
 		}

@@ -33,7 +33,7 @@ func TestHostPortOnTheStreamingPortIsRefused(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := s.checkHostPorts(&runtime.PodSandboxConfig{PortMappings: []*runtime.PortMapping{c.pm}})
-		if got := status.Code(err); got != c.want {
+		if got := status.Code(toStatus(err)); got != c.want {
 			t.Errorf("%s: %v (%v), want %v", c.name, got, err, c.want)
 		}
 	}

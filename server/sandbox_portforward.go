@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/streaming"
@@ -22,7 +20,7 @@ func (s *Server) PortForward(ctx context.Context, req *runtime.PortForwardReques
 	}
 	sb, err := s.readySandbox(req.GetPodSandboxId())
 	if err != nil {
-		return nil, err
+		return nil, toStatus(err)
 	}
 	url, err := s.streams.PortForwardURL(streaming.PortForwardRequest{SandboxID: sb.ID, Ports: req.GetPort()})
 	if err != nil {
@@ -35,12 +33,16 @@ func (s *Server) PortForward(ctx context.Context, req *runtime.PortForwardReques
 func (s *Server) readySandbox(idOrPrefix string) (sandboxRecord, error) {
 	sb, err := s.lookupSandbox(idOrPrefix)
 	if err != nil {
-		return sandboxRecord{}, toStatus(fmt.Errorf("pod sandbox %.80q: %w", idOrPrefix, err))
+		return sandboxRecord{}, fmt.Errorf("pod sandbox %.80q: %w", idOrPrefix, err)
 	}
 	if sb.State != stateReady {
-		return sandboxRecord{}, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready (%s)", sb.ID, sb.State)
+		return sandboxRecord{}, sandboxNotReady(sb)
 	}
 	return sb, nil
+}
+
+func sandboxNotReady(sb sandboxRecord) error {
+	return markf(errWrongState, "pod sandbox %s is not ready (%s)", sb.ID, sb.State)
 }
 
 // PortForward connects a streaming client's stream to localhost:port inside

@@ -10,14 +10,62 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/store"
 )
+
+// podNetworking attaches pods to the pod network and detaches them
+// (*network.CNI); AttachedPods lists them for the start-up sweep.
+type podNetworking interface {
+	Setup(ctx context.Context, pn network.PodNetwork) (network.Result, error)
+	Teardown(ctx context.Context, pn network.PodNetwork) error
+	AttachedPods() ([]string, error)
+}
+
+// sandboxPins pins a pod's shared namespaces and mounts its /dev/shm: the
+// parts of a sandbox that need root (hostPins).
+type sandboxPins interface {
+	Pin(dir string, kinds []network.NamespaceKind, hostname string) (network.Namespaces, error)
+	Unpin(ns network.Namespaces) error
+	MountShm(path string, size int) error
+	UnmountShm(path string) error
+}
+
+// podInfra runs the infra process of a pod that shares its PID namespace
+// (conmon).
+type podInfra interface {
+	StartPause(binary, podDir string) (conmon.Infra, error)
+	StopPause(ctx context.Context, in conmon.Infra) error
+}
+
+// cgroupPrimer readies the kernel, in the background, for the move into a
+// cgroup that a create is about to make (*oci.Runtime).
+type cgroupPrimer interface {
+	PrimeCgroupMove()
+}
+
+// runtimeSet is the OCI runtimes by RuntimeClass handler (*oci.Handlers).
+type runtimeSet interface {
+	// Get returns the runtime of handler; "" is the default handler.
+	Get(handler string) (ociRuntime, error)
+	Names() []string
+}
+
+// ociRuntime is one OCI runtime (*oci.Runtime) in all the roles the
+// handlers declare beside themselves; a function that needs only one takes
+// only that one.
+type ociRuntime interface {
+	containerRuntime // container_stop.go
+	resourceUpdater  // container_update.go
+	processExecer    // container_exec.go
+	cgroupPrimer
+	runtimeProbe   // status.go
+	monitorRuntime // container_monitor.go
+}
 
 // podShmSize is the size of a pod's /dev/shm, as Docker and containerd give it.
 const podShmSize = 64 << 20
@@ -31,7 +79,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 		return nil, toStatus(err)
 	}
 	if err := s.checkHostPorts(cfg); err != nil {
-		return nil, err
+		return nil, toStatus(err)
 	}
 	handler, err := s.handlerName(req.GetRuntimeHandler())
 	if err != nil {
@@ -48,7 +96,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	if err := s.sandboxNames.Reserve(name, id); err != nil {
 		var reserved *store.ReservedError
 		if errors.As(err, &reserved) {
-			return nil, status.Errorf(codes.AlreadyExists, "pod sandbox %s is already taken by sandbox %s", name, reserved.Owner)
+			return nil, toStatus(markf(store.ErrNameReserved, "pod sandbox %s is already taken by sandbox %s", name, reserved.Owner))
 		}
 		return nil, toStatus(err)
 	}

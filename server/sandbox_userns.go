@@ -107,9 +107,9 @@ func (s *Server) mountRootfs(id string, sb sandboxRecord, sbCfg *runtime.PodSand
 		return "", err
 	}
 	if idmap == nil {
-		return s.images.MountRootfs(id)
+		return s.mounts.MountRootfs(id)
 	}
-	return s.images.MountRootfsIDMapped(id, *idmap)
+	return s.mounts.MountRootfsIDMapped(id, *idmap)
 }
 
 // errHandlerUnavailable: the handler is configured but its runtime binary

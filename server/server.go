@@ -55,12 +55,17 @@ type Server struct {
 	containerNames *store.Names
 	locks          *keyedLocks // see keyedLocks for the lock discipline
 	exits          exitWatches
-	cni            networkPlugin
+	cni            podNetworking
+	cniConf        networkConfig
 	images         imageStore
 	pinned         image.Pinned // image.pinned_images: reported pinned, kept by the kubelet's image GC
+	rootfs         rootfsStore
+	mounts         rootfsMounter
+	usage          diskUsage
 	runtimes       runtimeSet
 	pins           sandboxPins      // a pod's namespaces and shm
 	monitor        containerMonitor // starts the monitors (conmon)
+	sockets        monitorSockets   // attach and log reopening on a running monitor
 	infra          podInfra         // infra processes of pods sharing a PID namespace
 	monitorPath    string
 	monitors       *monitorPlacement
@@ -98,17 +103,18 @@ func New(opts Options) (*Server, error) {
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
 		pins:           hostPins{},
-		monitor:        conmonMonitor{},
-		infra:          conmonMonitor{},
-		cni:            network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")),
 	}
+	s.useMonitor(conmonMonitor{})
+	s.useCNI(network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")))
 	var err error
 	if s.pinned, err = pinnedImages(cfg.Image); err != nil {
 		return nil, err
 	}
-	if s.images, err = openImages(cfg, opts.Log); err != nil {
+	images, err := openImages(cfg, opts.Log)
+	if err != nil {
 		return nil, err
 	}
+	s.useImages(images)
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}

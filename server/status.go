@@ -7,8 +7,25 @@ import (
 	"os"
 	"sort"
 
+	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/oci"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
+
+// runtimeProbe is what Status, and the checks of a pod's handler, ask of a
+// runtime (*oci.Runtime): is its binary there, and what can it do.
+type runtimeProbe interface {
+	Available() error
+	Features() (oci.Features, error)
+}
+
+// networkConfig is the node's CNI configuration (*network.CNI): whether
+// one loads, for Status, and writing it from the template when
+// UpdateRuntimeConfig brings the pod CIDR.
+type networkConfig interface {
+	Ready() error
+	WriteConfFromTemplate(tmplPath string, values network.TemplateValues) (written bool, err error)
+}
 
 // Status reports whether the runtime and the pod network are ready. The
 // kubelet marks the node NotReady while either condition is false, so each
@@ -63,7 +80,7 @@ func (s *Server) runtimeReady() (reason string, err error) {
 
 // networkReady says why pods cannot get a network, or nil.
 func (s *Server) networkReady() error {
-	return s.cni.Ready()
+	return s.cniConf.Ready()
 }
 
 // userNamespacesSupported: minicri itself can run a pod in its own user

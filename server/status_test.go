@@ -57,7 +57,7 @@ func TestStatusRuntimeReadyFollowsTheBinaries(t *testing.T) {
 			s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: c.runtimePath}}
 			s.monitorPath = c.monitor
 			s.useRuntimes()
-			s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
+			s.useCNI(network.NewCNI(t.TempDir(), nil, t.TempDir(), nil))
 			got := conditions(t, s)[runtime.RuntimeReady]
 			if c.wantReason == "" {
 				if !got.GetStatus() {
@@ -82,7 +82,7 @@ func TestStatusRuntimeReadyOnceTheBinaryAppears(t *testing.T) {
 	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: bin}}
 	s.monitorPath, _ = os.Executable()
 	s.useRuntimes()
-	s.cni = network.NewCNI(t.TempDir(), nil, t.TempDir(), nil)
+	s.useCNI(network.NewCNI(t.TempDir(), nil, t.TempDir(), nil))
 	rt, _ := s.runtimes.Get("")
 	if _, err := rt.Binary(); err == nil {
 		t.Fatal("Binary found a runtime that is not there")
@@ -106,7 +106,7 @@ func TestStatusNetworkReadyNeedsALoadableCNIConfig(t *testing.T) {
 	s := newRecordsServer(t)
 	s.cfg = config.Default()
 	s.runtimes = ociHandlers{runtimeHandlers(s.cfg, "")}
-	s.cni = network.NewCNI(confDir, nil, t.TempDir(), nil)
+	s.useCNI(network.NewCNI(confDir, nil, t.TempDir(), nil))
 	c := conditions(t, s)[runtime.NetworkReady]
 	if c.GetStatus() || c.GetReason() != "NetworkPluginNotReady" || !strings.Contains(c.GetMessage(), confDir) {
 		t.Fatalf("NetworkReady with an empty conf dir = %v, want false, NetworkPluginNotReady, naming %s", c, confDir)

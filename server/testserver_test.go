@@ -100,13 +100,12 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		monitorPath:    self,
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
-		cni:            ts.network,
-		images:         ts.images,
 		pins:           ts.pins,
-		monitor:        fakeMonitor{ts.monitor},
-		infra:          ts.monitor,
 		runtimes:       fakeRuntimes{&fake.Runtimes{Default: "runc", Runtimes: map[string]*fake.Runtime{"runc": ts.runc}}},
 	}
+	ts.useCNI(ts.network)
+	ts.useImages(ts.images)
+	ts.useMonitor(fakeMonitor{ts.monitor})
 	if ts.sandboxes, err = openTable[sandboxRecord](ts.Server, sandboxesDir); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/conmon/wire"
+	"github.com/minicri/minicri/oci/runcflags"
 )
 
 // stdio is what the runtime's create gets as its fds 0, 1 and 2. Without a
@@ -79,7 +80,7 @@ func pipe() (r, w int, err error) {
 // container's init waits for "runtime start", which the daemon runs.
 func (m *monitor) runCreate(io *stdio) error {
 	// runc's warnings would otherwise land in the container's stderr.
-	args := m.runtimeArgs("--log", m.cfg.SocketDir+"/"+wire.RuntimeLog,
+	args := append(m.runtimeArgs(m.cfg.SocketDir+"/"+wire.RuntimeLog),
 		"create", "--bundle", m.cfg.Bundle, "--pid-file", m.cfg.SocketDir+"/"+wire.PIDFile)
 	if io.console >= 0 {
 		path, err := consoleSocketPath(m.cfg.SocketDir)
@@ -126,14 +127,11 @@ func consoleSocketPath(socketDir string) (string, error) {
 	return "/proc/" + strconv.Itoa(unix.Getpid()) + "/fd/" + strconv.Itoa(dir) + "/" + wire.ConsoleSocket, nil
 }
 
-// runtimeArgs puts the runtime's global flags in front of a command.
-func (m *monitor) runtimeArgs(args ...string) []string {
-	all := []string{m.cfg.Runtime}
-	if m.cfg.RuntimeRoot != "" {
-		all = append(all, "--root", m.cfg.RuntimeRoot)
-	}
-	all = append(all, m.cfg.RuntimeArgs...)
-	return append(all, args...)
+// runtimeArgs is the runtime's argv up to the subcommand; logPath adds
+// --log, which keeps runc's warnings out of the container's stderr.
+func (m *monitor) runtimeArgs(logPath string) []string {
+	g := runcflags.Global{Root: m.cfg.RuntimeRoot, Extra: m.cfg.RuntimeArgs, Log: logPath}
+	return append([]string{m.cfg.Runtime}, g.Args()...)
 }
 
 // runRuntime runs the runtime in the monitor's process group, so that the
@@ -177,7 +175,7 @@ func (m *monitor) deleteContainer() {
 		return
 	}
 	defer unix.Close(null)
-	m.runRuntime(m.runtimeArgs("delete", "--force", m.cfg.ID), [3]int{null, null, null})
+	m.runRuntime(append(m.runtimeArgs(""), "delete", "--force", m.cfg.ID), [3]int{null, null, null})
 }
 
 func lookPath(file string) (string, error) {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -321,7 +322,13 @@ func TestPortForwardTwoConnectionsToNc(t *testing.T) {
 	podCfg := d.podConfig("pf")
 	pod := d.runPod(t, podCfg)
 	// nc -ll -e cat: an echo server that serves connections at once.
-	d.startContainer(t, pod, podCfg, containerConfig("echo", ref, "nc", "-ll", "-p", "8080", "-e", "cat"))
+	id := d.startContainer(t, pod, podCfg, containerConfig("echo", ref, "nc", "-ll", "-p", "8080", "-e", "cat"))
+	// Forward only once nc listens: the port-forward client ends the whole
+	// forwarding when the pod refuses a connection, and no retry gets it back.
+	waitFor(t, "nc to listen on port 8080 (1F90) in the pod", 10*time.Second, func() bool {
+		out, _ := d.execSync(t, id, "cat", "/proc/net/tcp", "/proc/net/tcp6")
+		return regexp.MustCompile(`:1F90 0+:0000 0A `).MatchString(out)
+	})
 	resp, err := d.Runtime.PortForward(context.Background(), &runtime.PortForwardRequest{PodSandboxId: pod, Port: []int32{8080}})
 	if err != nil {
 		t.Fatal(err)
@@ -333,16 +340,7 @@ func TestPortForwardTwoConnectionsToNc(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			msg := strings.Repeat(fmt.Sprintf("connection %d\n", i), 1000)
-			var got []byte
-			deadline := time.Now().Add(10 * time.Second)
-			for time.Now().Before(deadline) { // nc may not listen yet
-				got = echoThrough(t, local, msg)
-				if len(got) > 0 {
-					break
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			if string(got) != msg {
+			if got := echoThrough(t, local, msg); string(got) != msg {
 				t.Errorf("connection %d: got %d bytes back, want the %d sent", i, len(got), len(msg))
 			}
 		}()

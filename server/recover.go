@@ -64,6 +64,7 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 		return
 	}
 	_ = s.containerNames.Reserve(c.Name, c.ID)
+	s.objs.addContainer(c.ID)
 	switch {
 	case c.State == stateExited:
 	case conmon.Alive(c.Monitor.PID, c.Monitor.StartTime):
@@ -124,6 +125,7 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 		return
 	}
 	_ = s.sandboxNames.Reserve(sb.Name, sb.ID)
+	s.objs.addSandbox(sb.ID)
 	if sb.State != stateReady {
 		return
 	}

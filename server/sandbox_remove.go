@@ -34,13 +34,11 @@ func (s *Server) removePodSandbox(ctx context.Context, id string) error {
 	}
 	phaseDone(ctx, "containers")
 	crashPoint("sandbox-remove-after-containers")
-	wasReady := rec.State == stateReady
 	if err := s.removeSandbox(ctx, &rec); err != nil {
 		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
 	}
 	s.sandboxNames.Release(rec.Name, id)
-	s.sandboxRemovedEvents(rec, wasReady)
-	s.cpuRates.forget(id)
+	s.podTransition(ctx, s.pod(id), rec, removed)
 	return nil
 }
 

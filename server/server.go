@@ -53,32 +53,30 @@ type Server struct {
 	containers     *store.Table[containerRecord]
 	sandboxNames   *store.Names
 	containerNames *store.Names
-	locks          *keyedLocks // see keyedLocks for the lock discipline
-	exits          exitWatches
-	cni            networkPlugin
-	images         imageStore
-	runtimes       runtimeSet
-	pins           sandboxPins      // a pod's namespaces and shm
-	monitor        containerMonitor // starts the monitors (conmon)
-	infra          podInfra         // infra processes of pods sharing a PID namespace
-	monitorPath    string
-	monitors       *monitorPlacement
-	streams        *streaming.Server // exec, attach and port-forward URLs
-	execSpecs      execSpecCache
-	cdi            *oci.CDI
+	// objs holds each sandbox's and container's lock and in-memory state
+	// (objects.go); see locks.go for the lock discipline.
+	objs        objects
+	cni         networkPlugin
+	images      imageStore
+	runtimes    runtimeSet
+	pins        sandboxPins      // a pod's namespaces and shm
+	monitor     containerMonitor // starts the monitors (conmon)
+	infra       podInfra         // infra processes of pods sharing a PID namespace
+	monitorPath string
+	monitors    *monitorPlacement
+	streams     *streaming.Server // exec, attach and port-forward URLs
+	cdi         *oci.CDI
 	// missingControllers holds the cgroup controllers already logged as
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map
 	netConfig          netConfig // the node's pod CIDR, from UpdateRuntimeConfig
 
-	// events feeds GetContainerEvents; starts orders a container's STARTED
-	// and STOPPED events.
+	// events feeds GetContainerEvents (see transition).
 	events broadcast.Hub[*runtime.ContainerEventResponse]
-	starts startGate
 
-	metrics  *metrics.Metrics // nil: not collected
-	cpuRates cpuRates         // last CPU samples, for usage_nano_cores
-	// encodedContainers are the ListContainers entries Codec keeps.
+	metrics *metrics.Metrics // nil: not collected
+	// encodedContainers is the ListContainers answer Codec keeps; each
+	// container's own encoding is in its object.
 	encodedContainers encodedContainers
 }
 
@@ -93,7 +91,6 @@ func New(opts Options) (*Server, error) {
 		metrics:        opts.Metrics,
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),
-		locks:          newKeyedLocks(),
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
 		pins:           hostPins{},

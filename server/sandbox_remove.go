@@ -22,6 +22,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 
 // removePodSandbox is RemovePodSandbox under the sandbox's lock.
 func (s *Server) removePodSandbox(ctx context.Context, id string) error {
+	sb := s.pod(id) // taken while it is kept: removeSandbox drops it
 	rec, err := s.sandboxes.Get(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // removed while we waited for the lock
@@ -38,7 +39,7 @@ func (s *Server) removePodSandbox(ctx context.Context, id string) error {
 		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
 	}
 	s.sandboxNames.Release(rec.Name, id)
-	s.podTransition(ctx, s.pod(id), rec, removed)
+	s.podTransition(ctx, sb, rec, removed)
 	return nil
 }
 

@@ -191,9 +191,9 @@ func (s *Server) teardownNetwork(ctx context.Context, rec *sandboxRecord) error 
 	return nil
 }
 
-// removeSandbox removes everything of a sandbox, its record and its object: the undo of
-// a failed RunPodSandbox, the end of RemovePodSandbox and the start-up
-// repair of a cut-short RunPodSandbox. The caller holds the sandbox's lock
+// removeSandbox removes everything of a sandbox, its record and its
+// object: the undo of a failed RunPodSandbox, the end of RemovePodSandbox
+// and the start-up repair of a cut-short RunPodSandbox. The caller holds the sandbox's lock
 // and releases its name.
 func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 	if err := s.releaseSandboxResources(ctx, rec); err != nil {

@@ -171,20 +171,20 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err != nil {
 		return err
 	}
-	monitor, err := s.beginMonitor(ctx, rec, opts)
+	monitor, err := s.beginMonitor(ctx, c, rec, opts)
 	if err != nil {
 		return err
 	}
 	spec, err := s.writeBundle(rec, sb, sbCfg, cfg, img, refs)
 	if err != nil {
-		s.cancelMonitor(rec, monitor)
+		s.cancelMonitor(c, monitor)
 		return err
 	}
 	rec.CgroupsPath = spec.Linux.CgroupsPath
 	rec.User = specUser(spec)
 	phaseDone(ctx, "bundle")
 	crashPoint("container-after-bundle")
-	if rec.Monitor, err = s.finishMonitor(ctx, rec, monitor); err != nil {
+	if rec.Monitor, err = s.finishMonitor(ctx, c, rec, monitor); err != nil {
 		return err
 	}
 	phaseDone(ctx, "monitor_runtime_create")
@@ -272,7 +272,7 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	// The monitor writes its exit file into the bundle once the container
 	// is gone; removing the bundle under it could fail or leave that file.
 	s.waitMonitorDone(rec)
-	s.releaseMonitor(rec.ID)
+	s.releaseMonitor(s.ctr(rec.ID))
 	if err := s.images.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}

@@ -33,7 +33,8 @@ func (s *Server) watchContainer(rec containerRecord) {
 // that nobody reaps or logs for: it is killed and recorded as failed, so it
 // never shows as running when it is not watched.
 func (s *Server) recordExit(id string) {
-	s.releaseMonitor(id)
+	c := s.ctr(id)
+	s.releaseMonitor(c)
 	rec, err := s.containers.Get(id)
 	if err != nil {
 		return // removed meanwhile
@@ -63,7 +64,7 @@ func (s *Server) recordExit(id string) {
 	}
 	// Stopped however it ended: StopContainer, a kill, the process's own
 	// exit or its monitor's death. The kubelet relists the pod on it.
-	_ = s.transition(context.Background(), s.ctr(id), rec, stopped)
+	_ = s.transition(context.Background(), c, rec, stopped)
 }
 
 // exitReason is the CRI reason and message of an exit.

@@ -48,6 +48,11 @@ type container struct {
 	// starting is set while StartContainer runs, exitedDuringStart when the
 	// exit was recorded meanwhile (see transition).
 	starting, exitedDuringStart bool
+
+	// placed is the monitor the container has a place in, from its
+	// placement until its exit is recorded; guarded by monitorPlacement's
+	// mu, which counts the places of each monitor.
+	placed *placedMonitor
 }
 
 // sandbox is what the daemon holds in memory for one pod sandbox.

@@ -53,19 +53,21 @@ type Server struct {
 	containers     *store.Table[containerRecord]
 	sandboxNames   *store.Names
 	containerNames *store.Names
+	cni            networkPlugin
+	images         imageStore
+	runtimes       runtimeSet
+	pins           sandboxPins      // a pod's namespaces and shm
+	monitor        containerMonitor // starts the monitors (conmon)
+	infra          podInfra         // infra processes of pods sharing a PID namespace
+	monitorPath    string
+	monitors       *monitorPlacement
+	streams        *streaming.Server // exec, attach and port-forward URLs
+	cdi            *oci.CDI
+
 	// objs holds each sandbox's and container's lock and in-memory state
 	// (objects.go); see locks.go for the lock discipline.
-	objs        objects
-	cni         networkPlugin
-	images      imageStore
-	runtimes    runtimeSet
-	pins        sandboxPins      // a pod's namespaces and shm
-	monitor     containerMonitor // starts the monitors (conmon)
-	infra       podInfra         // infra processes of pods sharing a PID namespace
-	monitorPath string
-	monitors    *monitorPlacement
-	streams     *streaming.Server // exec, attach and port-forward URLs
-	cdi         *oci.CDI
+	objs objects
+
 	// missingControllers holds the cgroup controllers already logged as
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map

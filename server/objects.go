@@ -31,7 +31,7 @@ type container struct {
 	// StopContainer and execs wait on it instead of polling.
 	exited chan struct{}
 
-	mu sync.Mutex // guards the fields below; held only briefly
+	mu sync.Mutex // guards exitDone to exitedDuringStart; held only briefly
 	// exitDone tells whether exited is closed.
 	exitDone bool
 	// process is the container's own process from its bundle's

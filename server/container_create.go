@@ -30,7 +30,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		return nil, toStatus(fmt.Errorf("pod sandbox %.80q: %w", req.GetPodSandboxId(), err))
 	}
 	// The sandbox's lock keeps it from being stopped or removed under us.
-	unlockSandbox := s.locks.lock(sbID)
+	_, unlockSandbox := s.lockPod(sbID)
 	defer unlockSandbox()
 	sb, err := s.sandboxes.Get(sbID)
 	if err != nil {
@@ -57,11 +57,15 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		}
 		return nil, toStatus(err)
 	}
-	unlock := s.locks.lock(id)
-	defer unlock()
+	// The object comes first: its lock is held before the record is made.
+	c := s.objs.addContainer(id)
+	c.lock.Lock()
+	defer c.lock.Unlock()
 	ctx, phases := s.withPhases(ctx, "CreateContainer")
 	defer phases.observe()
-	if err := s.createContainer(ctx, id, name, sb, cfg, img, refs); err != nil {
+	if err := s.createContainer(ctx, c, name, sb, cfg, img, refs); err != nil {
+		// The undo deleted it with the record, unless the record was never made.
+		s.objs.deleteContainer(id)
 		s.containerNames.Release(name, id)
 		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
 	}
@@ -91,7 +95,8 @@ func (s *Server) resolveRefs(ctx context.Context, sbID string, cfg *runtime.Cont
 	return refs, nil
 }
 
-func (s *Server) createContainer(ctx context.Context, id, name string, sb sandboxRecord, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (retErr error) {
+func (s *Server) createContainer(ctx context.Context, c *container, name string, sb sandboxRecord, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (retErr error) {
+	id := c.id
 	sbCfg, err := sb.config()
 	if err != nil {
 		return err
@@ -146,6 +151,9 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	defer s.undoOnFailure(ctx, &retErr, "container", id, func(ctx context.Context) error {
 		return s.discardContainer(ctx, rec)
 	})
+	if err := s.transition(ctx, c, rec, creating); err != nil {
+		return err
+	}
 	// A shared monitor's join begins before the bundle is written: its
 	// helper starts and prepares meanwhile, in the bundle directory and
 	// with the log's, and creates once the bundle is complete.
@@ -161,20 +169,20 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 	if err != nil {
 		return err
 	}
-	monitor, err := s.beginMonitor(ctx, rec, opts)
+	monitor, err := s.beginMonitor(ctx, c, rec, opts)
 	if err != nil {
 		return err
 	}
 	spec, err := s.writeBundle(rec, sb, sbCfg, cfg, img, refs)
 	if err != nil {
-		s.cancelMonitor(rec, monitor)
+		s.cancelMonitor(c, monitor)
 		return err
 	}
 	rec.CgroupsPath = spec.Linux.CgroupsPath
 	rec.User = specUser(spec)
 	phaseDone(ctx, "bundle")
 	crashPoint("container-after-bundle")
-	if rec.Monitor, err = s.finishMonitor(ctx, rec, monitor); err != nil {
+	if rec.Monitor, err = s.finishMonitor(ctx, c, rec, monitor); err != nil {
 		return err
 	}
 	phaseDone(ctx, "monitor_runtime_create")
@@ -184,7 +192,7 @@ func (s *Server) createContainer(ctx context.Context, id, name string, sb sandbo
 		return err
 	}
 	phaseDone(ctx, "record")
-	s.containerEvent(id, sb.ID, runtime.ContainerEventType_CONTAINER_CREATED_EVENT)
+	_ = s.transition(ctx, c, rec, created)
 	s.watchContainer(rec)
 	return nil
 }
@@ -249,8 +257,9 @@ func imageRef(img image.Image) string {
 	return img.ID
 }
 
-// discardContainer removes everything a container has and its record: the
-// undo of a failed create and the end of a removal. Each step is idempotent.
+// discardContainer removes everything a container has, its record and its
+// object: the undo of a failed create and the end of a removal. Each step
+// is idempotent.
 func (s *Server) discardContainer(ctx context.Context, rec containerRecord) error {
 	var errs []error
 	if rt, err := s.runtimes.Get(rec.Handler); err == nil {
@@ -261,7 +270,7 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	// The monitor writes its exit file into the bundle once the container
 	// is gone; removing the bundle under it could fail or leave that file.
 	s.waitMonitorDone(rec)
-	s.releaseMonitor(rec.ID)
+	s.releaseMonitor(s.ctr(rec.ID))
 	if err := s.rootfs.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
@@ -275,11 +284,12 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 		return errors.Join(errs...)
 	}
 	crashPoint("container-discard-before-record-delete")
-	s.forgetWatch(rec.ID)
 	err := s.containers.Delete(rec.ID)
-	// After the delete, so that no ListContainers answer made before it is
-	// kept after it (see encodedContainers).
-	s.encodedContainers.forget(rec.ID, s.containers.Version())
+	// After the delete: an object looked for from now on is not added
+	// again (see objects.container), and no ListContainers answer made
+	// before it is kept after it (see encodedContainers).
+	s.objs.deleteContainer(rec.ID)
+	s.encodedContainers.removed(s.containers.Version())
 	return err
 }
 

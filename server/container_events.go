@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -89,44 +88,4 @@ func (s *Server) eventSandboxStatus(sb sandboxRecord) *runtime.PodSandboxStatus 
 		return nil
 	}
 	return sandboxStatus(sb, cfg)
-}
-
-// startGate keeps a container's STARTED event before its STOPPED event: a
-// short-lived process can exit, and its exit be recorded by the watch, before
-// StartContainer has recorded the start. The exit's event then waits for
-// the start's.
-type startGate struct {
-	mu       sync.Mutex
-	starting map[string]bool // container ID → exited during the start
-}
-
-// begin marks a start in progress.
-func (g *startGate) begin(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.starting == nil {
-		g.starting = map[string]bool{}
-	}
-	g.starting[id] = false
-}
-
-// deferExit reports whether a start of id is in progress; if so, its end
-// sends the exit's event.
-func (g *startGate) deferExit(id string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.starting[id]; !ok {
-		return false
-	}
-	g.starting[id] = true
-	return true
-}
-
-// end marks the start done and reports whether the container exited meanwhile.
-func (g *startGate) end(id string) (exited bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	exited = g.starting[id]
-	delete(g.starting, id)
-	return exited
 }

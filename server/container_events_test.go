@@ -153,9 +153,12 @@ func TestExitDuringStartComesAfterStarted(t *testing.T) {
 	stream := &eventStream{}
 	subscribe(t, s, stream)
 
-	s.starts.begin(ctrID)
+	c := s.ctr(ctrID)
+	if err := s.transition(bg, c, rec, starting); err != nil {
+		t.Fatal(err)
+	}
 	s.recordExit(ctrID) // the watch, racing the start
-	s.endStart(rec, true)
+	_ = s.transition(bg, c, rec, started)
 	for _, want := range []runtime.ContainerEventType{runtime.ContainerEventType_CONTAINER_STARTED_EVENT, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT} {
 		if ev := nextEvent(t, stream); ev.GetContainerEventType() != want {
 			t.Fatalf("event %v, want %v", ev.GetContainerEventType(), want)

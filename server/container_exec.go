@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -113,32 +112,21 @@ func (s *Server) execTarget(idOrPrefix string) (execTarget, error) {
 	if err != nil {
 		return execTarget{}, err
 	}
-	base, err := s.execSpecs.get(s, rec)
+	base, err := s.ctr(rec.ID).processSpec(rec)
 	if err != nil {
 		return execTarget{}, err
 	}
 	return execTarget{rec: rec, rt: rt, base: base}, nil
 }
 
-// execSpecCache keeps each container's process spec, read once from its
-// bundle's config.json: exec probes run every few seconds on every
-// container, and the spec never changes after create.
-type execSpecCache struct {
-	mu    sync.Mutex
-	specs map[string]cachedSpec
-}
-
-type cachedSpec struct {
-	createdAt int64 // tells a container from a later one with its ID
-	process   *specs.Process
-}
-
-func (c *execSpecCache) get(s *Server, rec containerRecord) (*specs.Process, error) {
+// processSpec is the container's own process, read from its bundle's
+// config.json at the first exec and kept in its object (see container).
+func (c *container) processSpec(rec containerRecord) (*specs.Process, error) {
 	c.mu.Lock()
-	cached, ok := c.specs[rec.ID]
+	process := c.process
 	c.mu.Unlock()
-	if ok && cached.createdAt == rec.CreatedAt {
-		return cached.process, nil
+	if process != nil {
+		return process, nil
 	}
 	spec, err := oci.ReadSpec(rec.Bundle)
 	if err != nil {
@@ -149,25 +137,10 @@ func (c *execSpecCache) get(s *Server, rec containerRecord) (*specs.Process, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.specs == nil {
-		c.specs = map[string]cachedSpec{}
+	if c.process == nil {
+		c.process = spec.Process
 	}
-	c.specs[rec.ID] = cachedSpec{createdAt: rec.CreatedAt, process: spec.Process}
-	c.pruneLocked(s)
-	return spec.Process, nil
-}
-
-// pruneLocked drops the specs of removed containers once the cache is big
-// enough for them to matter.
-func (c *execSpecCache) pruneLocked(s *Server) {
-	if len(c.specs) < 64 {
-		return
-	}
-	for id := range c.specs {
-		if _, err := s.containers.Get(id); err != nil {
-			delete(c.specs, id)
-		}
-	}
+	return c.process, nil
 }
 
 // streamRuntime is what the streaming server runs when the kubelet connects
@@ -182,7 +155,7 @@ func (r streamRuntime) Exec(ctx context.Context, containerID string, cmd []strin
 	if err != nil {
 		return err
 	}
-	exited := r.s.exits.exited(t.rec.ID)
+	exited := r.s.ctr(t.rec.ID).exited
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go endAfterExit(ctx, cancel, exited)

@@ -3,58 +3,14 @@ package server
 import (
 	"context"
 	"errors"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/store"
 )
-
-// exitWatches holds, per container, a channel closed once the container's
-// exit is recorded. StopContainer waits on it instead of polling.
-type exitWatches struct {
-	mu      sync.Mutex
-	watches map[string]chan struct{}
-}
-
-// exited returns the channel of a container, made on first use.
-func (w *exitWatches) exited(id string) chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.watches == nil {
-		w.watches = map[string]chan struct{}{}
-	}
-	ch, ok := w.watches[id]
-	if !ok {
-		ch = make(chan struct{})
-		w.watches[id] = ch
-	}
-	return ch
-}
-
-// done closes the channel of a container, once however often it is called.
-func (w *exitWatches) done(id string) {
-	ch := w.exited(id)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	select {
-	case <-ch:
-	default:
-		close(ch)
-	}
-}
-
-func (w *exitWatches) forget(id string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.watches, id)
-}
-
-func (s *Server) forgetWatch(id string) { s.exits.forget(id) }
 
 // watchContainer records the container's exit when its monitor is done
 // with it: the monitor closes the watch's connection right after writing
@@ -77,7 +33,8 @@ func (s *Server) watchContainer(rec containerRecord) {
 // that nobody reaps or logs for: it is killed and recorded as failed, so it
 // never shows as running when it is not watched.
 func (s *Server) recordExit(id string) {
-	s.releaseMonitor(id)
+	c := s.ctr(id)
+	s.releaseMonitor(c)
 	rec, err := s.containers.Get(id)
 	if err != nil {
 		return // removed meanwhile
@@ -107,10 +64,7 @@ func (s *Server) recordExit(id string) {
 	}
 	// Stopped however it ended: StopContainer, a kill, the process's own
 	// exit or its monitor's death. The kubelet relists the pod on it.
-	if !s.starts.deferExit(id) {
-		s.containerEvent(id, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
-	}
-	s.exits.done(id)
+	_ = s.transition(context.Background(), c, rec, stopped)
 }
 
 // exitReason is the CRI reason and message of an exit.

@@ -146,6 +146,9 @@ func TestCreateContainerUndoesWhatItMadeOnFailure(t *testing.T) {
 			if ts.monitor.Serving() != 0 {
 				t.Errorf("%d monitors left", ts.monitor.Serving())
 			}
+			if n, _ := ts.objectCount(); n != 0 {
+				t.Errorf("%d container objects left", n)
+			}
 			c.fail(ts, nil)
 			ts.createCtr(t, podID, pod, ctrConfig("app"))
 		})

@@ -18,19 +18,13 @@ import (
 // lists every container every second; at 200 containers encoding them anew
 // was the largest part of the daemon's side of the call.
 func (s *Server) Codec() encoding.CodecV2 {
-	return listCodec{proto: encoding.GetCodecV2(grpcproto.Name), containers: &s.encodedContainers, exists: s.containerExists}
+	return listCodec{proto: encoding.GetCodecV2(grpcproto.Name), containers: &s.encodedContainers, object: s.ctr}
 }
 
 type listCodec struct {
 	proto      encoding.CodecV2
 	containers *encodedContainers
-	exists     func(id string) bool
-}
-
-// containerExists reports whether a container still has its record.
-func (s *Server) containerExists(id string) bool {
-	_, err := s.containers.Get(id)
-	return err == nil
+	object     func(id string) *container
 }
 
 // Name is the protobuf codec's: clients see no other content type.
@@ -42,23 +36,24 @@ func (c listCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if batch, ok := v.(*runtime.StreamContainersResponse); ok {
 		// A StreamContainers batch is, on the wire, a ListContainersResponse
 		// of its containers (TestStreamContainersBatchIsAListOnTheWire).
-		return c.containers.encode(&runtime.ListContainersResponse{Containers: batch.GetContainers()}, c.exists)
+		return c.containers.encode(&runtime.ListContainersResponse{Containers: batch.GetContainers()}, c.object)
 	}
 	resp, ok := v.(*runtime.ListContainersResponse)
 	if !ok {
 		return c.proto.Marshal(v)
 	}
-	return c.containers.encode(resp, c.exists)
+	return c.containers.encode(resp, c.object)
 }
 
 // containersField is the number of ListContainersResponse's only field,
 // its repeated containers.
 var containersField = (&runtime.ListContainersResponse{}).ProtoReflect().Descriptor().Fields().ByName("containers").Number()
 
-// encodedContainers keeps the encoding of each container's ListContainers
-// entry. An entry is a record's ID, sandbox, metadata, image, creation time,
-// labels and annotations, which never change for an ID, and its state, which
-// is compared: a container in another state is encoded again.
+// encodedContainers puts a ListContainers answer together from the
+// encoding of each container's entry, kept in the container's object. An
+// entry is a record's ID, sandbox, metadata, image, creation time, labels
+// and annotations, which never change for an ID, and its state, which is
+// compared: a container in another state is encoded again.
 //
 // It also keeps the last answer listing every container, with the version
 // of the containers table it was made from, and that answer's encoding
@@ -68,13 +63,12 @@ var containersField = (&runtime.ListContainersResponse{}).ProtoReflect().Descrip
 // Neither ever holds a removed container, though an answer is made (by the
 // handler) and encoded (by grpc, after the handler returned) with no lock
 // held between, and a removal may land anywhere in that gap: an encoding
-// is kept only for a container that still has its record (encode checks
-// under mu, and the removal calls forget under mu after deleting the
-// record), and an answer only if it was made from a version of the table
-// at or after the last removal.
+// goes into the container's object, which the removal drops, and a
+// removed container has none to put it in (see objects.container); an
+// answer is kept only if it was made from a version of the table at or
+// after the last removal.
 type encodedContainers struct {
-	mu   sync.Mutex
-	byID map[string]encodedContainer
+	mu sync.Mutex
 
 	every        *runtime.ListContainersResponse
 	everyVersion uint64
@@ -124,8 +118,8 @@ func (e *encodedContainers) keepEvery(version uint64, resp *runtime.ListContaine
 // aside, whose order protobuf leaves open). The kept answer listing every
 // container is encoded once, into memory it keeps, and then sent from it;
 // any other answer goes into a buffer of grpc's pool that grpc returns once
-// it is sent. exists tells the containers whose encodings may be kept.
-func (e *encodedContainers) encode(resp *runtime.ListContainersResponse, exists func(id string) bool) (mem.BufferSlice, error) {
+// it is sent. object finds the object a container's encoding is kept in.
+func (e *encodedContainers) encode(resp *runtime.ListContainersResponse, object func(id string) *container) (mem.BufferSlice, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	kept := resp == e.every
@@ -137,7 +131,7 @@ func (e *encodedContainers) encode(resp *runtime.ListContainersResponse, exists 
 	entries := make([][]byte, len(resp.GetContainers()))
 	size := 0
 	for i, c := range resp.GetContainers() {
-		data, err := e.encoding(c, exists)
+		data, err := encodingOf(c, object)
 		if err != nil {
 			return nil, err
 		}
@@ -164,35 +158,34 @@ func (e *encodedContainers) encode(resp *runtime.ListContainersResponse, exists 
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-// encoding returns c's kept encoding, or makes it, and keeps it while c has
-// a record: one removed since the answer was made is encoded, not kept.
-// The caller holds mu.
-func (e *encodedContainers) encoding(c *runtime.Container, exists func(id string) bool) ([]byte, error) {
-	if kept, ok := e.byID[c.GetId()]; ok && kept.state == c.GetState() {
+// encodingOf returns c's kept encoding, or makes it and keeps it in c's
+// object: that of a container removed since the answer was made is dropped
+// with it.
+func encodingOf(c *runtime.Container, object func(id string) *container) ([]byte, error) {
+	obj := object(c.GetId())
+	obj.mu.Lock()
+	kept := obj.encoded
+	obj.mu.Unlock()
+	if kept.data != nil && kept.state == c.GetState() {
 		return kept.data, nil
 	}
 	data, err := proto.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("encode container %s: %w", c.GetId(), err)
 	}
-	if !exists(c.GetId()) {
-		return data, nil
-	}
-	if e.byID == nil {
-		e.byID = map[string]encodedContainer{}
-	}
-	e.byID[c.GetId()] = encodedContainer{state: c.GetState(), data: data}
+	obj.mu.Lock()
+	obj.encoded = encodedContainer{state: c.GetState(), data: data}
+	obj.mu.Unlock()
 	return data, nil
 }
 
-// forget drops a removed container's encoding, and the kept answer that
-// may list it. It is called after the record is deleted, with the table's
-// version from then: an encode or keepEvery that comes later sees the
-// record gone, or the answer's version older than the removal.
-func (e *encodedContainers) forget(id string, version uint64) {
+// removed drops the kept answer that may list a container just removed.
+// It is called after the record is deleted, with the table's version from
+// then: a keepEvery that comes later sees the answer's version older than
+// the removal.
+func (e *encodedContainers) removed(version uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	delete(e.byID, id)
 	if version > e.removedAt {
 		e.removedAt = version
 	}

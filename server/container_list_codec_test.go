@@ -55,11 +55,8 @@ func TestCodecEncodesListContainersAsProtobuf(t *testing.T) {
 		t.Fatal(err)
 	}
 	roundTrip("one removed")
-	ts.encodedContainers.mu.Lock()
-	_, kept := ts.encodedContainers.byID[ids[0]]
-	ts.encodedContainers.mu.Unlock()
-	if kept {
-		t.Error("a removed container's encoding is still kept")
+	if ts.keptObject(ids[0]) {
+		t.Error("a removed container's object, and its encoding, is still kept")
 	}
 
 	other := &runtime.VersionResponse{Version: "0.1.0", RuntimeName: "minicri"}
@@ -228,11 +225,10 @@ func TestListContainersKeepsNoRemovedContainer(t *testing.T) {
 				t.Fatal(err)
 			}
 			ts.encodedContainers.mu.Lock()
-			_, encoded := ts.encodedContainers.byID[ids[0]]
 			every := ts.encodedContainers.every
 			ts.encodedContainers.mu.Unlock()
-			if encoded {
-				t.Error("the removed container's encoding is kept")
+			if ts.keptObject(ids[0]) {
+				t.Error("the removed container's object, and its encoding, is kept")
 			}
 			for _, c := range every.GetContainers() {
 				if c.GetId() == ids[0] {

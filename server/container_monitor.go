@@ -55,7 +55,8 @@ type monitorPlacement struct {
 	mu    sync.Mutex
 	share int
 	// monitors holds the live monitors by pid. A container is in its
-	// monitor from its placement until its exit is recorded.
+	// monitor from its placement until its exit is recorded; its object
+	// points at that monitor (container.placed, guarded by mu).
 	monitors map[int]*placedMonitor
 }
 
@@ -72,7 +73,7 @@ func newMonitorPlacement(share int) *monitorPlacement {
 // reserve puts a container into a shared monitor with room, if there is
 // one: the monitor its pod already uses first, else the fullest. The
 // reservation counts at once, so concurrent creates do not overfill it.
-func (p *monitorPlacement) reserve(containerID, podID string) (monitorRef, bool) {
+func (p *monitorPlacement) reserve(c *container, podID string) (monitorRef, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var best *placedMonitor
@@ -94,12 +95,13 @@ func (p *monitorPlacement) reserve(containerID, podID string) (monitorRef, bool)
 	if best == nil {
 		return monitorRef{}, false
 	}
-	best.containers[containerID] = podID
+	best.containers[c.id] = podID
+	c.placed = best
 	return best.ref, true
 }
 
 // assign records that a monitor serves a container.
-func (p *monitorPlacement) assign(ref monitorRef, containerID, podID string) {
+func (p *monitorPlacement) assign(ref monitorRef, c *container, podID string) {
 	if ref.PID <= 0 {
 		return
 	}
@@ -110,25 +112,26 @@ func (p *monitorPlacement) assign(ref monitorRef, containerID, podID string) {
 		m = &placedMonitor{ref: ref, containers: map[string]string{}}
 		p.monitors[ref.PID] = m
 	}
-	m.containers[containerID] = podID
+	m.containers[c.id] = podID
+	c.placed = m
 }
 
 // release takes a container out of its monitor, and reports the monitor
 // when that was its last container: it takes no more. Releasing twice does
 // nothing.
-func (p *monitorPlacement) release(containerID string) (emptied monitorRef, ok bool) {
+func (p *monitorPlacement) release(c *container) (emptied monitorRef, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for pid, m := range p.monitors {
-		if _, ok := m.containers[containerID]; !ok {
-			continue
-		}
-		delete(m.containers, containerID)
-		if len(m.containers) == 0 {
-			delete(p.monitors, pid)
-			return m.ref, true
-		}
+	m := c.placed
+	c.placed = nil
+	// One whose pid a later monitor took (assign) is no longer placed.
+	if m == nil || p.monitors[m.ref.PID] != m {
 		return monitorRef{}, false
+	}
+	delete(m.containers, c.id)
+	if len(m.containers) == 0 {
+		delete(p.monitors, m.ref.PID)
+		return m.ref, true
 	}
 	return monitorRef{}, false
 }
@@ -138,8 +141,8 @@ func (p *monitorPlacement) release(containerID string) (emptied monitorRef, ok b
 // so the directory goes here once the monitor is gone. Whether it is gone
 // is waited for, not looked at: a killed monitor closes its sockets, which
 // is how its containers' ends are seen, before it is a zombie.
-func (s *Server) releaseMonitor(containerID string) {
-	ref, emptied := s.monitors.release(containerID)
+func (s *Server) releaseMonitor(c *container) {
+	ref, emptied := s.monitors.release(c)
 	if !emptied || ref.JoinDir == "" {
 		return
 	}
@@ -174,19 +177,19 @@ type monitorStart struct {
 // beginMonitor picks the container's monitor before its bundle is written:
 // a shared one with room, whose join begins at once, so that its helper
 // (a process of its own) starts and prepares meanwhile; else none yet.
-func (s *Server) beginMonitor(ctx context.Context, rec containerRecord, opts conmon.Options) (*monitorStart, error) {
+func (s *Server) beginMonitor(ctx context.Context, c *container, rec containerRecord, opts conmon.Options) (*monitorStart, error) {
 	for {
-		ref, ok := s.monitors.reserve(rec.ID, rec.SandboxID)
+		ref, ok := s.monitors.reserve(c, rec.SandboxID)
 		if !ok {
 			return &monitorStart{opts: opts}, nil
 		}
 		join, err := s.monitor.BeginJoin(ctx, ref.JoinDir, opts)
 		if errors.Is(err, conmon.ErrJoinRefused) {
-			s.joinRefused(rec.ID, ref, err)
+			s.joinRefused(c, ref, err)
 			continue
 		}
 		if err != nil {
-			s.releaseMonitor(rec.ID)
+			s.releaseMonitor(c)
 			return nil, err
 		}
 		return &monitorStart{opts: opts, ref: ref, join: join}, nil
@@ -195,22 +198,22 @@ func (s *Server) beginMonitor(ctx context.Context, rec containerRecord, opts con
 
 // cancelMonitor gives up the join begun for a container whose bundle
 // failed; its helper is gone when it returns.
-func (s *Server) cancelMonitor(rec containerRecord, st *monitorStart) {
+func (s *Server) cancelMonitor(c *container, st *monitorStart) {
 	if st.join != nil {
 		st.join.Cancel()
-		s.releaseMonitor(rec.ID)
+		s.releaseMonitor(c)
 	}
 }
 
 // finishMonitor has the container created once its bundle is complete: by
 // the shared monitor joined, else (none, or it refused) by another shared
 // one or a new one, which is shared in turn unless monitor_share is 1.
-func (s *Server) finishMonitor(ctx context.Context, rec containerRecord, st *monitorStart) (monitorRef, error) {
+func (s *Server) finishMonitor(ctx context.Context, c *container, rec containerRecord, st *monitorStart) (monitorRef, error) {
 	for st.join != nil {
 		created, err := st.join.Finish()
 		if errors.Is(err, conmon.ErrJoinRefused) {
-			s.joinRefused(rec.ID, st.ref, err)
-			if st, err = s.beginMonitor(ctx, rec, st.opts); err != nil {
+			s.joinRefused(c, st.ref, err)
+			if st, err = s.beginMonitor(ctx, c, rec, st.opts); err != nil {
 				return monitorRef{}, err
 			}
 			continue
@@ -219,7 +222,7 @@ func (s *Server) finishMonitor(ctx context.Context, rec containerRecord, st *mon
 			err = fmt.Errorf("joined monitor %d, not the shared monitor %d", created.MonitorPID, st.ref.PID)
 		}
 		if err != nil {
-			s.releaseMonitor(rec.ID)
+			s.releaseMonitor(c)
 			return monitorRef{}, err
 		}
 		return st.ref, nil
@@ -239,15 +242,15 @@ func (s *Server) finishMonitor(ctx context.Context, rec containerRecord, st *mon
 		return monitorRef{}, err
 	}
 	ref := monitorRef{PID: created.MonitorPID, StartTime: created.MonitorStartTime, JoinDir: opts.JoinDir}
-	s.monitors.assign(ref, rec.ID, rec.SandboxID)
+	s.monitors.assign(ref, c, rec.SandboxID)
 	return ref, nil
 }
 
 // joinRefused takes a shared monitor that refused a join out of the
 // placement: it is not asked again.
-func (s *Server) joinRefused(containerID string, ref monitorRef, err error) {
+func (s *Server) joinRefused(c *container, ref monitorRef, err error) {
 	s.log.WithField("monitor", ref.PID).WithError(err).Info("shared monitor takes no more containers")
-	s.releaseMonitor(containerID)
+	s.releaseMonitor(c)
 	s.monitors.markClosed(ref)
 }
 

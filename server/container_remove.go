@@ -30,7 +30,7 @@ func (s *Server) RemoveContainer(ctx context.Context, req *runtime.RemoveContain
 // removeContainer takes the container's lock, so a caller may hold its
 // sandbox's lock but not the container's.
 func (s *Server) removeContainer(ctx context.Context, id string) error {
-	unlock := s.locks.lock(id)
+	c, unlock := s.lockCtr(id)
 	defer unlock()
 	if err := s.stopContainer(ctx, id, 0); err != nil {
 		return err
@@ -47,8 +47,7 @@ func (s *Server) removeContainer(ctx context.Context, id string) error {
 		return err
 	}
 	s.containerNames.Release(rec.Name, id)
-	s.containerEvent(id, rec.SandboxID, runtime.ContainerEventType_CONTAINER_DELETED_EVENT)
-	s.cpuRates.forget(id)
+	_ = s.transition(ctx, c, rec, removed)
 	return nil
 }
 

@@ -28,9 +28,12 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	startedAt := time.Now().UnixNano()
 	ctx, phases := s.withPhases(ctx, "StartContainer")
 	defer phases.observe()
-	s.starts.begin(id)
+	c := s.ctr(id)
+	if err := s.transition(ctx, c, rec, starting); err != nil {
+		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
+	}
 	if err := rt.Start(ctx, id); err != nil {
-		s.endStart(rec, false)
+		_ = s.transition(ctx, c, rec, startFailed)
 		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
 	}
 	phaseDone(ctx, "runtime_start")
@@ -51,24 +54,10 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 		return nil
 	})
 	phaseDone(ctx, "record")
-	s.endStart(rec, err == nil)
 	if err != nil {
+		_ = s.transition(ctx, c, rec, startFailed)
 		return nil, toStatus(err)
 	}
+	_ = s.transition(ctx, c, rec, started)
 	return &runtime.StartContainerResponse{}, nil
-}
-
-// endStart sends the events of a start: STARTED when it was recorded, then
-// STOPPED when the process exited before the start was recorded (the exit's
-// own event waited, see startGate).
-func (s *Server) endStart(rec containerRecord, started bool) {
-	// STARTED goes out while the start is still marked: an exit recorded
-	// meanwhile leaves its event to us, one recorded after sends its own,
-	// after this one.
-	if started {
-		s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STARTED_EVENT)
-	}
-	if s.starts.end(rec.ID) {
-		s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
-	}
 }

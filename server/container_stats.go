@@ -61,7 +61,7 @@ func (s *Server) containerStatsAndCgroup(rec containerRecord) (*runtime.Containe
 			return nil, nil, err
 		}
 		cg = &read
-		u := s.cgroupUsage(rec.ID, now, read)
+		u := cgroupUsage(s.ctr(rec.ID).nanoCores, now, read)
 		st.Cpu, st.Memory, st.Swap, st.Io = u.cpu, u.memory, u.swap, u.io
 	}
 	if u, err := s.usage.RootfsUsage(rec.ID); err == nil {
@@ -86,8 +86,8 @@ type criUsage struct {
 // cgroupUsage turns a cgroup's figures into the CRI's, with the kubelet's
 // definitions: available = limit - working set (unset without a limit),
 // swap available = swap limit - swap usage, PSI totals in nanoseconds.
-// key names the cgroup's CPU sample for the rate.
-func (s *Server) cgroupUsage(key string, now int64, cg oci.CgroupStats) criUsage {
+// rate takes the CPU sample and returns usage_nano_cores (cpuSample.next).
+func cgroupUsage(rate func(at int64, usage uint64) (uint64, bool), now int64, cg oci.CgroupStats) criUsage {
 	u := criUsage{
 		cpu: &runtime.CpuUsage{
 			Timestamp:            now,
@@ -104,8 +104,8 @@ func (s *Server) cgroupUsage(key string, now int64, cg oci.CgroupStats) criUsage
 			Psi:             psiStats(cg.MemoryPressure),
 		},
 	}
-	if rate, ok := s.cpuRates.nanoCores(key, now, cg.CPU.UsageNanos); ok {
-		u.cpu.UsageNanoCores = &runtime.UInt64Value{Value: rate}
+	if nanoCores, ok := rate(now, cg.CPU.UsageNanos); ok {
+		u.cpu.UsageNanoCores = &runtime.UInt64Value{Value: nanoCores}
 	}
 	if cg.Memory.Limit != 0 {
 		u.memory.AvailableBytes = &runtime.UInt64Value{Value: subOrZero(cg.Memory.Limit, cg.Memory.WorkingSet)}

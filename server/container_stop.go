@@ -50,7 +50,7 @@ func (s *Server) StopContainer(ctx context.Context, req *runtime.StopContainerRe
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	unlock := s.locks.lock(id)
+	_, unlock := s.lockCtr(id)
 	defer unlock()
 	if err := s.stopContainer(ctx, id, time.Duration(req.GetTimeout())*time.Second); err != nil {
 		return nil, toStatus(fmt.Errorf("stop container %s: %w", id, err))
@@ -60,7 +60,7 @@ func (s *Server) StopContainer(ctx context.Context, req *runtime.StopContainerRe
 
 // killContainer stops a container at once; the caller holds the sandbox's lock.
 func (s *Server) killContainer(ctx context.Context, id string) error {
-	unlock := s.locks.lock(id)
+	_, unlock := s.lockCtr(id)
 	defer unlock()
 	return s.stopContainer(ctx, id, 0)
 }
@@ -82,7 +82,7 @@ func (s *Server) stopContainer(ctx context.Context, id string, timeout time.Dura
 	if err != nil {
 		return err
 	}
-	exited := s.exits.exited(id)
+	exited := s.ctr(id).exited
 	if timeout > 0 {
 		sig, err := parseSignal(rec.StopSignal)
 		if err != nil {

@@ -158,9 +158,11 @@ func TestStopWaitsForASlowReapAsLongAsTheCaller(t *testing.T) {
 	ts.runc.OnKill = func(id string, sig syscall.Signal) {
 		go func() { <-never; _ = ts.monitor.Exit(id, 128+int(sig)) }()
 	}
-	defer close(never)
 	short, cancelShort := context.WithTimeout(bg, 50*time.Millisecond)
 	defer cancelShort()
 	_, err := ts.StopContainer(short, &runtime.StopContainerRequest{ContainerId: stuck})
 	wantCode(t, "StopContainer past the caller's deadline", err, codes.DeadlineExceeded, stuck)
+	// Reaped at last, and recorded before the test's state root goes.
+	close(never)
+	ts.waitExited(t, stuck)
 }

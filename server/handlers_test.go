@@ -292,7 +292,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	s2 := &Server{
 		cfg: ts.cfg, version: ts.version, log: ts.log,
 		sandboxNames: store.NewNames(), containerNames: store.NewNames(),
-		locks: newKeyedLocks(), monitors: newMonitorPlacement(1), monitorPath: ts.monitorPath,
+		monitors: newMonitorPlacement(1), monitorPath: ts.monitorPath,
 		cdi: ts.cdi, pins: ts.pins, runtimes: ts.runtimes,
 	}
 	s2.useCNI(ts.network)

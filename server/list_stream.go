@@ -46,7 +46,7 @@ func (s *Server) StreamContainers(req *runtime.StreamContainersRequest, stream r
 	if err != nil {
 		return err
 	}
-	size := func(c *runtime.Container) int { return s.encodedContainers.size(c, s.containerExists) }
+	size := func(c *runtime.Container) int { return encodedSize(c, s.ctr) }
 	return sendBatches(stream, "containers", resp.GetContainers(), size, func(b []*runtime.Container) *runtime.StreamContainersResponse {
 		return &runtime.StreamContainersResponse{Containers: b}
 	})
@@ -138,14 +138,11 @@ func batchEnd[T any](items []T, start int, size func(T) int) int {
 	return end
 }
 
-// size is c's encoded size, read from its kept encoding, made now if it
-// has none: the codec sends the batch from these encodings, and proto.Size
-// would walk the container's labels and annotations once more. exists is
-// encode's: the encoding of a container removed meanwhile is not kept.
-func (e *encodedContainers) size(c *runtime.Container, exists func(id string) bool) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	data, err := e.encoding(c, exists)
+// encodedSize is c's encoded size, read from its kept encoding, made now if
+// it has none: the codec sends the batch from these encodings, and
+// proto.Size would walk the container's labels and annotations once more.
+func encodedSize(c *runtime.Container, object func(id string) *container) int {
+	data, err := encodingOf(c, object)
 	if err != nil {
 		return proto.Size(c) // the codec will fail the same way, and say why
 	}

@@ -3,53 +3,34 @@ package server
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/minicri/minicri/store"
 )
 
-// keyedLocks serialises the calls that change one object (a sandbox or a
-// container): the kubelet may retry a StopContainer while the first is still
-// running, and RemovePodSandbox may race a StopContainer of one of its
-// containers. Locks of different keys never wait for each other.
+// Each sandbox and container has a lock of its own, in its object
+// (objects.go), that serialises the calls that change it: the kubelet may
+// retry a StopContainer while the first is still running, and
+// RemovePodSandbox may race a StopContainer of one of its containers. Locks
+// of different objects never wait for each other.
 //
 // The lock discipline of the server: take an object's lock before its
 // record's read-modify-write and before acting on its resources; a sandbox
 // lock may be held while taking a container lock, never the other way round;
-// the store tables' own locks are held only inside one store call.
-type keyedLocks struct {
-	mu    sync.Mutex
-	locks map[string]*refLock
+// an object's mu, the objects' registry lock and the store tables' own
+// locks are held only briefly, never across a runtime call.
+
+// lockCtr takes the lock of container id and returns its unlock.
+func (s *Server) lockCtr(id string) (*container, func()) {
+	c := s.ctr(id)
+	c.lock.Lock()
+	return c, c.lock.Unlock
 }
 
-type refLock struct {
-	sync.Mutex
-	refs int
-}
-
-func newKeyedLocks() *keyedLocks { return &keyedLocks{locks: map[string]*refLock{}} }
-
-// lock takes the lock of key and returns its unlock.
-func (k *keyedLocks) lock(key string) (unlock func()) {
-	k.mu.Lock()
-	l, ok := k.locks[key]
-	if !ok {
-		l = &refLock{}
-		k.locks[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-
-	l.Lock()
-	return func() {
-		l.Unlock()
-		k.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
+// lockPod takes the lock of sandbox id and returns its unlock.
+func (s *Server) lockPod(id string) (*sandbox, func()) {
+	sb := s.pod(id)
+	sb.lock.Lock()
+	return sb, sb.lock.Unlock
 }
 
 // lockContainer is lookupContainer under the container's lock, for the
@@ -60,7 +41,7 @@ func (s *Server) lockContainer(id string) (_ containerRecord, unlock func(), _ e
 	if err != nil {
 		return containerRecord{}, nil, err
 	}
-	unlock = s.locks.lock(full)
+	_, unlock = s.lockCtr(full)
 	rec, err := s.containers.Get(full)
 	if err != nil {
 		unlock()
@@ -76,7 +57,7 @@ func (s *Server) lockSandbox(ctx context.Context, op, id string) (_ context.Cont
 	if err != nil {
 		return ctx, "", nil, err
 	}
-	unlock := s.locks.lock(full)
+	_, unlock := s.lockPod(full)
 	ctx, phases := s.withPhases(ctx, op)
 	return ctx, full, func() {
 		phases.observe()

@@ -64,13 +64,14 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 		return
 	}
 	_ = s.containerNames.Reserve(c.Name, c.ID)
+	obj := s.objs.addContainer(c.ID)
 	switch {
 	case c.State == stateExited:
 	case conmon.Alive(c.Monitor.PID, c.Monitor.StartTime):
 		if c.State == stateCreated {
 			s.recoverStart(ctx, c)
 		}
-		s.monitors.assign(c.Monitor, c.ID, c.SandboxID)
+		s.monitors.assign(c.Monitor, obj, c.SandboxID)
 		s.watchContainer(c)
 	default:
 		// Its monitor ended while the daemon was down.
@@ -124,6 +125,7 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 		return
 	}
 	_ = s.sandboxNames.Reserve(sb.Name, sb.ID)
+	s.objs.addSandbox(sb.ID)
 	if sb.State != stateReady {
 		return
 	}

@@ -22,6 +22,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 
 // removePodSandbox is RemovePodSandbox under the sandbox's lock.
 func (s *Server) removePodSandbox(ctx context.Context, id string) error {
+	sb := s.pod(id) // taken while it is kept: removeSandbox drops it
 	rec, err := s.sandboxes.Get(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // removed while we waited for the lock
@@ -34,13 +35,11 @@ func (s *Server) removePodSandbox(ctx context.Context, id string) error {
 	}
 	phaseDone(ctx, "containers")
 	crashPoint("sandbox-remove-after-containers")
-	wasReady := rec.State == stateReady
 	if err := s.removeSandbox(ctx, &rec); err != nil {
 		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
 	}
 	s.sandboxNames.Release(rec.Name, id)
-	s.sandboxRemovedEvents(rec, wasReady)
-	s.cpuRates.forget(id)
+	s.podTransition(ctx, sb, rec, removed)
 	return nil
 }
 

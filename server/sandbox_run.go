@@ -100,17 +100,21 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 		}
 		return nil, toStatus(err)
 	}
-	unlock := s.locks.lock(id)
-	defer unlock()
+	// The object comes first: its lock is held before the record is made.
+	sb := s.objs.addSandbox(id)
+	sb.lock.Lock()
+	defer sb.lock.Unlock()
 	ctx, phases := s.withPhases(ctx, "RunPodSandbox")
 	defer phases.observe()
 	if err := s.createSandbox(ctx, id, name, handler, cfg); err != nil {
+		s.objs.deleteSandbox(id) // the undo did unless the record was never made
 		s.sandboxNames.Release(name, id)
 		return nil, toStatus(fmt.Errorf("run pod sandbox %s: %w", cfg.GetMetadata().GetName(), err))
 	}
 	// As containerd: both, with the sandbox's ID as the container's.
-	s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_CREATED_EVENT)
-	s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_STARTED_EVENT)
+	rec, _ := s.sandboxes.Get(id) // under the lock: as createSandbox left it
+	s.podTransition(ctx, sb, rec, created)
+	s.podTransition(ctx, sb, rec, started)
 	return &runtime.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 

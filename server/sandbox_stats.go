@@ -95,7 +95,7 @@ func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
 	default:
 		return sample, err
 	}
-	u := s.cgroupUsage(rec.ID, now, pod)
+	u := cgroupUsage(s.pod(rec.ID).nanoCores, now, pod)
 	linux.Cpu, linux.Memory, linux.Io = u.cpu, u.memory, u.io
 	linux.Process = &runtime.ProcessUsage{Timestamp: now, ProcessCount: &runtime.UInt64Value{Value: pod.Processes}}
 	if ns := rec.Namespaces.Net; ns != "" && rec.NetworkUp {
@@ -142,7 +142,7 @@ func (s *Server) summedPodCgroup(rec sandboxRecord, running []containerSample) o
 	}
 	for _, c := range s.containersOf(rec.ID) {
 		if !seen[c.ID] {
-			last, _ := s.cpuRates.lastUsage(c.ID)
+			last, _ := s.ctr(c.ID).lastUsage()
 			sum.CPU.UsageNanos += last
 		}
 	}

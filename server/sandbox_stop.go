@@ -68,7 +68,7 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 	}
 	phaseDone(ctx, "record")
 	if wasReady {
-		s.containerEvent(id, id, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
+		s.podTransition(ctx, s.pod(id), rec, stopped)
 	}
 	return nil
 }
@@ -98,7 +98,7 @@ func (s *Server) killPodPIDNamespace(ctx context.Context, sb sandboxRecord) {
 	var exits []<-chan struct{}
 	for _, c := range s.containersOf(sb.ID) {
 		if (c.State == stateCreated || c.State == stateRunning) && inPodPIDNamespace(c) {
-			exits = append(exits, s.exits.exited(c.ID))
+			exits = append(exits, s.ctr(c.ID).exited)
 		}
 	}
 	if len(exits) == 0 {
@@ -191,9 +191,9 @@ func (s *Server) teardownNetwork(ctx context.Context, rec *sandboxRecord) error 
 	return nil
 }
 
-// removeSandbox removes everything of a sandbox and its record: the undo of
-// a failed RunPodSandbox, the end of RemovePodSandbox and the start-up
-// repair of a cut-short RunPodSandbox. The caller holds the sandbox's lock
+// removeSandbox removes everything of a sandbox, its record and its
+// object: the undo of a failed RunPodSandbox, the end of RemovePodSandbox
+// and the start-up repair of a cut-short RunPodSandbox. The caller holds the sandbox's lock
 // and releases its name.
 func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 	if err := s.releaseSandboxResources(ctx, rec); err != nil {
@@ -205,6 +205,8 @@ func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 	}
 	phaseDone(ctx, "files")
 	err := s.sandboxes.Delete(rec.ID)
+	// After the delete: an object looked for from now on is not added again.
+	s.objs.deleteSandbox(rec.ID)
 	phaseDone(ctx, "record")
 	return err
 }

@@ -53,8 +53,6 @@ type Server struct {
 	containers     *store.Table[containerRecord]
 	sandboxNames   *store.Names
 	containerNames *store.Names
-	locks          *keyedLocks // see keyedLocks for the lock discipline
-	exits          exitWatches
 	cni            podNetworking
 	cniConf        networkConfig
 	images         imageStore
@@ -70,21 +68,23 @@ type Server struct {
 	monitorPath    string
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
-	execSpecs      execSpecCache
 	cdi            *oci.CDI
+
+	// objs holds each sandbox's and container's lock and in-memory state
+	// (objects.go); see locks.go for the lock discipline.
+	objs objects
+
 	// missingControllers holds the cgroup controllers already logged as
 	// missing (see warnMissingControllers).
 	missingControllers sync.Map
 	netConfig          netConfig // the node's pod CIDR, from UpdateRuntimeConfig
 
-	// events feeds GetContainerEvents; starts orders a container's STARTED
-	// and STOPPED events.
+	// events feeds GetContainerEvents (see transition).
 	events broadcast.Hub[*runtime.ContainerEventResponse]
-	starts startGate
 
-	metrics  *metrics.Metrics // nil: not collected
-	cpuRates cpuRates         // last CPU samples, for usage_nano_cores
-	// encodedContainers are the ListContainers entries Codec keeps.
+	metrics *metrics.Metrics // nil: not collected
+	// encodedContainers is the ListContainers answer Codec keeps; each
+	// container's own encoding is in its object.
 	encodedContainers encodedContainers
 }
 
@@ -99,7 +99,6 @@ func New(opts Options) (*Server, error) {
 		metrics:        opts.Metrics,
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),
-		locks:          newKeyedLocks(),
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
 		pins:           hostPins{},

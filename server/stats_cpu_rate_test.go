@@ -1,7 +1,6 @@
 package server
 
 import (
-	"fmt"
 	"testing"
 	"time"
 )
@@ -27,36 +26,13 @@ func TestCPURates(t *testing.T) {
 		{"a counter that went backwards starts over", []step{{sec, 2e9, 0, false}, {2 * sec, 1e9, 0, false}, {3 * sec, 1.25e9, 2.5e8, true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var r cpuRates
+			var p cpuSample
 			for i, s := range tc.steps {
-				rate, ok := r.nanoCores("c", s.at, s.usage)
+				rate, ok := p.next(s.at, s.usage)
 				if rate != s.rate || ok != s.hasOne {
 					t.Fatalf("step %d: rate %d, %v; want %d, %v", i, rate, ok, s.rate, s.hasOne)
 				}
 			}
 		})
-	}
-}
-
-func TestCPURatesForgetAndBound(t *testing.T) {
-	var r cpuRates
-	r.nanoCores("gone", 1, 1)
-	r.forget("gone")
-	if _, ok := r.lastUsage("gone"); ok {
-		t.Fatal("a forgotten sample is still kept")
-	}
-	start := int64(time.Hour)
-	for i := range maxCPUSamples {
-		r.nanoCores(fmt.Sprint(i), start, 1)
-	}
-	// Full: a new one is not kept while nothing is stale...
-	r.nanoCores("new", start+1, 1)
-	if _, ok := r.lastUsage("new"); ok || len(r.samples) > maxCPUSamples {
-		t.Fatalf("cache grew past its bound: %d samples", len(r.samples))
-	}
-	// ...and stale ones make room.
-	r.nanoCores("later", start+staleSample+1, 1)
-	if _, ok := r.lastUsage("later"); !ok || len(r.samples) != 1 {
-		t.Fatalf("stale samples were not pruned: %d samples", len(r.samples))
 	}
 }

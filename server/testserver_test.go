@@ -96,7 +96,6 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 		log:            logrus.NewEntry(log),
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),
-		locks:          newKeyedLocks(),
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		monitorPath:    self,
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
@@ -190,7 +189,7 @@ func (ts *testServer) ctrState(t *testing.T, id string) runtime.ContainerState {
 func (ts *testServer) waitExited(t *testing.T, id string) {
 	t.Helper()
 	select {
-	case <-ts.exits.exited(id):
+	case <-ts.ctr(id).exited:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("container %s: exit not recorded after 10s", id)
 	}
@@ -212,7 +211,7 @@ func wantCode(t *testing.T, what string, err error, want codes.Code, names ...st
 
 // wantNothingLeft fails the test when anything is held: namespace pins,
 // shm mounts, network attachments, infra processes, root filesystems,
-// records, pod dirs and bundles.
+// records, in-memory objects, pod dirs and bundles.
 func (ts *testServer) wantNothingLeft(t *testing.T, what string) {
 	t.Helper()
 	if n := ts.pins.Held(); n != 0 {
@@ -232,6 +231,9 @@ func (ts *testServer) wantNothingLeft(t *testing.T, what string) {
 	}
 	if n := len(ts.containers.List()); n != 0 {
 		t.Errorf("%s: %d container records left", what, n)
+	}
+	if containers, sandboxes := ts.objectCount(); containers+sandboxes != 0 {
+		t.Errorf("%s: %d container and %d sandbox objects left", what, containers, sandboxes)
 	}
 	for _, d := range []string{"pods", "containers"} {
 		if ids := idDirs(filepath.Join(ts.cfg.RunDir, d)); len(ids) != 0 {

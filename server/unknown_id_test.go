@@ -38,7 +38,6 @@ func newRecordsServer(t *testing.T) *Server {
 		containers:     containers,
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),
-		locks:          newKeyedLocks(),
 		runtimes:       ociHandlers{&oci.Handlers{}}, // none configured: Status says so
 	}
 }

@@ -1,9 +1,14 @@
 package server
 
 import (
+	"os"
 	"testing"
+	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/conmon/wire"
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // objectCount is how many container and sandbox objects the server keeps.
@@ -75,5 +80,34 @@ func TestRecoverAddsObjectsOfKeptRecords(t *testing.T) {
 	}
 	if containers, sandboxes := ts.objectCount(); containers != 1 || sandboxes != 1 {
 		t.Errorf("%d container and %d sandbox objects after the start-up, want 1 and 1", containers, sandboxes)
+	}
+}
+
+// A container whose shared monitor is still alive but which ended while the
+// daemon was down has its exit file already: the start-up records it at
+// once, not when the monitor's watch next fires, so that no call after the
+// start-up sees it running.
+func TestRecoverRecordsAnExitFoundWithALiveMonitor(t *testing.T) {
+	ts := newTestServer(t)
+	_, ctrID := ts.runningCtr(t, "web")
+	self, err := procstat.Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := ts.containers.Update(ctrID, func(r *containerRecord) error {
+		r.Monitor.PID, r.Monitor.StartTime = os.Getpid(), self.StartTime // alive
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The exit file alone: the fake monitor's watch never fires.
+	if err := os.WriteFile(exitFile(rec), wire.ExitStatus{Code: 3, At: time.Now()}.Marshal(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts.objs = objects{}
+	ts.recover()
+	if got := ts.ctrState(t, ctrID); got != runtime.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("state right after the start-up = %v, want EXITED (its exit file was there)", got)
 	}
 }

@@ -72,6 +72,13 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 			s.recoverStart(ctx, c)
 		}
 		s.monitors.assign(c.Monitor, obj, c.SandboxID)
+		// A shared monitor outlives the containers it served: one that
+		// ended while the daemon was down has its exit file already, and
+		// is recorded now, before the first call can see it running.
+		if _, exited, _ := conmon.ReadExit(exitFile(c)); exited {
+			s.recordExit(c.ID)
+			return
+		}
 		s.watchContainer(c)
 	default:
 		// Its monitor ended while the daemon was down.

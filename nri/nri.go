@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
@@ -50,8 +51,9 @@ type NRI struct {
 
 // New prepares NRI; Start starts the plugins and the socket.
 func New(cfg Config, name, version string, rt Runtime, log *logrus.Entry) (*NRI, error) {
-	nrilog.Set(logger{log})
-	// Process-wide in the library: one adaptation per process.
+	// Process-wide in the library, and set without a lock: once, before
+	// any adaptation's goroutines log.
+	setLogger.Do(func() { nrilog.Set(logger{log}) })
 	adaptation.SetPluginRegistrationTimeout(cfg.RegistrationTimeout)
 	adaptation.SetPluginRequestTimeout(cfg.RequestTimeout)
 	n := &NRI{rt: rt, log: log}
@@ -281,6 +283,8 @@ func wrap(event string, err error) error {
 	}
 	return fmt.Errorf("%w: %s: %w", ErrPlugin, event, err)
 }
+
+var setLogger sync.Once
 
 // logger hands the library's log lines to the daemon's log.
 type logger struct{ e *logrus.Entry }

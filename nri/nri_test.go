@@ -147,7 +147,7 @@ func TestPluginSynchronizedAdjustsAndUpdates(t *testing.T) {
 		}
 	}
 	spec := &specs.Spec{Process: &specs.Process{Env: []string{"PATH=/bin"}}}
-	if err := AdjustSpec(spec, adj); err != nil {
+	if err := AdjustSpec(spec, adj, nil); err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"PATH=/bin", "FROM_PLUGIN=1"}; !slices.Equal(spec.Process.Env, want) {

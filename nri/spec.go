@@ -11,13 +11,18 @@ import (
 )
 
 // AdjustSpec applies the plugins' adjustment of a container to its OCI spec,
-// before the spec is written. The library's generator does the NRI side;
+// before the spec is written; injectCDI adds the CDI devices plugins ask
+// for (nil: none are added). The library's generator does the NRI side;
 // specEditor below is the plain editing of a spec it stands on.
-func AdjustSpec(spec *specs.Spec, adj *api.ContainerAdjustment) error {
+func AdjustSpec(spec *specs.Spec, adj *api.ContainerAdjustment, injectCDI func(*specs.Spec, []string) error) error {
 	if adj == nil {
 		return nil
 	}
-	g := generate.SpecGenerator(&specEditor{spec})
+	var opts []generate.GeneratorOption
+	if injectCDI != nil {
+		opts = append(opts, generate.WithCDIDeviceInjector(injectCDI))
+	}
+	g := generate.SpecGenerator(&specEditor{spec}, opts...)
 	if err := g.Adjust(adj); err != nil {
 		return fmt.Errorf("%w: adjust the OCI spec: %w", ErrPlugin, err)
 	}

@@ -66,7 +66,7 @@ func TestAdjustSpec(t *testing.T) {
 			a := &api.ContainerAdjustment{}
 			c.adjust(a)
 			s := baseSpec()
-			if err := AdjustSpec(s, a); err != nil {
+			if err := AdjustSpec(s, a, nil); err != nil {
 				t.Fatalf("AdjustSpec: %v", err)
 			}
 			if !c.check(s) {
@@ -74,7 +74,21 @@ func TestAdjustSpec(t *testing.T) {
 			}
 		})
 	}
-	if err := AdjustSpec(baseSpec(), nil); err != nil {
+	if err := AdjustSpec(baseSpec(), nil, nil); err != nil {
 		t.Errorf("no adjustment: %v", err)
+	}
+}
+
+// The CDI devices a plugin asks for go to the runtime's injector.
+func TestAdjustSpecInjectsCDIDevices(t *testing.T) {
+	a := &api.ContainerAdjustment{}
+	a.AddCDIDevice(&api.CDIDevice{Name: "vendor.com/gpu=0"})
+	var got []string
+	inject := func(s *specs.Spec, names []string) error { got = names; return nil }
+	if err := AdjustSpec(baseSpec(), a, inject); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{"vendor.com/gpu=0"}) {
+		t.Errorf("injected %v, want the plugin's device", got)
 	}
 }

@@ -151,7 +151,7 @@ func (s *Server) nriCreateContainer(ctx context.Context, sb sandboxRecord, rec c
 	pod, ctr := nriPod(sb), nriContainer(rec, spec)
 	adjust, updates, err := s.nri.CreateContainer(ctx, pod, ctr)
 	if err == nil {
-		err = nri.AdjustSpec(spec, adjust)
+		err = nri.AdjustSpec(spec, adjust, s.nriInjectCDI)
 	}
 	if err != nil {
 		s.nriUndoCreateContainer(ctx, sb, rec)
@@ -159,6 +159,15 @@ func (s *Server) nriCreateContainer(ctx context.Context, sb sandboxRecord, rec c
 	}
 	s.applyNRIUpdatesLater(updates)
 	return nil
+}
+
+// nriInjectCDI adds the CDI devices a plugin asks for, as those the
+// kubelet asks for; with CDI off, a plugin's are refused as the kubelet's.
+func (s *Server) nriInjectCDI(spec *specs.Spec, devices []string) error {
+	if !s.cfg.CDI.Enabled {
+		return fmt.Errorf("%w: a plugin asks for CDI devices %v and cdi.enabled is false", nri.ErrPlugin, devices)
+	}
+	return s.cdi.Inject(spec, devices)
 }
 
 // nriUndoCreateContainer tells the plugins that took a container whose

@@ -311,6 +311,12 @@ func nriContainer(r containerRecord, spec *specs.Spec) *api.Container {
 		ExitCode:      r.ExitCode,
 		StatusReason:  r.Reason,
 		StatusMessage: r.Message,
+		Image:         &api.Image{Name: r.Image},
+	}
+	if r.State == stateCreated || r.State == stateRunning {
+		if pid, ok := bundlePID(r.Bundle); ok {
+			c.Pid = uint32(pid)
+		}
 	}
 	if spec == nil {
 		var err error
@@ -321,6 +327,7 @@ func nriContainer(r containerRecord, spec *specs.Spec) *api.Container {
 	if p := spec.Process; p != nil {
 		c.Args = p.Args
 		c.Env = p.Env
+		c.User = &api.User{Uid: p.User.UID, Gid: p.User.GID, AdditionalGids: p.User.AdditionalGids}
 		for _, l := range p.Rlimits {
 			c.Rlimits = append(c.Rlimits, &api.POSIXRlimit{Type: l.Type, Hard: l.Hard, Soft: l.Soft})
 		}

@@ -98,7 +98,7 @@ func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 
 	plugin := startNRIPlugin(t, bin, d, "-fail-create-once", "refused")
 	plugin.waitEvent(t, "Synchronize pods=3 containers=1")
-	plugin.waitEvent(t, "synced-container early CONTAINER_RUNNING")
+	plugin.waitEvent(t, "synced-container early CONTAINER_RUNNING pid=true")
 
 	t.Run("adjustment", func(t *testing.T) {
 		cfg := containerConfig("env", ref, "sh", "-c", `echo "env=$NRI_E2E nofile=$(ulimit -n)"`)
@@ -160,8 +160,8 @@ func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 		again := startNRIPlugin(t, bin, d)
 		// early (running), env (exited) and refused (created).
 		again.waitEvent(t, "Synchronize pods=3 containers=3")
-		again.waitEvent(t, "synced-container early CONTAINER_RUNNING")
-		again.waitEvent(t, "synced-container env CONTAINER_STOPPED")
-		again.waitEvent(t, "synced-container refused CONTAINER_CREATED")
+		again.waitEvent(t, "synced-container early CONTAINER_RUNNING pid=true")
+		again.waitEvent(t, "synced-container env CONTAINER_STOPPED pid=false")
+		again.waitEvent(t, "synced-container refused CONTAINER_CREATED pid=true")
 	})
 }

@@ -36,7 +36,7 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 		p.log("synced-pod %s", pod.GetName())
 	}
 	for _, c := range ctrs {
-		p.log("synced-container %s %s", c.GetName(), c.GetState())
+		p.log("synced-container %s %s pid=%t", c.GetName(), c.GetState(), c.GetPid() > 0)
 	}
 	return nil, nil
 }

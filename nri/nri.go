@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
@@ -47,6 +48,9 @@ type NRI struct {
 	a   *adaptation.Adaptation
 	rt  Runtime
 	log *logrus.Entry
+	// plugins is how many plugins take events, as the library counts them
+	// (pluginCount): a closed one counts until the next event drops it.
+	plugins atomic.Int64
 }
 
 // New prepares NRI; Start starts the plugins and the socket.
@@ -58,6 +62,7 @@ func New(cfg Config, name, version string, rt Runtime, log *logrus.Entry) (*NRI,
 	adaptation.SetPluginRequestTimeout(cfg.RequestTimeout)
 	n := &NRI{rt: rt, log: log}
 	opts := []adaptation.Option{
+		adaptation.WithMetrics(pluginCount{&n.plugins}),
 		adaptation.WithSocketPath(cfg.SocketPath),
 		adaptation.WithPluginPath(cfg.PluginPath),
 		adaptation.WithPluginConfigPath(cfg.PluginConfigPath),
@@ -116,6 +121,13 @@ func (n *NRI) sync(ctx context.Context, cb adaptation.SyncCB) error {
 // update is the library's UpdateFn: a plugin's unsolicited updates.
 func (n *NRI) update(ctx context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
 	return n.rt.UpdateContainers(ctx, updates)
+}
+
+// Active reports whether any plugin takes events: when none does, the
+// caller may skip an event and the making of its pod and container.
+// A plugin that registers meanwhile is synchronized with the state instead.
+func (n *NRI) Active() bool {
+	return n != nil && n.plugins.Load() > 0
 }
 
 // BlockSync keeps plugins from being synchronized until the returned func
@@ -282,6 +294,15 @@ func wrap(event string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s: %w", ErrPlugin, event, err)
+}
+
+// pluginCount is the library's Metrics for the count of plugins alone.
+type pluginCount struct{ n *atomic.Int64 }
+
+func (pluginCount) RecordPluginInvocation(string, string, error)      {}
+func (pluginCount) RecordPluginLatency(string, string, time.Duration) {}
+func (c pluginCount) UpdatePluginCount(count int)                     { c.n.Store(int64(count)) }
+func (pluginCount) RecordPluginAdjustments(string, string, *api.ContainerAdjustment, int, int) {
 }
 
 var setLogger sync.Once

@@ -120,6 +120,9 @@ func TestPluginSynchronizedAdjustsAndUpdates(t *testing.T) {
 		ctrs: []*api.Container{{Id: "c1", PodSandboxId: "p1", Name: "nginx", State: api.ContainerState_CONTAINER_RUNNING}},
 	}
 	n, socket := startNRI(t, rt)
+	if n.Active() {
+		t.Error("Active with no plugin")
+	}
 	p := &testPlugin{synced: make(chan []string, 1)}
 	s := connect(t, socket, p)
 	select {
@@ -145,6 +148,9 @@ func TestPluginSynchronizedAdjustsAndUpdates(t *testing.T) {
 			adj = nil
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	if !n.Active() {
+		t.Error("not Active with a plugin taking events")
 	}
 	spec := &specs.Spec{Process: &specs.Process{Env: []string{"PATH=/bin"}}}
 	if err := AdjustSpec(spec, adj, nil); err != nil {
@@ -184,4 +190,7 @@ func TestNilIsOff(t *testing.T) {
 	}
 	n.BlockSync()()
 	n.Stop()
+	if n.Active() {
+		t.Error("a nil NRI is Active")
+	}
 }

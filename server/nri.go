@@ -16,7 +16,10 @@ import (
 
 // The NRI hooks of the handlers, one call each (see docs/nri.md): they turn
 // records into NRI's pods and containers and relay the event. s.nri is nil
-// when NRI is off; its methods then do nothing.
+// when NRI is off; its methods then do nothing. While no plugin takes
+// events (s.nri.Active), the hooks return at once: a record's translation
+// reads the container's config.json, which every create, start, exit and
+// removal would pay for nothing.
 //
 // Where a plugin's error refuses a call (a pod's run, a container's create,
 // start or update, a pod's update), the hook runs before anything is kept,
@@ -117,6 +120,9 @@ func (s *Server) applyNRIUpdatesLater(updates []*api.ContainerUpdate) {
 }
 
 func (s *Server) nriRunPodSandbox(ctx context.Context, rec sandboxRecord) error {
+	if !s.nri.Active() {
+		return nil
+	}
 	pod := nriPod(rec)
 	if err := s.nri.RunPodSandbox(ctx, pod); err != nil {
 		// The plugins that took the pod before one refused it forget it.
@@ -128,26 +134,41 @@ func (s *Server) nriRunPodSandbox(ctx context.Context, rec sandboxRecord) error 
 }
 
 func (s *Server) nriStopPodSandbox(ctx context.Context, rec sandboxRecord) {
+	if !s.nri.Active() {
+		return
+	}
 	s.nriLog("StopPodSandbox", rec.ID, s.nri.StopPodSandbox(ctx, nriPod(rec)))
 }
 
 func (s *Server) nriRemovePodSandbox(ctx context.Context, rec sandboxRecord) {
+	if !s.nri.Active() {
+		return
+	}
 	s.nriLog("RemovePodSandbox", rec.ID, s.nri.RemovePodSandbox(ctx, nriPod(rec)))
 }
 
 // nriUpdatePodSandbox hands the pod's new overhead and resources to the
 // plugins before they are recorded.
 func (s *Server) nriUpdatePodSandbox(ctx context.Context, rec sandboxRecord, overhead, resources *runtime.LinuxContainerResources) error {
+	if !s.nri.Active() {
+		return nil
+	}
 	return s.nri.UpdatePodSandbox(ctx, nriPod(rec), nriResources(overhead), nriResources(resources))
 }
 
 func (s *Server) nriPostUpdatePodSandbox(ctx context.Context, rec sandboxRecord) {
+	if !s.nri.Active() {
+		return
+	}
 	s.nriLog("PostUpdatePodSandbox", rec.ID, s.nri.PostUpdatePodSandbox(ctx, nriPod(rec)))
 }
 
 // nriCreateContainer applies the plugins' adjustment to the container's
 // spec before it is written; their updates of other containers follow.
 func (s *Server) nriCreateContainer(ctx context.Context, sb sandboxRecord, rec containerRecord, spec *specs.Spec) error {
+	if !s.nri.Active() {
+		return nil
+	}
 	pod, ctr := nriPod(sb), nriContainer(rec, spec)
 	adjust, updates, err := s.nri.CreateContainer(ctx, pod, ctr)
 	if err == nil {
@@ -173,6 +194,9 @@ func (s *Server) nriInjectCDI(spec *specs.Spec, devices []string) error {
 // nriUndoCreateContainer tells the plugins that took a container whose
 // create then failed that it is gone.
 func (s *Server) nriUndoCreateContainer(ctx context.Context, sb sandboxRecord, rec containerRecord) {
+	if !s.nri.Active() {
+		return
+	}
 	pod, ctr := nriPod(sb), nriContainer(rec, nil)
 	_, err := s.nri.StopContainer(ctx, pod, ctr)
 	s.nriLog("StopContainer", rec.ID, err)
@@ -180,11 +204,14 @@ func (s *Server) nriUndoCreateContainer(ctx context.Context, sb sandboxRecord, r
 }
 
 func (s *Server) nriPostCreateContainer(ctx context.Context, sb sandboxRecord, rec containerRecord) {
+	if !s.nri.Active() {
+		return
+	}
 	s.nriLog("PostCreateContainer", rec.ID, s.nri.PostCreateContainer(ctx, nriPod(sb), nriContainer(rec, nil)))
 }
 
 func (s *Server) nriStartContainer(ctx context.Context, rec containerRecord) error {
-	if s.nri == nil {
+	if !s.nri.Active() {
 		return nil
 	}
 	return s.nri.StartContainer(ctx, s.nriPodOf(rec.SandboxID), nriContainer(rec, nil))
@@ -197,7 +224,7 @@ func (s *Server) nriPostStartContainer(ctx context.Context, id string) {
 // nriUpdateContainer answers the resources to apply: the kubelet's, as the
 // plugins adjusted them.
 func (s *Server) nriUpdateContainer(ctx context.Context, rec containerRecord, resources *runtime.LinuxContainerResources) (*runtime.LinuxContainerResources, error) {
-	if s.nri == nil {
+	if !s.nri.Active() {
 		return resources, nil
 	}
 	adjusted, others, err := s.nri.UpdateContainer(ctx, s.nriPodOf(rec.SandboxID), nriContainer(rec, nil), nriResources(resources))
@@ -225,7 +252,7 @@ func (s *Server) nriStopContainer(ctx context.Context, id string) {
 // nriRemoveContainer runs once the container's record is gone: rec is the
 // record as it was.
 func (s *Server) nriRemoveContainer(ctx context.Context, rec containerRecord) {
-	if s.nri == nil {
+	if !s.nri.Active() {
 		return
 	}
 	s.nriLog("RemoveContainer", rec.ID, s.nri.RemoveContainer(ctx, s.nriPodOf(rec.SandboxID), nriContainer(rec, nil)))
@@ -243,7 +270,7 @@ func (s *Server) nriPodOf(id string) *api.PodSandbox {
 // nriContainerEvent relays an event that cannot be refused about a
 // container, as its record now stands.
 func (s *Server) nriContainerEvent(ctx context.Context, event, id string, relay func(context.Context, *api.PodSandbox, *api.Container) error) {
-	if s.nri == nil {
+	if !s.nri.Active() {
 		return
 	}
 	rec, err := s.containers.Get(id)

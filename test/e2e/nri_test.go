@@ -9,10 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/internal/procstat"
 )
 
 // nriPlugin is testdata/nriplugin running as an external NRI plugin of a
@@ -164,4 +167,84 @@ func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 		again.waitEvent(t, "synced-container env CONTAINER_STOPPED pid=false")
 		again.waitEvent(t, "synced-container refused CONTAINER_CREATED pid=true")
 	})
+}
+
+// pluginProcesses are the pids of processes running bin.
+func pluginProcesses(bin string) []int {
+	var pids []int
+	procstat.EachCmdline(func(pid int, cmdline string) {
+		if strings.HasPrefix(cmdline, bin) {
+			pids = append(pids, pid)
+		}
+	})
+	return pids
+}
+
+// A plugin in the plugin dir is launched by the daemon at its start, gets
+// its configuration from the plugin config dir and the events; after a
+// kill -9 of the daemon it ends with its connection, and the restarted
+// daemon launches it again, synchronized with the recovered pod and
+// container. A stopped daemon leaves no plugin running.
+func TestNRILaunchedPluginSynchronizedAfterRestart(t *testing.T) {
+	bin := buildNRIPlugin(t)
+	d := NewDaemon(t)
+	launched := filepath.Join(d.Dir, "nri-plugins", "10-e2e")
+	events := filepath.Join(d.Dir, "nri-events")
+	for _, f := range []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{launched, mustRead(t, bin), 0o755},
+		{filepath.Join(d.Dir, "nri-conf.d", "10-e2e.conf"), []byte(events), 0o644},
+	} {
+		if err := os.MkdirAll(filepath.Dir(f.path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f.path, f.data, f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, pid := range pluginProcesses(launched) {
+			t.Errorf("launched NRI plugin %d outlived its daemon", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	d.Start()
+	plugin := &nriPlugin{events: events}
+	plugin.waitEvent(t, "Synchronize pods=0 containers=0")
+
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("nri-launched")
+	pod := d.runPod(t, podCfg)
+	d.startContainer(t, pod, podCfg, runningContainer("kept", ref))
+	plugin.waitEvent(t, "RunPodSandbox nri-launched")
+	plugin.waitEvent(t, "StartContainer kept")
+
+	old := pluginProcesses(launched)
+	if len(old) != 1 {
+		t.Fatalf("launched plugin processes %v, want one", old)
+	}
+	d.restart(t)
+	waitFor(t, "the old daemon's launched plugin to end", 30*time.Second, func() bool {
+		for _, pid := range old {
+			if processRunning(pid) {
+				return false
+			}
+		}
+		return true
+	})
+	plugin.waitEvent(t, "Synchronize pods=1 containers=1")
+	plugin.waitEvent(t, "synced-container kept CONTAINER_RUNNING pid=true")
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }

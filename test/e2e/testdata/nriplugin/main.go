@@ -2,7 +2,8 @@
 // library's stub as any external plugin is: it connects to a daemon's NRI
 // socket, writes each event it gets as a line to a file, adds an environment
 // variable and an RLIMIT_NOFILE to every container, and refuses the first
-// create of a container with a given name.
+// create of a container with a given name. Launched by the runtime from its
+// plugin dir, it takes the events file from its configuration instead.
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 
 	"github.com/containerd/nri/pkg/api"
@@ -27,7 +29,21 @@ type plugin struct {
 func (p *plugin) log(format string, args ...any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	fmt.Fprintf(p.events, format+"\n", args...)
+	if p.events != nil {
+		fmt.Fprintf(p.events, format+"\n", args...)
+	}
+}
+
+// Configure opens the events file a launched plugin's configuration names.
+func (p *plugin) Configure(_ context.Context, config, _, _ string) (api.EventMask, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.events != nil || strings.TrimSpace(config) == "" {
+		return 0, nil
+	}
+	f, err := os.OpenFile(strings.TrimSpace(config), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p.events = f
+	return 0, err
 }
 
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
@@ -100,13 +116,21 @@ func main() {
 	env := flag.String("env", "injected", "value of NRI_E2E in every container")
 	failOnce := flag.String("fail-create-once", "", "refuse the first create of a container of this name")
 	flag.Parse()
-	f, err := os.OpenFile(*events, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+	p := &plugin{env: *env, failOnce: *failOnce}
+	if *events != "" {
+		f, err := os.OpenFile(*events, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		p.events = f
 	}
-	p := &plugin{events: f, env: *env, failOnce: *failOnce}
-	s, err := stub.New(p, stub.WithPluginName("e2e"), stub.WithPluginIdx("10"), stub.WithSocketPath(*socket))
+	// Launched, the runtime names it and hands it its connection.
+	var opts []stub.Option
+	if *socket != "" {
+		opts = append(opts, stub.WithPluginName("e2e"), stub.WithPluginIdx("10"), stub.WithSocketPath(*socket))
+	}
+	s, err := stub.New(p, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -27,10 +27,9 @@ import (
 // Events of things already done (stops, removals, post-events) cannot be
 // refused: a plugin's error is logged.
 
-// startNRI makes and starts NRI once the records are recovered, so that the
-// plugins launched at start are synchronized with the pods and containers
-// that survived the restart.
-func (s *Server) startNRI() error {
+// newNRI makes NRI, before the records are recovered: the exits that the
+// recovery's watches record read s.nri. No plugin runs until startNRI.
+func (s *Server) newNRI() error {
 	c := s.cfg.NRI
 	if !c.Enabled {
 		return nil
@@ -43,14 +42,15 @@ func (s *Server) startNRI() error {
 		RequestTimeout:      c.PluginRequestTimeout.Std(),
 		DisableConnections:  c.DisableConnections,
 	}, RuntimeName, s.version, nriRuntime{s}, s.log.WithField("component", "nri"))
-	if err != nil {
-		return err
-	}
-	if err := n.Start(); err != nil {
-		return err
-	}
 	s.nri = n
-	return nil
+	return err
+}
+
+// startNRI starts the plugins once the records are recovered, so that those
+// launched at start are synchronized with the pods and containers that
+// survived the restart.
+func (s *Server) startNRI() error {
+	return s.nri.Start()
 }
 
 // nriRuntime is what NRI asks of the server: the state to synchronize

@@ -62,6 +62,9 @@ func (ts *testServer) withNRIPlugin(t *testing.T, p *refusingPlugin) {
 	socket := filepath.Join(t.TempDir(), "nri.sock")
 	ts.cfg.NRI.SocketPath = socket
 	ts.cfg.NRI.PluginPath = filepath.Join(t.TempDir(), "none")
+	if err := ts.newNRI(); err != nil {
+		t.Fatal(err)
+	}
 	if err := ts.startNRI(); err != nil {
 		t.Fatal(err)
 	}

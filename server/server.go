@@ -130,6 +130,9 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.countObjects()
+	if err := s.newNRI(); err != nil {
+		return nil, err
+	}
 	s.recover()
 	if err := s.restoreRuntimeConfig(); err != nil {
 		s.log.WithError(err).Warn("restore the pod CIDR of UpdateRuntimeConfig; the kubelet sends it again")
@@ -138,7 +141,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	if err := s.startNRI(); err != nil {
-		s.streams.Close()
+		s.Close() // the plugins launched before the socket failed, too
 		return nil, err
 	}
 	return s, nil

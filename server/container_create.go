@@ -196,7 +196,6 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 		return err
 	}
 	phaseDone(ctx, "record")
-	s.nriPostCreateContainer(ctx, sb, rec)
 	_ = s.transition(ctx, c, rec, created)
 	s.watchContainer(rec)
 	return nil

@@ -49,12 +49,10 @@ func (s *Server) recordExit(id string) {
 	}
 	// Observe, not Update: the container is gone whatever the disk says, and
 	// a full disk must not leave it listed as running.
-	exitRecorded := false
 	_, err = s.containers.Observe(id, func(r *containerRecord) error {
 		if r.State == stateExited {
 			return nil
 		}
-		exitRecorded = true
 		r.State = stateExited
 		r.ExitCode = int32(exit.Code)
 		r.FinishedAt = exit.At.UnixNano()
@@ -66,9 +64,6 @@ func (s *Server) recordExit(id string) {
 	}
 	// Stopped however it ended: StopContainer, a kill, the process's own
 	// exit or its monitor's death. The kubelet relists the pod on it.
-	if exitRecorded { // once per container, before StopContainer returns
-		s.nriStopContainer(context.Background(), id)
-	}
 	_ = s.transition(context.Background(), c, rec, stopped)
 }
 

@@ -47,7 +47,6 @@ func (s *Server) removeContainer(ctx context.Context, id string) error {
 		return err
 	}
 	s.containerNames.Release(rec.Name, id)
-	s.nriRemoveContainer(ctx, rec)
 	_ = s.transition(ctx, c, rec, removed)
 	return nil
 }

@@ -26,9 +26,6 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	// Taken before the start: a short-lived process may exit, and be
 	// recorded, before runc start returns, and started must not follow finished.
 	startedAt := time.Now().UnixNano()
-	if err := s.nriStartContainer(ctx, rec); err != nil {
-		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
-	}
 	ctx, phases := s.withPhases(ctx, "StartContainer")
 	defer phases.observe()
 	c := s.ctr(id)
@@ -62,6 +59,5 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 		return nil, toStatus(err)
 	}
 	_ = s.transition(ctx, c, rec, started)
-	s.nriPostStartContainer(ctx, id)
 	return &runtime.StartContainerResponse{}, nil
 }

@@ -14,8 +14,10 @@ import (
 	"github.com/minicri/minicri/oci"
 )
 
-// The NRI hooks of the handlers, one call each (see docs/nri.md): they turn
-// records into NRI's pods and containers and relay the event. s.nri is nil
+// The NRI hooks (see docs/nri.md), called from the lifecycle seam
+// (lifecycle.go) and, for the events that carry or change what is being
+// made, from the handlers: they turn records into NRI's pods and containers
+// and relay the event. s.nri is nil
 // when NRI is off; its methods then do nothing. While no plugin takes
 // events (s.nri.Active), the hooks return at once: a record's translation
 // reads the container's config.json, which every create, start, exit and
@@ -203,11 +205,11 @@ func (s *Server) nriUndoCreateContainer(ctx context.Context, sb sandboxRecord, r
 	s.nriLog("RemoveContainer", rec.ID, s.nri.RemoveContainer(ctx, pod, ctr))
 }
 
-func (s *Server) nriPostCreateContainer(ctx context.Context, sb sandboxRecord, rec containerRecord) {
+func (s *Server) nriPostCreateContainer(ctx context.Context, rec containerRecord) {
 	if !s.nri.Active() {
 		return
 	}
-	s.nriLog("PostCreateContainer", rec.ID, s.nri.PostCreateContainer(ctx, nriPod(sb), nriContainer(rec, nil)))
+	s.nriLog("PostCreateContainer", rec.ID, s.nri.PostCreateContainer(ctx, s.nriPodOf(rec.SandboxID), nriContainer(rec, nil)))
 }
 
 func (s *Server) nriStartContainer(ctx context.Context, rec containerRecord) error {

@@ -19,8 +19,8 @@ import (
 	"github.com/minicri/minicri/oci"
 )
 
-// refusingPlugin refuses the first pod and the first container named
-// "refused", and adds an env var to every container it takes.
+// refusingPlugin refuses the first pod, the first create and the first
+// start of a container named "refused", and adds an env var to every container it takes.
 type refusingPlugin struct {
 	mu      sync.Mutex
 	refused map[string]bool
@@ -44,6 +44,10 @@ func (p *refusingPlugin) Synchronize(context.Context, []*api.PodSandbox, []*api.
 
 func (p *refusingPlugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
 	return p.refuseOnce("pod", pod.GetName())
+}
+
+func (p *refusingPlugin) StartContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) error {
+	return p.refuseOnce("start", c.GetName())
 }
 
 func (p *refusingPlugin) CreateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
@@ -88,7 +92,8 @@ func (ts *testServer) withNRIPlugin(t *testing.T, p *refusingPlugin) {
 
 // A plugin's refusal of a pod or a container fails the call and leaves
 // nothing behind; the retry works, and the container's written spec carries
-// the plugin's adjustment.
+// the plugin's adjustment. A refused start leaves the container created,
+// and its retry starts it.
 func TestNRIRefusalLeavesNothing(t *testing.T) {
 	ts := newTestServer(t)
 	ts.withNRIPlugin(t, &refusingPlugin{refused: map[string]bool{}, synced: make(chan struct{})})
@@ -124,6 +129,18 @@ func TestNRIRefusalLeavesNothing(t *testing.T) {
 	}
 	if !slices.Contains(spec.Process.Env, "FROM_PLUGIN=1") {
 		t.Errorf("written env %v lacks the plugin's FROM_PLUGIN=1", spec.Process.Env)
+	}
+	if _, err := ts.StartContainer(bg, &runtime.StartContainerRequest{ContainerId: id}); err == nil {
+		t.Fatal("StartContainer refused by a plugin succeeded")
+	}
+	if st := ts.ctrState(t, id); st != runtime.ContainerState_CONTAINER_CREATED {
+		t.Errorf("a refused start left the container %v, want created", st)
+	}
+	if _, err := ts.StartContainer(bg, &runtime.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatalf("StartContainer after a refused one: %v", err)
+	}
+	if st := ts.ctrState(t, id); st != runtime.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("the retried start left the container %v, want running", st)
 	}
 }
 

@@ -40,7 +40,6 @@ func (s *Server) removePodSandbox(ctx context.Context, id string) error {
 	}
 	s.sandboxNames.Release(rec.Name, id)
 	s.podTransition(ctx, sb, rec, removed)
-	s.nriRemovePodSandbox(ctx, rec)
 	return nil
 }
 

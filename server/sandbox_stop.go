@@ -69,7 +69,6 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 	phaseDone(ctx, "record")
 	if wasReady {
 		s.podTransition(ctx, s.pod(id), rec, stopped)
-		s.nriStopPodSandbox(ctx, rec)
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func (p *nriPlugin) waitEvent(t *testing.T, want string) {
 // adjustment of a container (an environment variable, a ulimit) is seen
 // inside the container; its refusal of a create fails it with nothing left
 // behind, and a retry then works; it sees a container that exits on its own
-// stop, and a pod's resize; after a restart of the daemon it is
+// stop, a container's update and a pod's resize; after a restart of the daemon it is
 // synchronized with the recovered pods and containers.
 func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 	bin := buildNRIPlugin(t)
@@ -97,7 +97,7 @@ func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 		podCfgs[name] = d.hostNetworkPod(name)
 		pods[name] = d.runPod(t, podCfgs[name])
 	}
-	d.startContainer(t, pods["nri-a"], podCfgs["nri-a"], runningContainer("early", ref))
+	early := d.startContainer(t, pods["nri-a"], podCfgs["nri-a"], runningContainer("early", ref))
 
 	plugin := startNRIPlugin(t, bin, d, "-fail-create-once", "refused")
 	plugin.waitEvent(t, "Synchronize pods=3 containers=1")
@@ -137,6 +137,16 @@ func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 		d.createContainer(t, pods["nri-c"], podCfgs["nri-c"], cfg)
 		plugin.waitEvent(t, "CreateContainer refused refused")
 		plugin.waitEvent(t, "CreateContainer refused")
+	})
+
+	t.Run("container update", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := d.Runtime.UpdateContainerResources(ctx, early, &runtime.ContainerResources{Linux: &runtime.LinuxContainerResources{MemoryLimitInBytes: 96 << 20}}); err != nil {
+			t.Fatalf("UpdateContainerResources: %v", err)
+		}
+		plugin.waitEvent(t, fmt.Sprintf("UpdateContainer early memory=%d", 96<<20))
+		plugin.waitEvent(t, "PostUpdateContainer early")
 	})
 
 	t.Run("pod resize", func(t *testing.T) {

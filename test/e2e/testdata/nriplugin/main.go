@@ -100,6 +100,16 @@ func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, c *api.Con
 	return nil
 }
 
+func (p *plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	p.log("UpdateContainer %s memory=%d", c.GetName(), res.GetMemory().GetLimit().GetValue())
+	return nil, nil
+}
+
+func (p *plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) error {
+	p.log("PostUpdateContainer %s", c.GetName())
+	return nil
+}
+
 func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
 	p.log("StopContainer %s exit=%d", c.GetName(), c.GetExitCode())
 	return nil, nil

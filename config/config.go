@@ -63,6 +63,10 @@ type Config struct {
 	CDI CDIConfig `toml:"cdi"`
 	// Prometheus metrics of the daemon (see docs/observability.md).
 	Metrics MetricsConfig `toml:"metrics"`
+	// Node Resource Interface (NRI) plugins, as containerd and cri-o run them:
+	// they see every pod and container and may adjust a container's OCI spec
+	// (see docs/nri.md).
+	NRI NRIConfig `toml:"nri"`
 }
 
 // Validate checks values that the types alone cannot; each error names its
@@ -70,7 +74,7 @@ type Config struct {
 // bad key is reported.
 func (c *Config) Validate() error {
 	for _, err := range slices.Concat(c.check(), c.Runtime.check(), c.Streaming.check(),
-		c.CNI.check(), c.Image.check(), c.CDI.check(), c.Metrics.check()) {
+		c.CNI.check(), c.Image.check(), c.CDI.check(), c.Metrics.check(), c.NRI.check()) {
 		if err != nil {
 			return err
 		}
@@ -351,6 +355,44 @@ func (c CDIConfig) check() []error {
 	return checks
 }
 
+// NRIConfig is the [nri] section: containerd's and cri-o's keys and defaults.
+type NRIConfig struct {
+	// Run NRI: plugins are told of every pod and container and may adjust the
+	// containers' OCI specs. With no plugin installed or connected it costs
+	// nothing but the socket.
+	Enabled bool `toml:"enabled"`
+	// Unix socket where externally launched plugins connect (mode 0700 dir).
+	// Each daemon on a node needs its own.
+	SocketPath string `toml:"socket_path"`
+	// Directory of plugins the daemon launches itself at start, named
+	// IDX-NAME (e.g. 10-logger): executables run in IDX order.
+	PluginPath string `toml:"plugin_path"`
+	// Directory of the configuration files of launched plugins: NAME.conf or
+	// IDX-NAME.conf.
+	PluginConfigPath string `toml:"plugin_config_path"`
+	// How long a plugin may take to register once started or connected.
+	PluginRegistrationTimeout Duration `toml:"plugin_registration_timeout"`
+	// How long a plugin may take to answer one request; a plugin that takes
+	// longer is dropped.
+	PluginRequestTimeout Duration `toml:"plugin_request_timeout"`
+	// Refuse plugins that connect to socket_path by themselves: only the
+	// plugins in plugin_path run.
+	DisableConnections bool `toml:"disable_connections"`
+}
+
+func (c NRIConfig) check() []error {
+	if !c.Enabled {
+		return nil
+	}
+	return []error{
+		absolute("nri.socket_path", c.SocketPath),
+		absolute("nri.plugin_path", c.PluginPath),
+		absolute("nri.plugin_config_path", c.PluginConfigPath),
+		refuse(c.PluginRegistrationTimeout <= 0, "nri.plugin_registration_timeout", "must be positive"),
+		refuse(c.PluginRequestTimeout <= 0, "nri.plugin_request_timeout", "must be positive"),
+	}
+}
+
 // ExecSyncOutputLimit is the most ExecSync output, stdout and stderr
 // together, that fits one CRI answer: the kubelet's CRI client (and the
 // daemon's gRPC server) take messages of at most 16 MiB, and the answer's own
@@ -414,6 +456,15 @@ func Default() Config {
 		CDI: CDIConfig{
 			Enabled:  true,
 			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
+		},
+		// containerd's and cri-o's defaults (the NRI library's).
+		NRI: NRIConfig{
+			Enabled:                   true,
+			SocketPath:                "/var/run/nri/nri.sock",
+			PluginPath:                "/opt/nri/plugins",
+			PluginConfigPath:          "/etc/nri/conf.d",
+			PluginRegistrationTimeout: Duration(5 * time.Second),
+			PluginRequestTimeout:      Duration(2 * time.Second),
 		},
 	}
 }

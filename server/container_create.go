@@ -47,6 +47,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
 	}
+	defer s.nri.BlockSync()()
 	id := newID()
 	name := containerName(sbID, cfg.GetMetadata())
 	if err := s.containerNames.Reserve(name, id); err != nil {
@@ -149,6 +150,9 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 		return err
 	}
 	defer s.undoOnFailure(ctx, &retErr, "container", id, func(ctx context.Context) error {
+		if rec.CgroupsPath != "" { // the bundle was written: the plugins took it
+			s.nriUndoCreateContainer(ctx, sb, rec)
+		}
 		return s.discardContainer(ctx, rec)
 	})
 	if err := s.transition(ctx, c, rec, creating); err != nil {
@@ -173,7 +177,7 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err != nil {
 		return err
 	}
-	spec, err := s.writeBundle(rec, sb, sbCfg, cfg, img, refs)
+	spec, err := s.writeBundle(ctx, rec, sb, sbCfg, cfg, img, refs)
 	if err != nil {
 		s.cancelMonitor(c, monitor)
 		return err
@@ -199,7 +203,7 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 
 // writeBundle mounts the container's root filesystem and writes
 // config.json into the bundle directory.
-func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (*specs.Spec, error) {
+func (s *Server) writeBundle(ctx context.Context, rec containerRecord, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (*specs.Spec, error) {
 	if err := s.rootfs.PrepareRootfs(rec.ID, img.ID); err != nil {
 		return nil, fmt.Errorf("prepare rootfs: %w", err)
 	}
@@ -221,6 +225,9 @@ func (s *Server) writeBundle(rec containerRecord, sb sandboxRecord, sbCfg *runti
 		return nil, err
 	}
 	if err := s.cdi.Inject(spec, refs.cdiDevices); err != nil {
+		return nil, err
+	}
+	if err := s.nriCreateContainer(ctx, sb, rec, spec); err != nil {
 		return nil, err
 	}
 	if err := oci.WriteSpec(rec.Bundle, spec); err != nil {

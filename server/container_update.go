@@ -35,9 +35,14 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.Upda
 	if resources == nil {
 		return &runtime.UpdateContainerResourcesResponse{}, nil
 	}
+	resources, err = s.nriUpdateContainer(ctx, rec, resources)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("update resources of container %s: %w", id, err))
+	}
 	if err := s.updateResources(ctx, rec, resources); err != nil {
 		return nil, toStatus(fmt.Errorf("update resources of container %s: %w", id, err))
 	}
+	s.nriPostUpdateContainer(ctx, id)
 	return &runtime.UpdateContainerResourcesResponse{}, nil
 }
 

@@ -45,12 +45,8 @@ func specUser(spec *specs.Spec) *containerUser {
 // wrote at create, in the bundle. ok is false when the process is gone
 // already; the caller then keeps the config's user.
 func runningUser(bundle string) (u *containerUser, ok bool) {
-	data, err := os.ReadFile(filepath.Join(bundle, wire.PIDFile))
-	if err != nil {
-		return nil, false
-	}
-	pid, err := strconv.Atoi(string(bytes.TrimSpace(data)))
-	if err != nil || pid <= 0 {
+	pid, ok := bundlePID(bundle)
+	if !ok {
 		return nil, false
 	}
 	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
@@ -59,6 +55,16 @@ func runningUser(bundle string) (u *containerUser, ok bool) {
 	}
 	u, err = parseProcStatusUser(status)
 	return u, err == nil
+}
+
+// bundlePID is the container's init, as the runtime wrote it at create.
+func bundlePID(bundle string) (int, bool) {
+	data, err := os.ReadFile(filepath.Join(bundle, wire.PIDFile))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(data)))
+	return pid, err == nil && pid > 0
 }
 
 // parseProcStatusUser takes the effective uid and gid and the supplementary

@@ -7,9 +7,11 @@ import (
 )
 
 // lifecycle is a point in the life of a container or a pod sandbox that the
-// rest of the daemon is told of, in transition and podTransition: today the
-// GetContainerEvents subscribers; whatever else must follow every object
-// (NRI plugins) hooks in there too, not at each handler.
+// rest of the daemon is told of, in transition and podTransition: the
+// GetContainerEvents subscribers and the NRI plugins (server/nri.go). NRI's
+// events that carry or change what is being made (RunPodSandbox before the
+// pod is recorded ready, CreateContainer's adjustment of the spec, the
+// updates of resources) are called where that is at hand instead.
 //
 // The object counts need no telling: their collectors read the tables at
 // each scrape (object_counts.go).
@@ -54,8 +56,13 @@ func (s *Server) transition(ctx context.Context, c *container, rec containerReco
 	case creating:
 		return nil
 	case created:
+		s.nriPostCreateContainer(ctx, rec)
 		s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_CREATED_EVENT)
 	case starting:
+		// A plugin refuses the start before anything is marked.
+		if err := s.nriStartContainer(ctx, rec); err != nil {
+			return err
+		}
 		// Marked first: the process may exit, and its exit be recorded,
 		// before the start returns. A point that fails here unmarks it.
 		c.mu.Lock()
@@ -68,6 +75,7 @@ func (s *Server) transition(ctx context.Context, c *container, rec containerReco
 		// sends its own, after this one.
 		if to == started {
 			s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STARTED_EVENT)
+			s.nriPostStartContainer(ctx, rec.ID)
 		}
 		c.mu.Lock()
 		exited := c.exitedDuringStart
@@ -77,6 +85,11 @@ func (s *Server) transition(ctx context.Context, c *container, rec containerReco
 			s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
 		}
 	case stopped:
+		// rec is the record from before the exit was written: once per
+		// container, and before a waiting StopContainer returns.
+		if rec.State != stateExited {
+			s.nriStopContainer(ctx, rec.ID)
+		}
 		c.mu.Lock()
 		deferred := c.starting
 		if deferred {
@@ -89,6 +102,7 @@ func (s *Server) transition(ctx context.Context, c *container, rec containerReco
 		c.markExited()
 	case removed:
 		s.containerEvent(rec.ID, rec.SandboxID, runtime.ContainerEventType_CONTAINER_DELETED_EVENT)
+		s.nriRemoveContainer(ctx, rec)
 	}
 	return nil
 }
@@ -107,7 +121,9 @@ func (s *Server) podTransition(ctx context.Context, sb *sandbox, rec sandboxReco
 		s.containerEvent(sb.id, sb.id, runtime.ContainerEventType_CONTAINER_STARTED_EVENT)
 	case stopped:
 		s.containerEvent(sb.id, sb.id, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
+		s.nriStopPodSandbox(ctx, rec)
 	case removed:
 		s.sandboxRemovedEvents(rec, rec.State == stateReady)
+		s.nriRemovePodSandbox(ctx, rec)
 	}
 }

@@ -91,6 +91,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	if err := s.validatePodUserNamespace(cfg, handler); err != nil {
 		return nil, toStatus(err)
 	}
+	defer s.nri.BlockSync()()
 	id := newID()
 	name := sandboxName(cfg.GetMetadata())
 	if err := s.sandboxNames.Reserve(name, id); err != nil {
@@ -189,6 +190,9 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	}
 	phaseDone(ctx, "files")
 	crashPoint("sandbox-before-ready")
+	if err := s.nriRunPodSandbox(ctx, rec); err != nil {
+		return err
+	}
 	s.primeForCreate(handler)
 	rec.State = stateReady
 	err = s.sandboxes.Put(id, rec)

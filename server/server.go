@@ -22,6 +22,7 @@ import (
 	"github.com/minicri/minicri/internal/broadcast"
 	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/nri"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
 	"github.com/minicri/minicri/streaming"
@@ -86,6 +87,9 @@ type Server struct {
 	// encodedContainers is the ListContainers answer Codec keeps; each
 	// container's own encoding is in its object.
 	encodedContainers encodedContainers
+	// nri relays pods' and containers' lifecycle to NRI plugins; nil when
+	// NRI is off (server/nri.go).
+	nri *nri.NRI
 }
 
 // New builds the server and starts its streaming server, which Close stops.
@@ -126,11 +130,18 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.countObjects()
+	if err := s.newNRI(); err != nil {
+		return nil, err
+	}
 	s.recover()
 	if err := s.restoreRuntimeConfig(); err != nil {
 		s.log.WithError(err).Warn("restore the pod CIDR of UpdateRuntimeConfig; the kubelet sends it again")
 	}
 	if err := s.startStreaming(opts.Log); err != nil {
+		return nil, err
+	}
+	if err := s.startNRI(); err != nil {
+		s.Close() // the plugins launched before the socket failed, too
 		return nil, err
 	}
 	return s, nil
@@ -262,6 +273,7 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 // Close releases what New acquired; open exec, attach and port-forward
 // streams end.
 func (s *Server) Close() error {
+	s.nri.Stop()
 	if s.streams != nil {
 		return s.streams.Close()
 	}

@@ -122,13 +122,14 @@ func findLeaks() []string {
 
 // Daemon is one running minicri and the kubelet's clients connected to it.
 type Daemon struct {
-	Dir      string // the test's temp dir, holding everything below
-	Root     string
-	RunDir   string
-	Socket   string
-	Endpoint string
-	Runtime  internalapi.RuntimeService
-	Images   internalapi.ImageManagerService
+	Dir       string // the test's temp dir, holding everything below
+	Root      string
+	RunDir    string
+	Socket    string
+	NRISocket string // where this daemon's NRI plugins connect
+	Endpoint  string
+	Runtime   internalapi.RuntimeService
+	Images    internalapi.ImageManagerService
 
 	t                 testing.TB
 	args              []string
@@ -170,11 +171,18 @@ func NewDaemon(t testing.TB, opts ...DaemonOption) *Daemon {
 		Root:   filepath.Join(dir, "root"),
 		RunDir: filepath.Join(dir, "run"),
 		Socket: filepath.Join(dir, "cri.sock"),
-		t:      t,
+		// Its own NRI socket and plugin dirs: daemons of parallel tests
+		// never share the node's /var/run/nri/nri.sock, nor launch the
+		// node's plugins.
+		NRISocket: filepath.Join(dir, "nri.sock"),
+		t:         t,
 	}
 	d.Endpoint = "unix://" + d.Socket
 	d.args = []string{"--root", d.Root, "--run-dir", d.RunDir, "--listen", d.Socket, "--log-level", "debug",
-		"--cni-conf-dir", filepath.Join(dir, "cni")}
+		"--cni-conf-dir", filepath.Join(dir, "cni"),
+		"--nri-socket-path", d.NRISocket,
+		"--nri-plugin-path", filepath.Join(dir, "nri-plugins"),
+		"--nri-plugin-config-path", filepath.Join(dir, "nri-conf.d")}
 	for _, o := range opts {
 		o(d)
 	}

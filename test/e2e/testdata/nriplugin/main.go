@@ -1,0 +1,153 @@
+// Command nriplugin is the NRI plugin of the e2e tests, built on the NRI
+// library's stub as any external plugin is: it connects to a daemon's NRI
+// socket, writes each event it gets as a line to a file, adds an environment
+// variable and an RLIMIT_NOFILE to every container, and refuses the first
+// create of a container with a given name. Launched by the runtime from its
+// plugin dir, it takes the events file from its configuration instead.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+)
+
+type plugin struct {
+	mu         sync.Mutex
+	events     *os.File
+	env        string
+	failOnce   string
+	failedOnce bool
+}
+
+func (p *plugin) log(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.events != nil {
+		fmt.Fprintf(p.events, format+"\n", args...)
+	}
+}
+
+// Configure opens the events file a launched plugin's configuration names.
+func (p *plugin) Configure(_ context.Context, config, _, _ string) (api.EventMask, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.events != nil || strings.TrimSpace(config) == "" {
+		return 0, nil
+	}
+	f, err := os.OpenFile(strings.TrimSpace(config), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p.events = f
+	return 0, err
+}
+
+func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	p.log("Synchronize pods=%d containers=%d", len(pods), len(ctrs))
+	for _, pod := range pods {
+		p.log("synced-pod %s", pod.GetName())
+	}
+	for _, c := range ctrs {
+		p.log("synced-container %s %s pid=%t", c.GetName(), c.GetState(), c.GetPid() > 0)
+	}
+	return nil, nil
+}
+
+func (p *plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.log("RunPodSandbox %s", pod.GetName())
+	return nil
+}
+
+func (p *plugin) StopPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.log("StopPodSandbox %s", pod.GetName())
+	return nil
+}
+
+func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error {
+	p.log("RemovePodSandbox %s", pod.GetName())
+	return nil
+}
+
+func (p *plugin) UpdatePodSandbox(_ context.Context, pod *api.PodSandbox, _, res *api.LinuxResources) error {
+	p.log("UpdatePodSandbox %s memory=%d", pod.GetName(), res.GetMemory().GetLimit().GetValue())
+	return nil
+}
+
+func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	p.mu.Lock()
+	refuse := c.GetName() == p.failOnce && !p.failedOnce
+	if refuse {
+		p.failedOnce = true
+	}
+	p.mu.Unlock()
+	if refuse {
+		p.log("CreateContainer %s refused", c.GetName())
+		return nil, nil, fmt.Errorf("nriplugin refuses the first %s", c.GetName())
+	}
+	p.log("CreateContainer %s", c.GetName())
+	adjust := &api.ContainerAdjustment{}
+	adjust.AddEnv("NRI_E2E", p.env)
+	adjust.AddRlimit("RLIMIT_NOFILE", 1234, 1234)
+	return adjust, nil, nil
+}
+
+func (p *plugin) StartContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) error {
+	p.log("StartContainer %s", c.GetName())
+	return nil
+}
+
+func (p *plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	p.log("UpdateContainer %s memory=%d", c.GetName(), res.GetMemory().GetLimit().GetValue())
+	return nil, nil
+}
+
+func (p *plugin) PostUpdateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) error {
+	p.log("PostUpdateContainer %s", c.GetName())
+	return nil
+}
+
+func (p *plugin) StopContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) ([]*api.ContainerUpdate, error) {
+	p.log("StopContainer %s exit=%d", c.GetName(), c.GetExitCode())
+	return nil, nil
+}
+
+func (p *plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) error {
+	p.log("RemoveContainer %s", c.GetName())
+	return nil
+}
+
+func main() {
+	socket := flag.String("socket", "", "the runtime's NRI socket")
+	events := flag.String("events", "", "file the events are appended to")
+	env := flag.String("env", "injected", "value of NRI_E2E in every container")
+	failOnce := flag.String("fail-create-once", "", "refuse the first create of a container of this name")
+	flag.Parse()
+	p := &plugin{env: *env, failOnce: *failOnce}
+	if *events != "" {
+		f, err := os.OpenFile(*events, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		p.events = f
+	}
+	// Launched, the runtime names it and hands it its connection.
+	var opts []stub.Option
+	if *socket != "" {
+		opts = append(opts, stub.WithPluginName("e2e"), stub.WithPluginIdx("10"), stub.WithSocketPath(*socket))
+	}
+	s, err := stub.New(p, opts...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// Run returns when the runtime closes the connection (it stopped).
+	if err := s.Run(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

@@ -151,15 +151,7 @@ func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 	})
 
 	t.Run("pod resize", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err := d.Runtime.UpdatePodSandboxResources(ctx, &runtime.UpdatePodSandboxResourcesRequest{
-			PodSandboxId: pods["nri-c"],
-			Resources:    &runtime.LinuxContainerResources{MemoryLimitInBytes: 256 << 20},
-		})
-		if err != nil {
-			t.Fatalf("UpdatePodSandboxResources: %v", err)
-		}
+		d.resizePod(t, pods["nri-c"], 256<<20)
 		plugin.waitEvent(t, fmt.Sprintf("UpdatePodSandbox nri-c memory=%d was=0", 256<<20))
 	})
 
@@ -189,19 +181,26 @@ func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 		if again == nil {
 			t.Skip("no plugin: the restart failed")
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err := d.Runtime.UpdatePodSandboxResources(ctx, &runtime.UpdatePodSandboxResourcesRequest{
-			PodSandboxId: pods["nri-c"],
-			Resources:    &runtime.LinuxContainerResources{MemoryLimitInBytes: 384 << 20},
-		})
-		if err != nil {
-			t.Fatalf("UpdatePodSandboxResources after the restart: %v", err)
-		}
+		d.resizePod(t, pods["nri-c"], 384<<20)
 		// The new plugin is told of it, the pod still holding the
 		// resources of the resize before the restart.
 		again.waitEvent(t, fmt.Sprintf("UpdatePodSandbox nri-c memory=%d was=%d", 384<<20, 256<<20))
 	})
+}
+
+// resizePod tells the daemon, as the kubelet's client does in an in-place
+// resize, of a pod's new memory limit.
+func (d *Daemon) resizePod(t *testing.T, id string, memory int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := d.Runtime.UpdatePodSandboxResources(ctx, &runtime.UpdatePodSandboxResourcesRequest{
+		PodSandboxId: id,
+		Resources:    &runtime.LinuxContainerResources{MemoryLimitInBytes: memory},
+	})
+	if err != nil {
+		t.Fatalf("UpdatePodSandboxResources %s, memory %d: %v", id, memory, err)
+	}
 }
 
 // pluginProcesses are the pids of processes running bin.

@@ -182,7 +182,6 @@ func (b *nodeBench) stopPod(pod string) (stop, remove time.Duration) {
 func (b *nodeBench) execRows(id, label string) {
 	t, d := b.t, b.d
 	const runs = 60
-	runc := []string{"--root", filepath.Join(d.RunDir, "runtime", "runc"), "exec", id, "true"}
 	var ours, floor []time.Duration
 	var ourCPU, floorCPU time.Duration
 	var before map[string]phaseSeries
@@ -202,7 +201,7 @@ func (b *nodeBench) execRows(id, label string) {
 		took, cpu := time.Since(begin), treeCPU(d.cmd.Process.Pid)-cpu0
 		child0 := childrenCPU()
 		begin = time.Now()
-		if out, err := exec.Command("runc", runc...).CombinedOutput(); err != nil {
+		if out, err := runcExec(t, d, id, "true").CombinedOutput(); err != nil {
 			t.Fatalf("runc exec: %v: %s", err, out)
 		}
 		floorTook, floorCost := time.Since(begin), childrenCPU()-child0

@@ -48,6 +48,7 @@ func TestBench(t *testing.T) {
 	t.Run("PodLifecycle", benchPodLifecycle)
 	t.Run("Exec", benchExec)
 	t.Run("StreamLists", benchStreamLists) // bench_stream_test.go
+	t.Run("NRI", benchNRI)                 // bench_nri_test.go
 	printBenchTable()
 }
 
@@ -214,6 +215,24 @@ func pssKB(pid int) int {
 		}
 	}
 	return 0
+}
+
+// runcExec is the raw runtime's exec of args in container id of d, with
+// the binary and state dir of the handler that runs it (the daemon's
+// default is runc-current where hack/build-runc.sh installed it, not
+// Debian's runc): the floor of an ExecSync.
+func runcExec(t testing.TB, d *Daemon, id string, args ...string) *exec.Cmd {
+	t.Helper()
+	dirs, _ := filepath.Glob(filepath.Join(d.RunDir, "runtime", "*", id))
+	if len(dirs) != 1 {
+		t.Fatalf("the runtime state of container %s: %v", id, dirs)
+	}
+	root := filepath.Dir(dirs[0])
+	bin := filepath.Base(root)
+	if bin == usernsHandler {
+		bin = currentRunc
+	}
+	return exec.Command(bin, append([]string{"--root", root, "exec", id}, args...)...)
 }
 
 func p50(ds []time.Duration) time.Duration {

@@ -230,7 +230,6 @@ const (
 func benchExec(t *testing.T) {
 	e := newExecEnv(t, WithArgs("--log-level", "info"))
 	id := e.sleeper(t, "bench")
-	runc := []string{"runc", "--root", filepath.Join(e.d.RunDir, "runtime", "runc"), "exec", id}
 	ctx := context.Background()
 
 	var ours, floor []time.Duration
@@ -241,7 +240,7 @@ func benchExec(t *testing.T) {
 		}
 		took := time.Since(begin)
 		begin = time.Now()
-		if out, err := exec.Command(runc[0], append(runc[1:], "true")...).CombinedOutput(); err != nil {
+		if out, err := runcExec(t, e.d, id, "true").CombinedOutput(); err != nil {
 			t.Fatalf("runc exec: %v: %s", err, out)
 		}
 		if i >= 5 { // warm-up
@@ -269,7 +268,7 @@ func benchExec(t *testing.T) {
 	})
 	piped := best(func() time.Duration {
 		begin := time.Now()
-		cmd := exec.Command("sh", "-c", strings.Join(runc, " ")+" "+headCmd+" | cat >/dev/null")
+		cmd := exec.Command("sh", "-c", strings.Join(runcExec(t, e.d, id).Args, " ")+" "+headCmd+" | cat >/dev/null")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("runc exec piped: %v: %s", err, out)
 		}

@@ -85,7 +85,8 @@ func (p *nriPlugin) waitEvent(t *testing.T, want string) {
 // inside the container; its refusal of a create fails it with nothing left
 // behind, and a retry then works; it sees a container that exits on its own
 // stop, a container's update and a pod's resize; after a restart of the daemon it is
-// synchronized with the recovered pods and containers.
+// synchronized with the recovered pods and containers, the resize kept, and
+// a resize after the restart reaches it.
 func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 	bin := buildNRIPlugin(t)
 	d := StartDaemon(t)
@@ -150,18 +151,14 @@ func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 	})
 
 	t.Run("pod resize", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, err := d.Runtime.UpdatePodSandboxResources(ctx, &runtime.UpdatePodSandboxResourcesRequest{
-			PodSandboxId: pods["nri-c"],
-			Resources:    &runtime.LinuxContainerResources{MemoryLimitInBytes: 256 << 20},
-		})
-		if err != nil {
-			t.Fatalf("UpdatePodSandboxResources: %v", err)
-		}
-		plugin.waitEvent(t, fmt.Sprintf("UpdatePodSandbox nri-c memory=%d", 256<<20))
+		d.resizePod(t, pods["nri-c"], 256<<20)
+		plugin.waitEvent(t, fmt.Sprintf("UpdatePodSandbox nri-c memory=%d was=0", 256<<20))
 	})
 
+	// The plugin that connects after the restart lives to the end of the
+	// test: the resize after the restart is told to it.
+	var again *nriPlugin
+	whole := t
 	t.Run("restart", func(t *testing.T) {
 		d.restart(t)
 		// The old daemon's end closed the plugin's connection.
@@ -170,13 +167,40 @@ func TestNRIPluginAdjustsAndIsSynchronized(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatal("the NRI plugin still runs after its daemon was killed")
 		}
-		again := startNRIPlugin(t, bin, d)
+		again = startNRIPlugin(whole, bin, d)
 		// early (running), env (exited) and refused (created).
 		again.waitEvent(t, "Synchronize pods=3 containers=3")
 		again.waitEvent(t, "synced-container early CONTAINER_RUNNING pid=true")
 		again.waitEvent(t, "synced-container env CONTAINER_STOPPED pid=false")
 		again.waitEvent(t, "synced-container refused CONTAINER_CREATED pid=true")
+		// The resize before the restart was kept with the pod.
+		again.waitEvent(t, fmt.Sprintf("synced-pod nri-c memory=%d", 256<<20))
 	})
+
+	t.Run("pod resize after restart", func(t *testing.T) {
+		if again == nil {
+			t.Skip("no plugin: the restart failed")
+		}
+		d.resizePod(t, pods["nri-c"], 384<<20)
+		// The new plugin is told of it, the pod still holding the
+		// resources of the resize before the restart.
+		again.waitEvent(t, fmt.Sprintf("UpdatePodSandbox nri-c memory=%d was=%d", 384<<20, 256<<20))
+	})
+}
+
+// resizePod tells the daemon, as the kubelet's client does in an in-place
+// resize, of a pod's new memory limit.
+func (d *Daemon) resizePod(t *testing.T, id string, memory int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := d.Runtime.UpdatePodSandboxResources(ctx, &runtime.UpdatePodSandboxResourcesRequest{
+		PodSandboxId: id,
+		Resources:    &runtime.LinuxContainerResources{MemoryLimitInBytes: memory},
+	})
+	if err != nil {
+		t.Fatalf("UpdatePodSandboxResources %s, memory %d: %v", id, memory, err)
+	}
 }
 
 // pluginProcesses are the pids of processes running bin.

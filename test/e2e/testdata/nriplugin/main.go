@@ -1,7 +1,8 @@
 // Command nriplugin is the NRI plugin of the e2e tests, built on the NRI
 // library's stub as any external plugin is: it connects to a daemon's NRI
 // socket, writes each event it gets as a line to a file, adds an environment
-// variable and an RLIMIT_NOFILE to every container, and refuses the first
+// variable and an RLIMIT_NOFILE to every container (unless -adjust=false:
+// then it is a logger, as the bench runs it), and refuses the first
 // create of a container with a given name. Launched by the runtime from its
 // plugin dir, it takes the events file from its configuration instead.
 package main
@@ -22,6 +23,7 @@ type plugin struct {
 	mu         sync.Mutex
 	events     *os.File
 	env        string
+	adjust     bool
 	failOnce   string
 	failedOnce bool
 }
@@ -49,7 +51,7 @@ func (p *plugin) Configure(_ context.Context, config, _, _ string) (api.EventMas
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p.log("Synchronize pods=%d containers=%d", len(pods), len(ctrs))
 	for _, pod := range pods {
-		p.log("synced-pod %s", pod.GetName())
+		p.log("synced-pod %s memory=%d", pod.GetName(), pod.GetLinux().GetPodResources().GetMemory().GetLimit().GetValue())
 	}
 	for _, c := range ctrs {
 		p.log("synced-container %s %s pid=%t", c.GetName(), c.GetState(), c.GetPid() > 0)
@@ -72,8 +74,10 @@ func (p *plugin) RemovePodSandbox(_ context.Context, pod *api.PodSandbox) error 
 	return nil
 }
 
+// UpdatePodSandbox logs the new memory limit and the one the pod had.
 func (p *plugin) UpdatePodSandbox(_ context.Context, pod *api.PodSandbox, _, res *api.LinuxResources) error {
-	p.log("UpdatePodSandbox %s memory=%d", pod.GetName(), res.GetMemory().GetLimit().GetValue())
+	p.log("UpdatePodSandbox %s memory=%d was=%d", pod.GetName(), res.GetMemory().GetLimit().GetValue(),
+		pod.GetLinux().GetPodResources().GetMemory().GetLimit().GetValue())
 	return nil
 }
 
@@ -89,6 +93,9 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, c *api.
 		return nil, nil, fmt.Errorf("nriplugin refuses the first %s", c.GetName())
 	}
 	p.log("CreateContainer %s", c.GetName())
+	if !p.adjust {
+		return nil, nil, nil
+	}
 	adjust := &api.ContainerAdjustment{}
 	adjust.AddEnv("NRI_E2E", p.env)
 	adjust.AddRlimit("RLIMIT_NOFILE", 1234, 1234)
@@ -124,9 +131,10 @@ func main() {
 	socket := flag.String("socket", "", "the runtime's NRI socket")
 	events := flag.String("events", "", "file the events are appended to")
 	env := flag.String("env", "injected", "value of NRI_E2E in every container")
+	adjust := flag.Bool("adjust", true, "add NRI_E2E and RLIMIT_NOFILE to every container; false: only log the events")
 	failOnce := flag.String("fail-create-once", "", "refuse the first create of a container of this name")
 	flag.Parse()
-	p := &plugin{env: *env, failOnce: *failOnce}
+	p := &plugin{env: *env, adjust: *adjust, failOnce: *failOnce}
 	if *events != "" {
 		f, err := os.OpenFile(*events, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

@@ -159,7 +159,7 @@ func (r *containerRecord) config() (*runtime.ContainerConfig, error) {
 // is made, so that a crash from here on is rolled back at start from it. The
 // write is staged, not durable (see store.Stage): each caller says why that
 // is enough for what it makes.
-func stageFirstRecord[T any](ctx context.Context, table *store.Table[T], id string, rec T, crashAt string) error {
+func stageFirstRecord[T any, O store.Object[T]](ctx context.Context, table *store.Table[T, O], id string, rec T, crashAt string) error {
 	if err := table.Stage(id, rec); err != nil {
 		return err
 	}

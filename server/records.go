@@ -15,7 +15,8 @@ import (
 )
 
 // stateCreating is the first state of both kinds of record. A record is
-// written in it before anything is made for its object, so that a daemon
+// written in it before any of the sandbox's or container's resources is
+// made (its object, in memory only, comes just before), so that a daemon
 // killed half-way knows at start what to roll back. Untyped, so that it is
 // both a sandboxRecordState and a containerRecordState.
 const stateCreating = "creating"

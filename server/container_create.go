@@ -59,14 +59,15 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		return nil, toStatus(err)
 	}
 	// The object comes first: its lock is held before the record is made.
-	c := s.objs.addContainer(id)
+	c := s.containers.Add(id)
 	c.lock.Lock()
 	defer c.lock.Unlock()
 	ctx, phases := s.withPhases(ctx, "CreateContainer")
 	defer phases.observe()
 	if err := s.createContainer(ctx, c, name, sb, cfg, img, refs); err != nil {
-		// The undo deleted it with the record, unless the record was never made.
-		s.objs.deleteContainer(id)
+		// The undo deleted it with the record, unless the record was never
+		// made or is kept for the start-up repair.
+		s.containers.Forget(id)
 		s.containerNames.Release(name, id)
 		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
 	}
@@ -291,11 +292,9 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 		return errors.Join(errs...)
 	}
 	crashPoint("container-discard-before-record-delete")
-	err := s.containers.Delete(rec.ID)
-	// After the delete: an object looked for from now on is not added
-	// again (see objects.container), and no ListContainers answer made
-	// before it is kept after it (see encodedContainers).
-	s.objs.deleteContainer(rec.ID)
+	err := s.containers.Delete(rec.ID) // and the object with it
+	// After the delete: no ListContainers answer made before it is kept
+	// after it (see encodedContainers).
 	s.encodedContainers.removed(s.containers.Version())
 	return err
 }

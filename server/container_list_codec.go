@@ -64,7 +64,7 @@ var containersField = (&runtime.ListContainersResponse{}).ProtoReflect().Descrip
 // handler) and encoded (by grpc, after the handler returned) with no lock
 // held between, and a removal may land anywhere in that gap: an encoding
 // goes into the container's object, which the removal drops, and a
-// removed container has none to put it in (see objects.container); an
+// removed container has none to put it in (see Server.ctr); an
 // answer is kept only if it was made from a version of the table at or
 // after the last removal.
 type encodedContainers struct {

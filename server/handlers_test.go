@@ -299,10 +299,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	s2.useImages(ts.images)
 	s2.useMonitor(fakeMonitor{ts.monitor})
 	var err error
-	if s2.sandboxes, err = openTable[sandboxRecord](s2, sandboxesDir); err != nil {
-		t.Fatal(err)
-	}
-	if s2.containers, err = openTable[containerRecord](s2, containersDir); err != nil {
+	if err = s2.openTables(); err != nil {
 		t.Fatal(err)
 	}
 	s2.recover()

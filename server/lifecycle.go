@@ -35,8 +35,8 @@ const (
 	// (StopContainer, a kill, its own exit, its monitor's death), or a
 	// sandbox stopped.
 	stopped
-	// removed is a container or a sandbox whose record is deleted and whose
-	// object is dropped.
+	// removed is a container or a sandbox whose record is deleted, and its
+	// object with it.
 	removed
 )
 

@@ -16,8 +16,9 @@ import (
 // The lock discipline of the server: take an object's lock before its
 // record's read-modify-write and before acting on its resources; a sandbox
 // lock may be held while taking a container lock, never the other way round;
-// an object's mu, the objects' registry lock and the store tables' own
-// locks are held only briefly, never across a runtime call.
+// an object's mu and the store tables' own locks (which guard the objects'
+// records and the tables' maps of objects) are held only briefly, never
+// across a runtime call.
 
 // lockCtr takes the lock of container id and returns its unlock.
 func (s *Server) lockCtr(id string) (*container, func()) {

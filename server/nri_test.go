@@ -155,7 +155,7 @@ func TestUpdatePodSandboxResourcesIsRecorded(t *testing.T) {
 	if _, err := ts.UpdatePodSandboxResources(bg, &runtime.UpdatePodSandboxResourcesRequest{PodSandboxId: id, Resources: resources}); err != nil {
 		t.Fatalf("UpdatePodSandboxResources: %v", err)
 	}
-	reopened, err := openTable[sandboxRecord](ts.Server, sandboxesDir)
+	reopened, err := openTable[sandboxRecord](ts.Server, sandboxesDir, newSandbox)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,25 +4,23 @@ import (
 	"sync"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/store"
 )
 
-// objects holds what the daemon keeps in memory for each sandbox and each
-// container beside its record: one object per ID, added when the object is
-// created (or found at start) and deleted with its record, so that nothing
-// of a removed container or sandbox can be forgotten in some other map.
-//
-// The records themselves stay in the store tables (store.Table): they are
-// the truth on disk, and the tables' versions are what ListContainers'
-// kept answer is checked against.
-type objects struct {
-	mu         sync.Mutex
-	containers map[string]*container
-	sandboxes  map[string]*sandbox
-}
+// Each sandbox and each container has one object, everything the daemon
+// holds in memory of it: its record (in the embedded store.Slot), its lock
+// and the rest below. The store tables keep them (server.go): an object
+// comes with its record, found at start or put, or just before it, when a
+// create takes its lock before writing the record (Table.Add); and it goes
+// with its record (Table.Delete), so that nothing of a removed container or
+// sandbox can be forgotten in some other map. The record is read through
+// the table (Get, List), which sees it only once it is on disk.
 
 // container is everything the daemon holds in memory for one container;
 // deleting it drops all of it at once.
 type container struct {
+	store.Slot[containerRecord]
 	id string
 	// lock serialises the calls that change the container (see the lock
 	// discipline in locks.go). It is held across runtime calls; mu is not.
@@ -57,6 +55,7 @@ type container struct {
 
 // sandbox is what the daemon holds in memory for one pod sandbox.
 type sandbox struct {
+	store.Slot[sandboxRecord]
 	id   string
 	lock sync.Mutex // serialises the calls that change the sandbox
 
@@ -70,97 +69,24 @@ func newContainer(id string) *container {
 
 func newSandbox(id string) *sandbox { return &sandbox{id: id} }
 
-// addContainer makes the object of a container about to be created, or found
-// at start; it returns the one there if there is one.
-func (o *objects) addContainer(id string) *container {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return addLocked(&o.containers, id, newContainer)
-}
-
-// addSandbox is addContainer for sandboxes.
-func (o *objects) addSandbox(id string) *sandbox {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return addLocked(&o.sandboxes, id, newSandbox)
-}
-
-// container returns the object of id. A container that has a record but no
-// object yet (one a test wrote straight into the table) gets one. One that
-// has neither, because it was removed or never was, gets a detached object
-// that nothing keeps: its lock guards nothing anyone else takes and what is
-// put into it is dropped, which is what a removed container is due. The
-// record is looked at under mu, and delete takes mu after the record is
-// gone, so an object is never added after its container's delete.
-func (o *objects) container(id string, recorded func(id string) bool) *container {
-	return lookup(o, &o.containers, id, recorded, newContainer)
-}
-
-// sandbox is container for sandboxes.
-func (o *objects) sandbox(id string, recorded func(id string) bool) *sandbox {
-	return lookup(o, &o.sandboxes, id, recorded, newSandbox)
-}
-
-func lookup[T any](o *objects, m *map[string]*T, id string, recorded func(id string) bool, make func(id string) *T) *T {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if obj, ok := (*m)[id]; ok {
-		return obj
-	}
-	if recorded(id) {
-		return addLocked(m, id, make)
-	}
-	return make(id)
-}
-
-// addLocked returns the object of id in m, made and added if there is none.
-// The caller holds the objects' mu.
-func addLocked[T any](m *map[string]*T, id string, make func(id string) *T) *T {
-	if obj, ok := (*m)[id]; ok {
-		return obj
-	}
-	if *m == nil {
-		*m = map[string]*T{}
-	}
-	obj := make(id)
-	(*m)[id] = obj
-	return obj
-}
-
-// deleteContainer drops everything held in memory for a container. Called
-// after its record is deleted (see container).
-func (o *objects) deleteContainer(id string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.containers, id)
-}
-
-// deleteSandbox is deleteContainer for sandboxes.
-func (o *objects) deleteSandbox(id string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	delete(o.sandboxes, id)
-}
-
-// ctr is the object of the container id (see objects.container).
+// ctr returns the object of container id. One that has none, because it
+// was removed or never was, gets a detached object that nothing keeps: its
+// lock guards nothing anyone else takes and what is put into it is
+// dropped, which is what a removed container is due.
 func (s *Server) ctr(id string) *container {
-	return s.objs.container(id, s.containerExists)
+	return objectOf(s.containers, id, newContainer)
 }
 
-// pod is the object of the sandbox id (see objects.sandbox).
+// pod is ctr for sandboxes.
 func (s *Server) pod(id string) *sandbox {
-	return s.objs.sandbox(id, s.sandboxExists)
+	return objectOf(s.sandboxes, id, newSandbox)
 }
 
-// containerExists reports whether a container still has its record.
-func (s *Server) containerExists(id string) bool {
-	_, err := s.containers.Get(id)
-	return err == nil
-}
-
-func (s *Server) sandboxExists(id string) bool {
-	_, err := s.sandboxes.Get(id)
-	return err == nil
+func objectOf[T any, O store.Object[T]](t *store.Table[T, O], id string, detached func(id string) O) O {
+	if obj, ok := t.Object(id); ok {
+		return obj
+	}
+	return detached(id)
 }
 
 // markExited closes the container's exit channel, once however often it is

@@ -2,6 +2,7 @@ package server
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,16 +14,12 @@ import (
 
 // objectCount is how many container and sandbox objects the server keeps.
 func (s *Server) objectCount() (containers, sandboxes int) {
-	s.objs.mu.Lock()
-	defer s.objs.mu.Unlock()
-	return len(s.objs.containers), len(s.objs.sandboxes)
+	return s.containers.Objects(), s.sandboxes.Objects()
 }
 
 // keptObject reports whether the server keeps an object for container id.
 func (s *Server) keptObject(id string) bool {
-	s.objs.mu.Lock()
-	defer s.objs.mu.Unlock()
-	_, ok := s.objs.containers[id]
+	_, ok := s.containers.Object(id)
 	return ok
 }
 
@@ -72,11 +69,17 @@ func TestRemovalDropsTheObjects(t *testing.T) {
 // rolls back.
 func TestRecoverAddsObjectsOfKeptRecords(t *testing.T) {
 	ts := newTestServer(t)
-	_, ctrID := ts.runningCtr(t, "web")
-	ts.objs = objects{}
-	ts.recover()
+	podID, ctrID := ts.runningCtr(t, "web")
+	cut := containerRecord{ID: "cut", SandboxID: podID, State: stateCreating, Handler: "runc", Bundle: filepath.Join(ts.cfg.RunDir, "containers", "cut")}
+	if err := ts.containers.Put(cut.ID, cut); err != nil {
+		t.Fatal(err)
+	}
+	ts.restart(t)
 	if !ts.keptObject(ctrID) {
 		t.Error("no object for a recovered container")
+	}
+	if ts.keptObject(cut.ID) {
+		t.Error("an object is left of the container whose cut-short create was rolled back")
 	}
 	if containers, sandboxes := ts.objectCount(); containers != 1 || sandboxes != 1 {
 		t.Errorf("%d container and %d sandbox objects after the start-up, want 1 and 1", containers, sandboxes)
@@ -105,9 +108,18 @@ func TestRecoverRecordsAnExitFoundWithALiveMonitor(t *testing.T) {
 	if err := os.WriteFile(exitFile(rec), wire.ExitStatus{Code: 3, At: time.Now()}.Marshal(), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ts.objs = objects{}
-	ts.recover()
+	ts.restart(t)
 	if got := ts.ctrState(t, ctrID); got != runtime.ContainerState_CONTAINER_EXITED {
 		t.Fatalf("state right after the start-up = %v, want EXITED (its exit file was there)", got)
 	}
+}
+
+// restart drops what the server holds in memory and reads it again from
+// its records, as a start does (without the rest of New).
+func (ts *testServer) restart(t *testing.T) {
+	t.Helper()
+	if err := ts.openTables(); err != nil {
+		t.Fatal(err)
+	}
+	ts.recover()
 }

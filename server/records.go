@@ -15,7 +15,8 @@ import (
 )
 
 // stateCreating is the first state of both kinds of record. A record is
-// written in it before anything is made for its object, so that a daemon
+// written in it before any of the sandbox's or container's resources is
+// made (its object, in memory only, comes just before), so that a daemon
 // killed half-way knows at start what to roll back. Untyped, so that it is
 // both a sandboxRecordState and a containerRecordState.
 const stateCreating = "creating"
@@ -159,7 +160,7 @@ func (r *containerRecord) config() (*runtime.ContainerConfig, error) {
 // is made, so that a crash from here on is rolled back at start from it. The
 // write is staged, not durable (see store.Stage): each caller says why that
 // is enough for what it makes.
-func stageFirstRecord[T any](ctx context.Context, table *store.Table[T], id string, rec T, crashAt string) error {
+func stageFirstRecord[T any, O store.Object[T]](ctx context.Context, table *store.Table[T, O], id string, rec T, crashAt string) error {
 	if err := table.Stage(id, rec); err != nil {
 		return err
 	}

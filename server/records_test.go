@@ -31,7 +31,7 @@ func TestRecordsOfThePreviousVersionLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sandboxes, corrupt, err := store.Open[sandboxRecord](filepath.Join(dir, "sandboxes"))
+	sandboxes, corrupt, err := store.Open[sandboxRecord](filepath.Join(dir, "sandboxes"), newSandbox)
 	if err != nil || len(corrupt) > 0 {
 		t.Fatalf("open sandboxes: %v, corrupt %v", err, corrupt)
 	}
@@ -39,7 +39,7 @@ func TestRecordsOfThePreviousVersionLoad(t *testing.T) {
 	if err != nil || sb.State != stateNotReady || sb.Handler != "runc" {
 		t.Fatalf("old sandbox record = %+v, %v; want state %s", sb, err, stateNotReady)
 	}
-	containers, corrupt, err := store.Open[containerRecord](filepath.Join(dir, "containers"))
+	containers, corrupt, err := store.Open[containerRecord](filepath.Join(dir, "containers"), newContainer)
 	if err != nil || len(corrupt) > 0 {
 		t.Fatalf("open containers: %v, corrupt %v", err, corrupt)
 	}

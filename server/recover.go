@@ -64,7 +64,7 @@ func (s *Server) recoverContainer(ctx context.Context, c containerRecord) {
 		return
 	}
 	_ = s.containerNames.Reserve(c.Name, c.ID)
-	obj := s.objs.addContainer(c.ID)
+	obj := s.ctr(c.ID) // Open made it with the record
 	switch {
 	case c.State == stateExited:
 	case conmon.Alive(c.Monitor.PID, c.Monitor.StartTime):
@@ -132,7 +132,6 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 		return
 	}
 	_ = s.sandboxNames.Reserve(sb.Name, sb.ID)
-	s.objs.addSandbox(sb.ID)
 	if sb.State != stateReady {
 		return
 	}
@@ -280,7 +279,7 @@ func (s *Server) hasContainerRecord(id string) bool {
 
 // hasRecord looks on disk too: a corrupt record is not in the table but
 // is kept for the operator, and so is what it names.
-func hasRecord[T any](t *store.Table[T], dir, id string) bool {
+func hasRecord[T any, O store.Object[T]](t *store.Table[T, O], dir, id string) bool {
 	if _, err := t.Get(id); err == nil {
 		return true
 	}

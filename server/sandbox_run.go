@@ -102,13 +102,13 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 		return nil, toStatus(err)
 	}
 	// The object comes first: its lock is held before the record is made.
-	sb := s.objs.addSandbox(id)
+	sb := s.sandboxes.Add(id)
 	sb.lock.Lock()
 	defer sb.lock.Unlock()
 	ctx, phases := s.withPhases(ctx, "RunPodSandbox")
 	defer phases.observe()
 	if err := s.createSandbox(ctx, id, name, handler, cfg); err != nil {
-		s.objs.deleteSandbox(id) // the undo did unless the record was never made
+		s.sandboxes.Forget(id) // the undo did unless the record was never made or is kept
 		s.sandboxNames.Release(name, id)
 		return nil, toStatus(fmt.Errorf("run pod sandbox %s: %w", cfg.GetMetadata().GetName(), err))
 	}

@@ -204,9 +204,7 @@ func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 		return fmt.Errorf("remove pod dir: %w", err)
 	}
 	phaseDone(ctx, "files")
-	err := s.sandboxes.Delete(rec.ID)
-	// After the delete: an object looked for from now on is not added again.
-	s.objs.deleteSandbox(rec.ID)
+	err := s.sandboxes.Delete(rec.ID) // and the object with it
 	phaseDone(ctx, "record")
 	return err
 }

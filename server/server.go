@@ -50,8 +50,11 @@ type Server struct {
 	version string
 	log     *logrus.Entry
 
-	sandboxes      *store.Table[sandboxRecord]
-	containers     *store.Table[containerRecord]
+	// sandboxes and containers hold each sandbox's and container's object
+	// (objects.go), its record and all else kept of it in memory; see
+	// locks.go for the lock discipline.
+	sandboxes      *store.Table[sandboxRecord, *sandbox]
+	containers     *store.Table[containerRecord, *container]
 	sandboxNames   *store.Names
 	containerNames *store.Names
 	cni            podNetworking
@@ -70,10 +73,6 @@ type Server struct {
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
 	cdi            *oci.CDI
-
-	// objs holds each sandbox's and container's lock and in-memory state
-	// (objects.go); see locks.go for the lock discipline.
-	objs objects
 
 	// missingControllers holds the cgroup controllers already logged as
 	// missing (see warnMissingControllers).
@@ -123,10 +122,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.useRuntimes()
 	s.loadAppArmorProfile(opts.Log)
-	if s.sandboxes, err = openTable[sandboxRecord](s, sandboxesDir); err != nil {
-		return nil, err
-	}
-	if s.containers, err = openTable[containerRecord](s, containersDir); err != nil {
+	if err := s.openTables(); err != nil {
 		return nil, err
 	}
 	s.countObjects()
@@ -224,10 +220,21 @@ const (
 	containersDir = "containers"
 )
 
+// openTables opens the sandboxes' and containers' records, each into the
+// object kept of it.
+func (s *Server) openTables() error {
+	var err error
+	if s.sandboxes, err = openTable[sandboxRecord](s, sandboxesDir, newSandbox); err != nil {
+		return err
+	}
+	s.containers, err = openTable[containerRecord](s, containersDir, newContainer)
+	return err
+}
+
 // openTable opens one kind of record under the state root. A corrupt record
 // is logged and left for the operator, not fatal.
-func openTable[T any](s *Server, name string) (*store.Table[T], error) {
-	t, corrupt, err := store.Open[T](filepath.Join(s.cfg.Root, name))
+func openTable[T any, O store.Object[T]](s *Server, name string, newObject func(id string) O) (*store.Table[T, O], error) {
+	t, corrupt, err := store.Open[T](filepath.Join(s.cfg.Root, name), newObject)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", name, err)
 	}

@@ -105,10 +105,7 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 	ts.useCNI(ts.network)
 	ts.useImages(ts.images)
 	ts.useMonitor(fakeMonitor{ts.monitor})
-	if ts.sandboxes, err = openTable[sandboxRecord](ts.Server, sandboxesDir); err != nil {
-		t.Fatal(err)
-	}
-	if ts.containers, err = openTable[containerRecord](ts.Server, containersDir); err != nil {
+	if err = ts.openTables(); err != nil {
 		t.Fatal(err)
 	}
 	if err := ts.restoreRuntimeConfig(); err != nil {

@@ -22,11 +22,11 @@ import (
 func newRecordsServer(t *testing.T) *Server {
 	t.Helper()
 	dir := t.TempDir()
-	sandboxes, _, err := store.Open[sandboxRecord](filepath.Join(dir, "sandboxes"))
+	sandboxes, _, err := store.Open[sandboxRecord](filepath.Join(dir, "sandboxes"), newSandbox)
 	if err != nil {
 		t.Fatal(err)
 	}
-	containers, _, err := store.Open[containerRecord](filepath.Join(dir, "containers"))
+	containers, _, err := store.Open[containerRecord](filepath.Join(dir, "containers"), newContainer)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ type blob struct{ Data string }
 // memory, and leaves no temp file behind.
 func TestPutOnFullDiskKeepsOldRecord(t *testing.T) {
 	dir := smallFS(t)
-	tab, _, err := Open[blob](dir)
+	tab, _, err := openTest[blob](dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestPutOnFullDiskKeepsOldRecord(t *testing.T) {
 		t.Fatalf("in memory after a failed Put: %.20q", got.Data)
 	}
 	assertOnlyRecords(t, dir, "id.json")
-	again, _, err := Open[blob](dir)
+	again, _, err := openTest[blob](dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestPutOnFullDiskKeepsOldRecord(t *testing.T) {
 // when the disk refuses it.
 func TestObserveOnFullDiskKeepsChangeInMemory(t *testing.T) {
 	dir := smallFS(t)
-	tab, _, err := Open[blob](dir)
+	tab, _, err := openTest[blob](dir)
 	if err != nil {
 		t.Fatal(err)
 	}

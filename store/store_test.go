@@ -17,9 +17,19 @@ type record struct {
 	Count int
 }
 
+// testObject is what a caller keeps of each record: here, its ID only.
+type testObject[T any] struct {
+	Slot[T]
+	id string
+}
+
+func openTest[T any](dir string) (*Table[T, *testObject[T]], []Corrupt, error) {
+	return Open(dir, func(id string) *testObject[T] { return &testObject[T]{id: id} })
+}
+
 func TestTablePersistsAcrossOpen(t *testing.T) {
 	dir := t.TempDir()
-	tab, _, err := Open[record](dir)
+	tab, _, err := openTest[record](dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +50,7 @@ func TestTablePersistsAcrossOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	again, corrupt, err := Open[record](dir)
+	again, corrupt, err := openTest[record](dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +69,7 @@ func TestTablePersistsAcrossOpen(t *testing.T) {
 }
 
 func TestResolvePrefix(t *testing.T) {
-	tab, _, _ := Open[record](t.TempDir())
+	tab, _, _ := openTest[record](t.TempDir())
 	_ = tab.Put("abc123", record{})
 	_ = tab.Put("abd456", record{})
 	cases := []struct {
@@ -86,8 +96,8 @@ func TestResolvePrefix(t *testing.T) {
 // finds prefixes in the same sorted list.
 func TestListFollowsChanges(t *testing.T) {
 	dir := t.TempDir()
-	tab, _, _ := Open[record](dir)
-	names := func(tab *Table[record]) string {
+	tab, _, _ := openTest[record](dir)
+	names := func(tab *Table[record, *testObject[record]]) string {
 		var out []string
 		for _, r := range tab.List() {
 			out = append(out, r.Name)
@@ -151,7 +161,7 @@ func TestListFollowsChanges(t *testing.T) {
 	if got := strings.Join(walked, ","); got != "a1,B2,C3" {
 		t.Fatalf("Range walked %s, want a1,B2,C3 and a stop there", got)
 	}
-	again, _, err := Open[record](dir)
+	again, _, err := openTest[record](dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +176,7 @@ func TestListFollowsChanges(t *testing.T) {
 // BenchmarkList200 is the kubelet's ListContainers at 200 containers, the
 // store's part.
 func BenchmarkList200(b *testing.B) {
-	tab, _, _ := Open[record](b.TempDir())
+	tab, _, _ := openTest[record](b.TempDir())
 	for i := range 200 {
 		_ = tab.Stage(fmt.Sprintf("%064x", i*7919), record{Name: "c"})
 	}
@@ -179,7 +189,7 @@ func BenchmarkList200(b *testing.B) {
 }
 
 func TestUpdateIsAtomicUnderConcurrency(t *testing.T) {
-	tab, _, _ := Open[record](t.TempDir())
+	tab, _, _ := openTest[record](t.TempDir())
 	_ = tab.Put("id", record{})
 	var wg sync.WaitGroup
 	for i := 0; i < 20; i++ {
@@ -233,7 +243,7 @@ func TestNames(t *testing.T) {
 // go through it.
 func TestStageWritesWithoutTheDurableWriter(t *testing.T) {
 	dir := t.TempDir()
-	tab, _, err := Open[record](dir)
+	tab, _, err := openTest[record](dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +261,7 @@ func TestStageWritesWithoutTheDurableWriter(t *testing.T) {
 	if durable != 0 {
 		t.Fatalf("Stage and StageUpdate wrote durably %d times, want 0", durable)
 	}
-	again, _, err := Open[record](dir)
+	again, _, err := openTest[record](dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,5 +276,65 @@ func TestStageWritesWithoutTheDurableWriter(t *testing.T) {
 	}
 	if durable != 2 {
 		t.Fatalf("Put and Update wrote durably %d times, want 2", durable)
+	}
+}
+
+// An object added before its record (a create holding its lock) is found
+// by Object but by no reader until its record is written into it; Forget
+// drops it only while it has none, and Delete drops it with its record.
+func TestObjectComesAndGoesWithItsRecord(t *testing.T) {
+	dir := t.TempDir()
+	tab, _, err := openTest[record](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := tab.Version()
+	added := tab.Add("abc")
+	if _, err := tab.Get("abc"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get of an object with no record yet: %v, want ErrNotFound", err)
+	}
+	if _, err := tab.Resolve("ab"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Resolve of an object with no record yet: %v, want ErrNotFound", err)
+	}
+	if n := len(tab.List()); n != 0 || tab.Version() != version {
+		t.Errorf("List has %d records and the version moved %d -> %d before any record", n, version, tab.Version())
+	}
+	if obj, ok := tab.Object("abc"); !ok || obj != added {
+		t.Errorf("Object of an added ID = %p, %v; want the added one", obj, ok)
+	}
+
+	if err := tab.Put("abc", record{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if obj, _ := tab.Object("abc"); obj != added || added.rec.Name != "a" {
+		t.Errorf("Put made another object, or left the record out of the added one")
+	}
+	tab.Forget("abc")
+	if obj, ok := tab.Object("abc"); !ok || obj != added {
+		t.Error("Forget dropped an object that holds a record")
+	}
+
+	if err := tab.Delete("abc"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tab.Object("abc"); ok {
+		t.Error("Delete left the object of the deleted record")
+	}
+	tab.Add("abd")
+	tab.Forget("abd")
+	if _, ok := tab.Object("abd"); ok {
+		t.Error("Forget left an object that never had a record")
+	}
+
+	// Open makes the object of each record; Put one for a record without.
+	if err := tab.Put("xyz", record{Name: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	again, _, err := openTest[record](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if obj, ok := again.Object("xyz"); !ok || obj.id != "xyz" || obj.rec.Name != "x" {
+		t.Errorf("object of a record after Open = %+v, %v", obj, ok)
 	}
 }

@@ -20,9 +20,12 @@ var ErrNotFound = errors.New("not found")
 var ErrAmbiguousID = errors.New("ambiguous ID prefix")
 
 // Table is the set of records of one kind: a JSON file per record under one
-// directory, and an in-memory copy of all of them so that reads never touch
-// the disk. Every method is safe for concurrent use; no lock is held across
-// calls.
+// directory, and in memory the caller's object of each, which holds its
+// record, so that reads never touch the disk. The object is all the caller
+// keeps in memory of what the record describes: it comes with the record
+// (Put, Open) or before it (Add), and goes with it (Delete), so nothing of
+// a deleted record can be forgotten in some other map. Every method is safe
+// for concurrent use; no lock is held across calls.
 //
 // Records are values: Get and List return copies of the struct, but slices and
 // maps inside a record are shared, so callers replace them and never mutate
@@ -32,25 +35,52 @@ var ErrAmbiguousID = errors.New("ambiguous ID prefix")
 // fsyncs; the map's lock mu is taken only to publish the written record, so
 // Get, List and Resolve never wait for a disk. A reader sees a change only
 // once it is on disk (Observe: or once its write failed).
-type Table[T any] struct {
+type Table[T any, O Object[T]] struct {
 	dir string
 	// writeMu orders the writers (Put, Update, Observe, Delete): it is held
 	// from reading a record to publishing it, so that two updates of one
-	// record cannot lose each other's change. The map is changed only under
-	// both locks, so a holder of writeMu reads it without mu.
+	// record cannot lose each other's change. Records are changed only
+	// under both locks; objects without one come and go under mu alone
+	// (Add, Forget), so even a holder of writeMu looks one up under mu.
 	writeMu sync.Mutex
-	mu      sync.RWMutex
-	items   map[string]T
-	// ids are the keys of items, sorted: List and Resolve walk them instead
-	// of sorting or scanning the map on every call (the kubelet lists every
-	// second). Changed with items, under both locks.
+	// mu guards objects, ids and version, and the records in the objects
+	// against a reader.
+	mu sync.RWMutex
+	// objects are the objects by ID: those with a record and those of a
+	// create that has not written its record yet (Add).
+	objects map[string]O
+	// ids are the IDs of the objects that hold a record, sorted: List and
+	// Resolve walk them instead of sorting or scanning the map on every call
+	// (the kubelet lists every second). Changed with a record's coming and
+	// going, under both locks.
 	ids []string
-	// version counts the changes of items, under both locks: see Version.
+	// version counts the changes of records, under both locks: see Version.
 	version uint64
+	// newObject makes the object of a record found at Open or put without
+	// one.
+	newObject func(id string) O
 	// write replaces a record file durably; a test slows it down.
 	write func(path string, data []byte, perm os.FileMode) error
 	// stage replaces a record file without making it durable (Stage).
 	stage func(path string, data []byte, perm os.FileMode) error
+}
+
+// Slot is where an object keeps its record: the caller's object type embeds
+// it, and only the Table reads and writes it, under its locks, so that a
+// reader sees a record only once it is written.
+type Slot[T any] struct {
+	rec T
+	// recorded tells whether rec is a written record; an object added
+	// before its record (Add) has none yet.
+	recorded bool
+}
+
+func (s *Slot[T]) slot() *Slot[T] { return s }
+
+// Object is what a Table keeps for each ID: a pointer to the caller's
+// type, which embeds a Slot.
+type Object[T any] interface {
+	slot() *Slot[T]
 }
 
 // Corrupt describes a record file that could not be read at Open.
@@ -59,11 +89,12 @@ type Corrupt struct {
 	Err  error
 }
 
-// Open loads every record under dir, creating dir if needed. Temp files of
-// interrupted writes are removed. Records that do not parse are returned as
-// corrupt (and left on disk for the operator) rather than failing the open:
-// one bad file must not keep the node's runtime from starting.
-func Open[T any](dir string) (*Table[T], []Corrupt, error) {
+// Open loads every record under dir, creating dir if needed, each into an
+// object newObject makes. Temp files of interrupted writes are removed.
+// Records that do not parse are returned as corrupt (and left on disk for
+// the operator) rather than failing the open: one bad file must not keep
+// the node's runtime from starting.
+func Open[T any, O Object[T]](dir string, newObject func(id string) O) (*Table[T, O], []Corrupt, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
@@ -71,7 +102,7 @@ func Open[T any](dir string) (*Table[T], []Corrupt, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	t := &Table[T]{dir: dir, items: map[string]T{}, write: atomicfile.Write, stage: atomicfile.Replace}
+	t := &Table[T, O]{dir: dir, objects: map[string]O{}, newObject: newObject, write: atomicfile.Write, stage: atomicfile.Replace}
 	var corrupt []Corrupt
 	for _, e := range entries {
 		name := e.Name()
@@ -93,7 +124,9 @@ func Open[T any](dir string) (*Table[T], []Corrupt, error) {
 			corrupt = append(corrupt, Corrupt{Path: path, Err: err})
 			continue
 		}
-		t.items[id] = v
+		obj := newObject(id)
+		*obj.slot() = Slot[T]{rec: v, recorded: true}
+		t.objects[id] = obj
 		t.ids = append(t.ids, id)
 	}
 	slices.Sort(t.ids)
@@ -101,7 +134,7 @@ func Open[T any](dir string) (*Table[T], []Corrupt, error) {
 }
 
 // Put writes a record durably, replacing any with the same ID.
-func (t *Table[T]) Put(id string, v T) error {
+func (t *Table[T, O]) Put(id string, v T) error {
 	return t.put(id, v, t.write)
 }
 
@@ -112,11 +145,11 @@ func (t *Table[T]) Put(id string, v T) error {
 // before it answers: what such a record names is either gone after a reboot
 // (the run dir is a tmpfs) or found by the caller's start-up sweep of what no
 // record names. The Put's fsyncs then make the last state durable.
-func (t *Table[T]) Stage(id string, v T) error {
+func (t *Table[T, O]) Stage(id string, v T) error {
 	return t.put(id, v, t.stage)
 }
 
-func (t *Table[T]) put(id string, v T, write func(string, []byte, os.FileMode) error) error {
+func (t *Table[T, O]) put(id string, v T, write func(string, []byte, os.FileMode) error) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode record %s: %w", id, err)
@@ -130,29 +163,40 @@ func (t *Table[T]) put(id string, v T, write func(string, []byte, os.FileMode) e
 	return nil
 }
 
-// publish makes a written record visible to readers. The caller holds
-// writeMu.
-func (t *Table[T]) publish(id string, v T) {
+// publish makes a written record visible to readers, in the object of id,
+// made now if there is none. The caller holds writeMu.
+func (t *Table[T, O]) publish(id string, v T) {
 	t.mu.Lock()
-	if _, ok := t.items[id]; !ok {
+	defer t.mu.Unlock()
+	slot := t.objectLocked(id).slot()
+	if !slot.recorded {
 		i, _ := slices.BinarySearch(t.ids, id)
 		t.ids = slices.Insert(t.ids, i, id)
 	}
-	t.items[id] = v
+	*slot = Slot[T]{rec: v, recorded: true}
 	t.version++
-	t.mu.Unlock()
+}
+
+// record returns the record of id. The caller holds mu, or writeMu.
+func (t *Table[T, O]) record(id string) (T, bool) {
+	obj, ok := t.objects[id]
+	if !ok || !obj.slot().recorded {
+		var zero T
+		return zero, false
+	}
+	return obj.slot().rec, true
 }
 
 // Update reads a record, lets fn change it, and writes it back, all under the
 // table's lock so that two updates of one record cannot lose each other's
 // change. fn must be quick: it must not call into the table or block.
-func (t *Table[T]) Update(id string, fn func(*T) error) (T, error) {
+func (t *Table[T, O]) Update(id string, fn func(*T) error) (T, error) {
 	return t.modify(id, fn, false, t.write)
 }
 
 // StageUpdate is Update without the fsyncs, for a change that the start-up
 // repair derives again when a crash of the machine loses it (see Stage).
-func (t *Table[T]) StageUpdate(id string, fn func(*T) error) (T, error) {
+func (t *Table[T, O]) StageUpdate(id string, fn func(*T) error) (T, error) {
 	return t.modify(id, fn, false, t.stage)
 }
 
@@ -162,16 +206,18 @@ func (t *Table[T]) StageUpdate(id string, fn func(*T) error) (T, error) {
 // returned. Memory must not keep saying "running" about a process that is
 // gone; the disk catches up at the next write, or the caller's start-up
 // repair derives the change again from where it was observed.
-func (t *Table[T]) Observe(id string, fn func(*T) error) (T, error) {
+func (t *Table[T, O]) Observe(id string, fn func(*T) error) (T, error) {
 	return t.modify(id, fn, true, t.write)
 }
 
 // modify is Update and Observe: keepOnWriteError says whether memory takes
 // the change when the disk does not.
-func (t *Table[T]) modify(id string, fn func(*T) error, keepOnWriteError bool, write func(string, []byte, os.FileMode) error) (T, error) {
+func (t *Table[T, O]) modify(id string, fn func(*T) error, keepOnWriteError bool, write func(string, []byte, os.FileMode) error) (T, error) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	old, ok := t.items[id] // no mu: only holders of writeMu change the map
+	t.mu.RLock() // Add and Forget change the map under mu alone
+	old, ok := t.record(id)
+	t.mu.RUnlock()
 	if !ok {
 		var zero T
 		return zero, fmt.Errorf("record %s: %w", id, ErrNotFound)
@@ -196,10 +242,10 @@ func (t *Table[T]) modify(id string, fn func(*T) error, keepOnWriteError bool, w
 }
 
 // Get returns the record with exactly this ID.
-func (t *Table[T]) Get(id string) (T, error) {
+func (t *Table[T, O]) Get(id string) (T, error) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	v, ok := t.items[id]
+	v, ok := t.record(id)
 	if !ok {
 		return v, fmt.Errorf("record %s: %w", id, ErrNotFound)
 	}
@@ -208,13 +254,13 @@ func (t *Table[T]) Get(id string) (T, error) {
 
 // Resolve turns a full ID or a unique prefix of one (crictl shows truncated
 // IDs, and users paste them) into the full ID.
-func (t *Table[T]) Resolve(idOrPrefix string) (string, error) {
+func (t *Table[T, O]) Resolve(idOrPrefix string) (string, error) {
 	if idOrPrefix == "" {
 		return "", fmt.Errorf("empty ID: %w", ErrNotFound)
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if _, ok := t.items[idOrPrefix]; ok {
+	if _, ok := t.record(idOrPrefix); ok {
 		return idOrPrefix, nil
 	}
 	// The IDs with this prefix are a run of the sorted list, from the
@@ -229,9 +275,9 @@ func (t *Table[T]) Resolve(idOrPrefix string) (string, error) {
 	return t.ids[i], nil
 }
 
-// Delete removes a record. Deleting one that is not there succeeds: removal
-// is retried by the kubelet and by start-up repair.
-func (t *Table[T]) Delete(id string) error {
+// Delete removes a record, and its object with it. Deleting one that is not
+// there succeeds: removal is retried by the kubelet and by start-up repair.
+func (t *Table[T, O]) Delete(id string) error {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	if err := os.Remove(t.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -242,9 +288,9 @@ func (t *Table[T]) Delete(id string) error {
 	t.mu.Lock()
 	if i, ok := slices.BinarySearch(t.ids, id); ok {
 		t.ids = slices.Delete(t.ids, i, i+1)
-		delete(t.items, id)
 		t.version++
 	}
+	delete(t.objects, id)
 	t.mu.Unlock()
 	return err
 }
@@ -254,19 +300,19 @@ func (t *Table[T]) Delete(id string) error {
 // call that returns the same Version means nothing changed in between. A
 // caller that keeps something derived from every record (ListContainers'
 // answer) tells by it whether that is still true.
-func (t *Table[T]) Version() uint64 {
+func (t *Table[T, O]) Version() uint64 {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.version
 }
 
 // List returns every record, ordered by ID so that answers are stable.
-func (t *Table[T]) List() []T {
+func (t *Table[T, O]) List() []T {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	out := make([]T, len(t.ids))
 	for i, id := range t.ids {
-		out[i] = t.items[id]
+		out[i] = t.objects[id].slot().rec
 	}
 	return out
 }
@@ -275,14 +321,61 @@ func (t *Table[T]) List() []T {
 // copying none into a slice: the kubelet's list calls walk every record
 // every second. fn runs under the table's read lock, so it must neither
 // call the table nor block.
-func (t *Table[T]) Range(fn func(T) bool) {
+func (t *Table[T, O]) Range(fn func(T) bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	for _, id := range t.ids {
-		if !fn(t.items[id]) {
+		if !fn(t.objects[id].slot().rec) {
 			return
 		}
 	}
 }
 
-func (t *Table[T]) path(id string) string { return filepath.Join(t.dir, id+".json") }
+// Add returns the object of id, made now, holding no record, if there is
+// none: a create holds the object's lock before it writes the record. Until
+// then readers see no record of id; Forget drops the object again when the
+// create fails before.
+func (t *Table[T, O]) Add(id string) O {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.objectLocked(id)
+}
+
+// objectLocked returns the object of id, made and kept if there is none.
+// The caller holds mu.
+func (t *Table[T, O]) objectLocked(id string) O {
+	obj, ok := t.objects[id]
+	if !ok {
+		obj = t.newObject(id)
+		t.objects[id] = obj
+	}
+	return obj
+}
+
+// Forget drops the object of id if it holds no record: the end of a create
+// that failed before its record was written, or whose undo deleted it.
+func (t *Table[T, O]) Forget(id string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if obj, ok := t.objects[id]; ok && !obj.slot().recorded {
+		delete(t.objects, id)
+	}
+}
+
+// Objects counts the objects: those with a record and those added before
+// it.
+func (t *Table[T, O]) Objects() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.objects)
+}
+
+// Object returns the object of id, with its record or before it (Add).
+func (t *Table[T, O]) Object(id string) (O, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	obj, ok := t.objects[id]
+	return obj, ok
+}
+
+func (t *Table[T, O]) path(id string) string { return filepath.Join(t.dir, id+".json") }

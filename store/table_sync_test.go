@@ -12,7 +12,7 @@ import (
 // exit is a write, and every Get and List of the node would wait behind it.
 // Readers keep seeing the old record until the new one is on disk.
 func TestReadsDoNotWaitForAWriteSync(t *testing.T) {
-	tab, _, err := Open[record](t.TempDir())
+	tab, _, err := openTest[record](t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

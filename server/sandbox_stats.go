@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -151,7 +152,14 @@ func (s *Server) summedPodCgroup(rec sandboxRecord, running []containerSample) o
 
 // networkUsage reports every interface of the pod; the default one is the
 // interface CNI set up (eth0), as the kubelet looks for it by that name.
+// Without eth0 (a StopPodSandbox is tearing the network down, or a CNI
+// plugin named it otherwise) it reports nothing: the kubelet reads the
+// default interface of any network usage it is given, and a nil one
+// crashed it (its stats summary dereferences it).
 func networkUsage(now int64, ifs []network.InterfaceCounters) *runtime.NetworkUsage {
+	if !slices.ContainsFunc(ifs, func(i network.InterfaceCounters) bool { return i.Name == network.PodInterface }) {
+		return nil
+	}
 	n := &runtime.NetworkUsage{Timestamp: now}
 	for _, i := range ifs {
 		u := &runtime.NetworkInterfaceUsage{

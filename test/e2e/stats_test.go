@@ -250,6 +250,43 @@ func TestStatsPodNetworkCountersGrow(t *testing.T) {
 	}
 }
 
+// Pod stats read while StopPodSandbox tears the network down never carry a
+// network usage without its default interface: the kubelet's stats summary
+// (its eviction manager reads it every 10 s) dereferences it, and a real
+// kubelet crashed on one read in that window.
+func TestStatsDuringStopPodSandboxKeepTheDefaultInterface(t *testing.T) {
+	d := StartDaemon(t)
+	d.bridgeNetwork(t)
+	ctx := context.Background()
+	for round := range 5 {
+		pod := d.runPod(t, d.podConfig(fmt.Sprintf("stopping-%d", round)))
+		stopped := make(chan error, 1)
+		go func() { stopped <- d.Runtime.StopPodSandbox(ctx, pod) }()
+		reads := 0
+		for done := false; !done; reads++ {
+			select {
+			case err := <-stopped:
+				if err != nil {
+					t.Fatalf("StopPodSandbox: %v", err)
+				}
+				done = true
+			default:
+			}
+			stats, err := d.Runtime.ListPodSandboxStats(ctx, nil)
+			if err != nil {
+				t.Fatalf("ListPodSandboxStats: %v", err)
+			}
+			for _, ps := range stats {
+				if n := ps.GetLinux().GetNetwork(); n != nil && n.GetDefaultInterface() == nil {
+					t.Fatalf("round %d, read %d: pod %s has network usage without its default interface: %v",
+						round, reads, ps.GetAttributes().GetId(), n)
+				}
+			}
+		}
+		t.Logf("round %d: %d stats reads while the pod stopped", round, reads)
+	}
+}
+
 // A pod's CPU is a counter: it must not drop when one of its containers
 // exits (the kubelet would compute a negative rate).
 func TestStatsPodCPUMonotonicAcrossContainerExit(t *testing.T) {

@@ -38,8 +38,10 @@ func listsEveryContainer(f *runtime.ContainerFilter) bool {
 }
 
 // containerListed is ListContainers' filter: containerMatches and the state.
+// A container is listed only once CreateContainer has made it (see
+// madeRecord).
 func containerListed(f *runtime.ContainerFilter, rec containerRecord) bool {
-	return containerMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == containerState(rec))
+	return madeRecord(rec.State) && containerMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == containerState(rec))
 }
 
 // containerItem is a container's entry in ListContainers.

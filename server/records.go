@@ -21,6 +21,17 @@ import (
 // both a sandboxRecordState and a containerRecordState.
 const stateCreating = "creating"
 
+// madeRecord reports whether a record's object is made: whether its create
+// call has got past stateCreating. The list calls leave the others out, as
+// containerd and cri-o do (they store a sandbox or container only once it
+// is made): the kubelet's relist would otherwise see a sandbox being
+// created as one that died (NOTREADY, with no earlier state), and a
+// container being created in an unknown state, while the call that makes
+// it has not yet answered. NRI's RunPodSandbox and CreateContainer hooks
+// run in this state too, so plugins see no object the kubelet may
+// already act on.
+func madeRecord[S ~string](state S) bool { return state != stateCreating }
+
 // sandboxRecordState is the state of a sandbox record. The values are those
 // written to disk by every earlier version: do not change them.
 type sandboxRecordState string

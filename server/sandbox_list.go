@@ -22,8 +22,10 @@ func (s *Server) ListPodSandbox(ctx context.Context, req *runtime.ListPodSandbox
 }
 
 // sandboxListed is ListPodSandbox's filter: sandboxMatches and the state.
+// A sandbox is listed only once RunPodSandbox has made it (see
+// madeRecord).
 func sandboxListed(f *runtime.PodSandboxFilter, rec sandboxRecord) bool {
-	return sandboxMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == sandboxState(rec))
+	return madeRecord(rec.State) && sandboxMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == sandboxState(rec))
 }
 
 // sandboxStatsListed is ListPodSandboxStats' filter: sandboxMatches, and

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -154,4 +155,77 @@ func TestBadRequestsAreInvalidArgument(t *testing.T) {
 	}
 	var st interface{ GRPCStatus() *status.Status }
 	_ = errors.As(err, &st)
+}
+
+// What a create call is still making is in no list: the kubelet's relist
+// took a sandbox RunPodSandbox had not yet answered for one that had died
+// (NOTREADY, never seen ready). Lists are read in a loop beside each create;
+// a list round may end after the create answered, so what the test looks
+// for is a state only a half-made object has: a sandbox not ready, a
+// container in an unknown state.
+func TestListsShowNothingBeingCreated(t *testing.T) {
+	d := StartDaemon(t)
+	d.bridgeNetwork(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	ctx := context.Background()
+	// listWhile lists sandboxes and containers until done closes, and
+	// returns each ID seen with the first state it was seen in, and the
+	// number of list rounds.
+	listWhile := func(done <-chan struct{}) (map[string]string, int) {
+		seen := map[string]string{}
+		note := func(id, state string) {
+			if _, ok := seen[id]; !ok {
+				seen[id] = state
+			}
+		}
+		for rounds := 0; ; rounds++ {
+			select {
+			case <-done:
+				return seen, rounds
+			default:
+			}
+			pods, err := d.Runtime.ListPodSandbox(ctx, nil)
+			if err != nil {
+				t.Errorf("ListPodSandbox: %v", err)
+				return seen, rounds
+			}
+			for _, p := range pods {
+				note(p.GetId(), p.GetState().String())
+			}
+			ctrs, err := d.Runtime.ListContainers(ctx, nil)
+			if err != nil {
+				t.Errorf("ListContainers: %v", err)
+				return seen, rounds
+			}
+			for _, c := range ctrs {
+				note(c.GetId(), c.GetState().String())
+			}
+		}
+	}
+	for round := range 3 {
+		podCfg := d.podConfig(fmt.Sprintf("listed-%d", round))
+		done := make(chan struct{})
+		var pod string
+		go func() {
+			defer close(done)
+			pod = d.runPod(t, podCfg)
+		}()
+		seen, podRounds := listWhile(done)
+		if st, ok := seen[pod]; ok && st != runtime.PodSandboxState_SANDBOX_READY.String() {
+			t.Errorf("round %d: the sandbox was listed %s while RunPodSandbox made it", round, st)
+		}
+
+		done = make(chan struct{})
+		var ctr string
+		go func() {
+			defer close(done)
+			ctr = d.createContainer(t, pod, podCfg, containerConfig("c", ref, "sleep", "60"))
+		}()
+		seen, ctrRounds := listWhile(done)
+		if st, ok := seen[ctr]; ok && st != runtime.ContainerState_CONTAINER_CREATED.String() {
+			t.Errorf("round %d: the container was listed %s while CreateContainer made it", round, st)
+		}
+		t.Logf("round %d: %d list rounds while the pod was made, %d while the container was", round, podRounds, ctrRounds)
+	}
 }

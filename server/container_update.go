@@ -35,7 +35,7 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.Upda
 	if resources == nil {
 		return &runtime.UpdateContainerResourcesResponse{}, nil
 	}
-	resources, err = s.nriUpdateContainer(ctx, rec, resources)
+	resources, err = s.nriUpdateContainer(ctx, rec, resources, req.GetAnnotations())
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("update resources of container %s: %w", id, err))
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/containerd/nri/pkg/api"
@@ -225,16 +226,32 @@ func (s *Server) nriPostStartContainer(ctx context.Context, id string) {
 
 // nriUpdateContainer answers the resources to apply: the kubelet's, as the
 // plugins adjusted them.
-func (s *Server) nriUpdateContainer(ctx context.Context, rec containerRecord, resources *runtime.LinuxContainerResources) (*runtime.LinuxContainerResources, error) {
+func (s *Server) nriUpdateContainer(ctx context.Context, rec containerRecord, resources *runtime.LinuxContainerResources, annotations map[string]string) (*runtime.LinuxContainerResources, error) {
 	if !s.nri.Active() {
 		return resources, nil
 	}
-	adjusted, others, err := s.nri.UpdateContainer(ctx, s.nriPodOf(rec.SandboxID), nriContainer(rec, nil), nriResources(resources))
+	ctr := nriContainer(rec, nil)
+	ctr.Annotations = withAnnotations(ctr.Annotations, annotations)
+	adjusted, others, err := s.nri.UpdateContainer(ctx, s.nriPodOf(rec.SandboxID), ctr, nriResources(resources))
 	if err != nil {
 		return nil, err
 	}
 	s.applyNRIUpdatesLater(others)
 	return criResources(resources, adjusted), nil
+}
+
+// withAnnotations is the container's annotations from its create with those
+// of an UpdateContainerResources request over them: plugins see what the
+// update says (a resize's own hints), while the record keeps the create's,
+// which ContainerStatus reports.
+func withAnnotations(created, update map[string]string) map[string]string {
+	if len(update) == 0 {
+		return created
+	}
+	out := make(map[string]string, len(created)+len(update))
+	maps.Copy(out, created)
+	maps.Copy(out, update)
+	return out
 }
 
 func (s *Server) nriPostUpdateContainer(ctx context.Context, id string) {

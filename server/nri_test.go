@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -25,6 +26,15 @@ type refusingPlugin struct {
 	mu      sync.Mutex
 	refused map[string]bool
 	synced  chan struct{}
+	// updated are the annotations of each container UpdateContainer saw.
+	updated []map[string]string
+}
+
+func (p *refusingPlugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container, _ *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.updated = append(p.updated, c.GetAnnotations())
+	return nil, nil
 }
 
 func (p *refusingPlugin) refuseOnce(kind, name string) error {
@@ -141,6 +151,41 @@ func TestNRIRefusalLeavesNothing(t *testing.T) {
 	}
 	if st := ts.ctrState(t, id); st != runtime.ContainerState_CONTAINER_RUNNING {
 		t.Errorf("the retried start left the container %v, want running", st)
+	}
+}
+
+// UpdateContainerResources hands plugins its request's annotations over the
+// container's own; the record keeps the create's.
+func TestNRIUpdateContainerSeesTheRequestsAnnotations(t *testing.T) {
+	ts := newTestServer(t)
+	p := &refusingPlugin{refused: map[string]bool{}, synced: make(chan struct{})}
+	ts.withNRIPlugin(t, p)
+	podCfg := podConfig("pod")
+	podID := ts.runPod(t, podCfg)
+	cfg := ctrConfig("app")
+	cfg.Annotations = map[string]string{"from-create": "1", "both": "create"}
+	id := ts.createCtr(t, podID, podCfg, cfg)
+	_, err := ts.UpdateContainerResources(bg, &runtime.UpdateContainerResourcesRequest{
+		ContainerId: id,
+		Linux:       &runtime.LinuxContainerResources{CpuShares: 512},
+		Annotations: map[string]string{"from-update": "2", "both": "update"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	updated := p.updated
+	p.mu.Unlock()
+	want := map[string]string{"from-create": "1", "from-update": "2", "both": "update"}
+	if len(updated) != 1 || !maps.Equal(updated[0], want) {
+		t.Errorf("the plugin's UpdateContainer saw annotations %v, want %v", updated, want)
+	}
+	rec, err := ts.containers.Get(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(rec.Annotations, cfg.Annotations) {
+		t.Errorf("the record's annotations became %v, want the create's %v", rec.Annotations, cfg.Annotations)
 	}
 }
 

@@ -127,7 +127,9 @@ func benchPodLifecycle(t *testing.T) {
 }
 
 // runcStartFloor is what runc alone takes to create and start a busybox
-// container from a ready bundle, and to delete it: the floor of a start.
+// container from a ready bundle, and to delete it: the floor of a start. It
+// is the daemon's default handler's runc (defaultRunc), so that the floor
+// and the pods it is set against start their containers with one binary.
 func runcStartFloor(t *testing.T) time.Duration {
 	dir := runcFloorBundle(t)
 	var times []time.Duration
@@ -149,7 +151,7 @@ func runcFloorBundle(t *testing.T) string {
 	if out, err := exec.Command("cp", "/bin/busybox", filepath.Join(rootfs, "bin/sleep")).CombinedOutput(); err != nil {
 		t.Fatalf("cp busybox: %v %s", err, out)
 	}
-	if out, err := exec.Command("runc", "spec", "--bundle", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command(defaultRunc(), "spec", "--bundle", dir).CombinedOutput(); err != nil {
 		t.Fatalf("runc spec: %v %s", err, out)
 	}
 	spec, _ := os.ReadFile(filepath.Join(dir, "config.json"))
@@ -168,13 +170,13 @@ func runcRunOnce(t *testing.T, dir, id string) time.Duration {
 	begin := time.Now()
 	// stdio on /dev/null: a detached container keeps its stdio open,
 	// so capturing runc's output would wait for the container to end.
-	run := exec.Command("runc", "--root", root, "--log", filepath.Join(dir, "runc.log"), "run", "--detach", "--bundle", dir, id)
+	run := exec.Command(defaultRunc(), "--root", root, "--log", filepath.Join(dir, "runc.log"), "run", "--detach", "--bundle", dir, id)
 	if err := run.Run(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "runc.log"))
 		t.Fatalf("runc run: %v %s", err, log)
 	}
 	took := time.Since(begin)
-	_ = exec.Command("runc", "--root", root, "delete", "--force", id).Run()
+	_ = exec.Command(defaultRunc(), "--root", root, "delete", "--force", id).Run()
 	return took
 }
 

@@ -51,6 +51,16 @@ func usernsOptions() *runtime.UserNamespace {
 	return &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: m(), Gids: m()}
 }
 
+// defaultRunc is the binary of the handler a daemon with the default
+// handlers runs pods on: the current runc where make deps built it (it can
+// idmap mounts, which Debian's runc cannot), else Debian's runc in PATH.
+func defaultRunc() string {
+	if _, err := os.Stat(currentRunc); err == nil {
+		return currentRunc
+	}
+	return "runc"
+}
+
 func requireCurrentRunc(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat(currentRunc); err != nil {

@@ -15,6 +15,8 @@ import (
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/minicri/minicri/internal/connlimit/connlimittest"
 )
 
 // dialIdle opens a connection to s and, if request is set, sends it and
@@ -172,24 +174,15 @@ func TestRequestsThatCannotStreamAreClosedAtOnce(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := net.Dial("tcp", s.Addr().String())
+			a, err := connlimittest.Exchange(s.Addr().String(), tc.request, 5*time.Second)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("%v (request timeout 1m)", err)
 			}
-			defer c.Close()
-			io.WriteString(c, tc.request)
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			br := bufio.NewReader(c)
-			resp, err := http.ReadResponse(br, nil)
-			if err != nil {
-				t.Fatalf("no answer within 5s (request timeout 1m): %v", err)
+			if a.Code != tc.code {
+				t.Errorf("status %d, want %d", a.Code, tc.code)
 			}
-			io.Copy(io.Discard, resp.Body)
-			if resp.StatusCode != tc.code {
-				t.Errorf("status %d, want %d", resp.StatusCode, tc.code)
-			}
-			if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Errorf("the connection is still open after the answer: %v", err)
+			if !a.Closed {
+				t.Errorf("the connection is still open after the answer")
 			}
 		})
 	}

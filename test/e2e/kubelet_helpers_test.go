@@ -325,11 +325,7 @@ func (k *Kubelet) removeAllPods(t *testing.T) {
 // logTail is the last 150 lines of the kubelet's log.
 func (k *Kubelet) logTail() string {
 	data, _ := os.ReadFile(k.log)
-	lines := strings.Split(string(data), "\n")
-	if len(lines) > 150 {
-		lines = lines[len(lines)-150:]
-	}
-	return strings.Join(lines, "\n")
+	return tail(string(data), 150)
 }
 
 func (k *Kubelet) url(path string) string {

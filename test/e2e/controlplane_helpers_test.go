@@ -135,7 +135,7 @@ func (cp *ControlPlane) waitReady(t *testing.T, log string) {
 }
 
 // call sends one request to the API server, with the token; body, when not
-// nil, goes as JSON.
+// nil, goes as JSON (a PATCH as a strategic merge patch).
 func (cp *ControlPlane) call(method, path string, body any) (int, []byte, error) {
 	var r io.Reader
 	if body != nil {
@@ -151,6 +151,9 @@ func (cp *ControlPlane) call(method, path string, body any) (int, []byte, error)
 	}
 	req.Header.Set("Authorization", "Bearer "+cp.token)
 	req.Header.Set("Content-Type", "application/json")
+	if method == http.MethodPatch {
+		req.Header.Set("Content-Type", "application/strategic-merge-patch+json")
+	}
 	resp, err := cp.client.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -213,6 +216,32 @@ func (cp *ControlPlane) waitNodeReady(t *testing.T, name string) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("node %s not ready in the API after a minute: %d %v %s", name, code, err, data)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// createPod makes a pod in the API.
+func (cp *ControlPlane) createPod(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	cp.mustCall(t, http.MethodPost, "/api/v1/namespaces/"+pod.Namespace+"/pods", pod)
+}
+
+// waitPod polls the API's pod until cond holds, and returns it.
+func (cp *ControlPlane) waitPod(t *testing.T, namespace, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		p := cp.pod(t, namespace, name)
+		if p != nil && cond(p) {
+			return p
+		}
+		if time.Now().After(deadline) {
+			var st any
+			if p != nil {
+				st = p.Status
+			}
+			t.Fatalf("pod %s/%s: %s: not within %s; status: %+v", namespace, name, what, timeout, st)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -23,6 +23,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/minicri/minicri/test/registry"
+	"github.com/minicri/minicri/test/testimage"
 )
 
 // ControlPlane is a real etcd and a real kube-apiserver on loopback, for the
@@ -34,6 +37,33 @@ type ControlPlane struct {
 	Port       int    // the API server's secure port on 127.0.0.1
 	token      string
 	client     *http.Client
+}
+
+// newAPINode is a kubeletNode whose kubelet works for a real API server:
+// a daemon on a bridge network, the busybox image in a registry, etcd and
+// kube-apiserver with the namespace e2e, and a kubelet that has registered
+// its node and watches its pods. kubeletArgs go on the kubelet's command line.
+func newAPINode(t *testing.T, kubeletArgs ...string) (*kubeletNode, *ControlPlane) {
+	t.Helper()
+	kubeletBinary(t)
+	removeHostPortChainsAtEnd(t)
+	d := StartDaemon(t)
+	d.bridgeNetwork(t)
+	reg := registry.Start(t, registry.Options{})
+	ref := reg.Host() + "/e2e/busybox:latest"
+	testimage.Push(t, testimage.Busybox(t), ref)
+	cp := startControlPlane(t, d.Dir)
+	cp.namespace(t, "e2e")
+	k := startKubelet(t, d, append([]string{"--kubeconfig", cp.Kubeconfig, "--register-node=true"}, kubeletArgs...)...)
+	cp.waitNodeReady(t, k.NodeName)
+	// Its pod watch starts a moment after: a static pod that runs before
+	// the watch brings its mirror pod gets its status written only at the
+	// status manager's next resync, 10 s later.
+	waitFor(t, "the kubelet watching the API", time.Minute, func() bool {
+		data, _ := os.ReadFile(k.log)
+		return strings.Contains(string(data), `"Watching apiserver"`)
+	})
+	return &kubeletNode{d: d, k: k, ref: ref}, cp
 }
 
 // controlPlaneBinary is a binary the kubelet build puts beside the kubelet.

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/minicri/minicri/test/registry"
 	"github.com/minicri/minicri/test/testimage"
 )
 
@@ -27,26 +26,11 @@ import (
 // before it has seen it start, which it did while minicri listed a sandbox
 // that RunPodSandbox was still making.
 func TestKubeletMirrorPods(t *testing.T) {
-	kubeletBinary(t)
-	removeHostPortChainsAtEnd(t)
-	d := StartDaemon(t)
-	d.bridgeNetwork(t)
-	reg := registry.Start(t, registry.Options{})
-	first, second := reg.Host()+"/e2e/busybox:one", reg.Host()+"/e2e/busybox:two"
-	testimage.Push(t, testimage.Busybox(t), first)
+	n, cp := newAPINode(t, "--feature-gates=EventedPLEG=false")
+	k := n.k
+	first := n.ref
+	second := strings.SplitN(first, "/", 2)[0] + "/e2e/busybox:two" // the same registry
 	testimage.Push(t, testimage.Busybox(t, testimage.WithLabels(map[string]string{"v": "2"})), second)
-	cp := startControlPlane(t, d.Dir)
-	cp.namespace(t, "e2e")
-	k := startKubelet(t, d, "--kubeconfig", cp.Kubeconfig, "--register-node=true", "--feature-gates=EventedPLEG=false")
-	n := &kubeletNode{d: d, k: k, ref: first}
-	cp.waitNodeReady(t, k.NodeName)
-	// Its pod watch starts a moment after: a pod that runs before the
-	// watch brings its mirror pod gets its status written only at the
-	// status manager's next resync, 10 s later.
-	waitFor(t, "the kubelet watching the API", time.Minute, func() bool {
-		data, _ := os.ReadFile(k.log)
-		return strings.Contains(string(data), `"Watching apiserver"`)
-	})
 
 	mirror := k.podName("static")
 	waitMirror := func(what string, cond func(*corev1.Pod) bool) *corev1.Pod {

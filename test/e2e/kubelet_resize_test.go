@@ -14,9 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/minicri/minicri/test/registry"
-	"github.com/minicri/minicri/test/testimage"
 )
 
 // An in-place resize of a pod, asked of the API as kubectl does (the pod's
@@ -26,20 +23,11 @@ import (
 // memory limit and the container's update; the container's cgroup has the
 // new limit, and the pod's status says the resize is done.
 func TestKubeletResizeReachesNRIPlugin(t *testing.T) {
-	kubeletBinary(t)
-	removeHostPortChainsAtEnd(t)
-	d := StartDaemon(t)
-	d.bridgeNetwork(t)
+	n, cp := newAPINode(t)
+	d, k, ref := n.d, n.k, n.ref
+	// No pod yet: the kubelet has made none.
 	plugin := startNRIPlugin(t, buildNRIPlugin(t), d, "-adjust=false")
 	plugin.waitEvent(t, "Synchronize pods=0 containers=0")
-	reg := registry.Start(t, registry.Options{})
-	ref := reg.Host() + "/e2e/busybox:latest"
-	testimage.Push(t, testimage.Busybox(t), ref)
-	cp := startControlPlane(t, d.Dir)
-	cp.namespace(t, "e2e")
-	k := startKubelet(t, d, "--kubeconfig", cp.Kubeconfig, "--register-node=true")
-	cp.waitNodeReady(t, k.NodeName)
-	n := &kubeletNode{d: d, k: k, ref: ref}
 
 	const before, after = 128 << 20, 192 << 20
 	limits := func(memory int64) corev1.ResourceList {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
@@ -44,7 +45,7 @@ func ResolveUserStrict(rootfs, imageUser string, runAsUser *int64, runAsUsername
 }
 
 func resolveUser(rootfs, imageUser string, runAsUser *int64, runAsUsername string, runAsGroup *int64, supplementalGroups []int64, mergeImageGroups bool) (User, error) {
-	userPart, groupPart, err := chooseUserAndGroup(imageUser, runAsUser, runAsUsername, runAsGroup)
+	userPart, groupPart, source, err := chooseUserAndGroup(imageUser, runAsUser, runAsUsername, runAsGroup)
 	if err != nil {
 		return User{}, err
 	}
@@ -54,11 +55,11 @@ func resolveUser(rootfs, imageUser string, runAsUser *int64, runAsUsername strin
 	}
 	u, err := accounts.lookupUser(userPart)
 	if err != nil {
-		return User{}, err
+		return User{}, fmt.Errorf("%s: %w", source, err)
 	}
 	if groupPart != "" {
 		if u.GID, err = accounts.lookupGroup(groupPart); err != nil {
-			return User{}, err
+			return User{}, fmt.Errorf("%s: %w", source, err)
 		}
 	}
 	gids := []uint32{u.GID}
@@ -77,35 +78,69 @@ func resolveUser(rootfs, imageUser string, runAsUser *int64, runAsUsername strin
 }
 
 // chooseUserAndGroup returns the user and group strings that apply, by the
-// precedence described on ResolveUser.
-func chooseUserAndGroup(imageUser string, runAsUser *int64, runAsUsername string, runAsGroup *int64) (user, group string, err error) {
+// precedence described on ResolveUser, and where they came from, for errors.
+func chooseUserAndGroup(imageUser string, runAsUser *int64, runAsUsername string, runAsGroup *int64) (user, group, source string, err error) {
 	switch {
 	case runAsUser != nil:
 		uid, err := toID("run_as_user", *runAsUser)
 		if err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
-		user = strconv.FormatUint(uint64(uid), 10)
+		user, source = strconv.FormatUint(uint64(uid), 10), "run_as_user"
 	case runAsUsername != "":
-		user = runAsUsername
+		user, source = runAsUsername, "run_as_username"
 	default:
 		user, group, _ = strings.Cut(imageUser, ":")
+		source = fmt.Sprintf("the image's user %q", imageUser)
 	}
 	if runAsGroup != nil {
 		gid, err := toID("run_as_group", *runAsGroup)
 		if err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
 		group = strconv.FormatUint(uint64(gid), 10)
 	}
-	return user, group, nil
+	return user, group, source, nil
 }
 
+// MaxID is the largest uid or gid a process can be given: 2^32-1 is the
+// kernel's "no id", and setresuid(-1, -1, -1) leaves the ids as they were.
+const MaxID = 1<<32 - 2
+
 func toID(what string, v int64) (uint32, error) {
-	if v < 0 || v > 1<<32-2 { // 2^32-1 is the kernel's "no id"
-		return 0, fmt.Errorf("%w: %s %d is out of range", ErrInvalid, what, v)
+	if v < 0 || v > MaxID {
+		return 0, fmt.Errorf("%w: %s %d is out of range (0 to %d)", ErrInvalid, what, v, MaxID)
 	}
 	return uint32(v), nil
+}
+
+// ParseID reads the user or the group part of an image's USER the one way
+// that both the container's identity and ImageStatus (which the kubelet's
+// runAsNonRoot check reads) take it. All ASCII digits is a number, and it
+// must fit 0 to MaxID: "4294967296" is an error, never a name to look up in
+// the image's /etc/passwd, where an image could make it uid 0 while
+// ImageStatus says 4294967296 (containerd's GHSA-fqw6-gf59-qr4w). Anything
+// else is a name (numeric false), but not one that another parser could
+// read as a number or that no account can have: a leading sign ("+0",
+// "-1") or white space is an error. "" is a name too (no user).
+func ParseID(s string) (id uint32, numeric bool, err error) {
+	if s == "" {
+		return 0, false, nil
+	}
+	if strings.Trim(s, "0123456789") == "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || n > MaxID {
+			return 0, true, fmt.Errorf("%w: %s is out of range (0 to %d)", ErrInvalid, s, MaxID)
+		}
+		return uint32(n), true, nil
+	}
+	if s[0] == '+' || s[0] == '-' {
+		return 0, false, fmt.Errorf("%w: %q is neither a number of 0 to %d nor a name (a name cannot begin with %q)", ErrInvalid, s, MaxID, s[:1])
+	}
+	if i := strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
+		return 0, false, fmt.Errorf("%w: %q is not a name: it holds white space or a control character", ErrInvalid, s)
+	}
+	return 0, false, nil
 }
 
 type passwdEntry struct {
@@ -177,14 +212,18 @@ func readFileInRoot(root, path string) ([]byte, error) {
 	return data, nil
 }
 
-// lookupUser resolves a user name or uid; "" is root. A numeric uid needs no
-// passwd entry; its gid then is 0.
+// lookupUser resolves a user name or uid (ParseID); "" is root. A numeric
+// uid needs no passwd entry; its gid then is 0.
 func (a imageAccounts) lookupUser(user string) (User, error) {
 	if user == "" {
 		user = "0"
 	}
-	if uid, err := strconv.ParseUint(user, 10, 32); err == nil {
-		u := User{UID: uint32(uid)}
+	uid, numeric, err := ParseID(user)
+	if err != nil {
+		return User{}, fmt.Errorf("user: %w", err)
+	}
+	if numeric {
+		u := User{UID: uid}
 		for _, p := range a.passwd {
 			if p.uid == u.UID {
 				u.GID, u.Username, u.Home = p.gid, p.name, p.home
@@ -204,10 +243,14 @@ func (a imageAccounts) lookupUser(user string) (User, error) {
 	return User{}, fmt.Errorf("%w: user %q not found in the image's /etc/passwd", ErrInvalid, user)
 }
 
-// lookupGroup resolves a group name or gid.
+// lookupGroup resolves a group name or gid (ParseID).
 func (a imageAccounts) lookupGroup(group string) (uint32, error) {
-	if gid, err := strconv.ParseUint(group, 10, 32); err == nil {
-		return uint32(gid), nil
+	gid, numeric, err := ParseID(group)
+	if err != nil {
+		return 0, fmt.Errorf("group: %w", err)
+	}
+	if numeric {
+		return gid, nil
 	}
 	if a.groups == nil {
 		return 0, fmt.Errorf("%w: group %q: the image has no /etc/group to look it up", ErrInvalid, group)
@@ -285,9 +328,11 @@ func parseRecords[T any](data []byte, minFields int, parse func(fields []string)
 	return entries
 }
 
+// parseID reads an id field of /etc/passwd or /etc/group; an entry whose
+// id is out of range (2^32-1 and beyond) is skipped, never wrapped.
 func parseID(s string) (uint32, bool) {
-	n, err := strconv.ParseUint(s, 10, 32)
-	return uint32(n), err == nil
+	id, numeric, err := ParseID(s)
+	return id, numeric && err == nil
 }
 
 func uniqueIDs(ids []uint32) []uint32 {

@@ -2,9 +2,11 @@ package oci
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -201,5 +203,84 @@ func TestResolveUserRefusesNonRegularPasswd(t *testing.T) {
 	}
 	if _, err := ResolveUser(rootfs, "1000", nil, "", nil, nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("err = %v, want ErrInvalid for a FIFO /etc/passwd", err)
+	}
+}
+
+// An image can name a user "4294967296" (or "-1", "+1000", "1000 ") in its
+// /etc/passwd with uid 0, while ImageStatus, read by the kubelet's
+// runAsNonRoot check, takes that USER for a number. Such a USER (or group)
+// is refused, naming the image's user, and never looked up as a name
+// (GHSA-fqw6-gf59-qr4w in containerd). Before: uid 0 for every one of them
+// but "+1000" and "-1", which failed as unknown names.
+func TestResolveUserRefusesOutOfRangeAndSignedIDs(t *testing.T) {
+	passwd := testPasswd + "4294967296:x:0:0:root in disguise:/root:/bin/sh\n" +
+		"4294967295:x:0:0:no id:/root:/bin/sh\n" +
+		"99999999999999999999:x:0:0:wider than 64 bits:/root:/bin/sh\n" +
+		"1000 :x:0:0:trailing space:/root:/bin/sh\n" +
+		"evil:x:4294967296:0:uid out of range:/root:/bin/sh\n" +
+		"noid:x:4294967295:0:uid is the kernel's no id:/root:/bin/sh\n"
+	group := testGroup + "4294967296:x:0:\n"
+	rootfs := writeRootfs(t, map[string]string{"etc/passwd": passwd, "etc/group": group})
+	for _, user := range []string{
+		"4294967296", "4294967295", "99999999999999999999", "18446744073709551616",
+		"-1", "+1000", "+0", "-0", "1000 ", " 1000", "10 00", "1000\t",
+		"1000:4294967296", "1000:-1", "1000:+0", "app:4294967296", "1000: 0",
+		"evil", "noid", // names whose uid does not fit: "not found"
+	} {
+		t.Run(user, func(t *testing.T) {
+			got, err := ResolveUser(rootfs, user, nil, "", nil, nil)
+			if err == nil {
+				t.Fatalf("USER %q resolved to %+v, want an error", user, got)
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), fmt.Sprintf("the image's user %q", user)) {
+				t.Fatalf("USER %q: err = %v, want ErrInvalid naming the image's user", user, err)
+			}
+		})
+	}
+	// The largest id there is still works, as a number.
+	if u, err := ResolveUser(rootfs, "4294967294:4294967294", nil, "", nil, nil); err != nil || u.UID != MaxID || u.GID != MaxID {
+		t.Fatalf("USER 4294967294:4294967294 = %+v, %v; want uid and gid %d", u, err, MaxID)
+	}
+	// A pod's run_as_username is taken the same way, and named as such.
+	if _, err := ResolveUser(rootfs, "", nil, "4294967296", nil, nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "run_as_username") {
+		t.Fatalf("run_as_username 4294967296: err = %v, want ErrInvalid naming run_as_username", err)
+	}
+}
+
+// ParseID is what both the container's identity and ImageStatus read, so
+// the two cannot disagree.
+func TestParseID(t *testing.T) {
+	cases := []struct {
+		in      string
+		id      uint32
+		numeric bool
+		bad     bool
+	}{
+		{"", 0, false, false},
+		{"0", 0, true, false},
+		{"0001000", 1000, true, false},
+		{"4294967294", MaxID, true, false},
+		{"4294967295", 0, true, true},
+		{"4294967296", 0, true, true},
+		{"18446744073709551616", 0, true, true},
+		{"app", 0, false, false},
+		{"app-1", 0, false, false},
+		{"1000a", 0, false, false}, // a name, as runc and containerd take it
+		{"-1", 0, false, true},
+		{"+1000", 0, false, true},
+		{" 1000", 0, false, true},
+		{"1000 ", 0, false, true},
+		{"ap p", 0, false, true},
+		{"app\n", 0, false, true},
+		{"\u00a0app", 0, false, true},
+	}
+	for _, c := range cases {
+		id, numeric, err := ParseID(c.in)
+		if id != c.id || numeric != c.numeric || (err != nil) != c.bad {
+			t.Errorf("ParseID(%q) = %d, %v, %v; want %d, %v, error %v", c.in, id, numeric, err, c.id, c.numeric, c.bad)
+		}
+		if err != nil && !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseID(%q): %v is not ErrInvalid", c.in, err)
+		}
 	}
 }

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/oci"
 )
 
 // ImageStatus describes one image. An image that is not there is answered
@@ -43,7 +43,11 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtime.ImageStatusReques
 }
 
 // criImage is an image as the CRI describes it, with the user split the way
-// the kubelet's runAsNonRoot check reads it: a numeric uid, else a name.
+// the kubelet's runAsNonRoot check reads it: a uid only when it is exactly
+// the uid the container will run as (oci.ParseID), else the name as
+// written. A USER the create refuses ("4294967296", "-1", "+0") is reported
+// as a name: a kubelet that asks for runAsNonRoot then refuses the pod
+// itself, and none is told a number that the runtime would read otherwise.
 // Pinned images (image.pinned_images) say so: the kubelet's image garbage
 // collection passes them over.
 func (s *Server) criImage(img image.Image) *runtime.Image {
@@ -56,8 +60,8 @@ func (s *Server) criImage(img image.Image) *runtime.Image {
 		Pinned:      s.pinned.Has(img),
 	}
 	user, _, _ := strings.Cut(img.Config.User, ":")
-	if uid, err := strconv.ParseInt(user, 10, 64); err == nil {
-		out.Uid = &runtime.Int64Value{Value: uid}
+	if uid, numeric, err := oci.ParseID(user); numeric && err == nil {
+		out.Uid = &runtime.Int64Value{Value: int64(uid)}
 	} else {
 		out.Username = user
 	}

@@ -40,8 +40,8 @@ func (s *Store) hasBlob(h v1.Hash) bool {
 
 // ensureBlob makes sure the blob desc names is in the store, downloading it
 // with open if not. Concurrent calls for one digest download it once.
-// progress (may be nil) logs the download.
-func (s *Store) ensureBlob(ctx context.Context, desc v1.Descriptor, open blobOpener, progress *pullProgress) error {
+// progress (may be nil) watches the download of what (layerDownload …).
+func (s *Store) ensureBlob(ctx context.Context, what string, desc v1.Descriptor, open blobOpener, progress *pullProgress) error {
 	if err := checkDigest(desc.Digest); err != nil {
 		return err
 	}
@@ -52,14 +52,14 @@ func (s *Store) ensureBlob(ctx context.Context, desc v1.Descriptor, open blobOpe
 		if s.hasBlob(desc.Digest) {
 			return nil
 		}
-		return s.fetchBlob(ctx, desc, open, progress)
+		return s.fetchBlob(ctx, what, desc, open, progress)
 	})
 }
 
 // fetchBlob downloads a blob to a temp file, checks its size and digest, and
 // only then renames it into place: a bad or cut-off download leaves nothing.
-func (s *Store) fetchBlob(ctx context.Context, desc v1.Descriptor, open blobOpener, progress *pullProgress) (retErr error) {
-	layer := progress.begin(desc)
+func (s *Store) fetchBlob(ctx context.Context, what string, desc v1.Descriptor, open blobOpener, progress *pullProgress) (retErr error) {
+	layer := progress.begin(what, desc.Digest.String(), desc.Size)
 	defer func() { progress.end(layer, retErr) }()
 	rc, err := open(ctx, desc)
 	if err != nil {

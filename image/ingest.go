@@ -43,7 +43,7 @@ func (s *Store) ingest(ctx context.Context, req ingestRequest) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("store manifest: %w", err)
 	}
-	cf, err := s.fetchConfig(ctx, m.Config, req.open)
+	cf, err := s.fetchConfig(ctx, m.Config, req.open, req.progress)
 	if err != nil {
 		return Image{}, err
 	}
@@ -102,11 +102,11 @@ func isLayerMediaType(mt types.MediaType) bool {
 	return false
 }
 
-func (s *Store) fetchConfig(ctx context.Context, desc v1.Descriptor, open blobOpener) (*v1.ConfigFile, error) {
+func (s *Store) fetchConfig(ctx context.Context, desc v1.Descriptor, open blobOpener, progress *pullProgress) (*v1.ConfigFile, error) {
 	if desc.Size > maxConfigSize {
 		return nil, fmt.Errorf("image config of %d bytes is larger than the %d allowed", desc.Size, maxConfigSize)
 	}
-	if err := s.ensureBlob(ctx, desc, open, nil); err != nil {
+	if err := s.ensureBlob(ctx, configDownload, desc, open, progress); err != nil {
 		return nil, fmt.Errorf("image config %s: %w", desc.Digest, err)
 	}
 	f, err := os.Open(s.blobPath(desc.Digest))
@@ -138,7 +138,7 @@ func (s *Store) fetchLayers(ctx context.Context, layers []v1.Descriptor, diffIDs
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			err := s.ensureBlob(ctx, l, req.open, req.progress)
+			err := s.ensureBlob(ctx, layerDownload, l, req.open, req.progress)
 			<-downloads
 			if err != nil {
 				return fmt.Errorf("layer %s: %w", l.Digest, err)

@@ -18,8 +18,9 @@ import (
 // nothing of it stays. containerd and moby have no such bounds; the
 // defaults are far above what real images reach.
 
-// ErrTooLarge: the image unpacks to more than Limits allows.
-var ErrTooLarge = errors.New("image exceeds an unpack limit")
+// ErrTooLarge: the image unpacks to more than Limits allows, or a manifest
+// is larger than the cap (maxManifestSize).
+var ErrTooLarge = errors.New("image exceeds a size limit")
 
 // Defaults of Limits.
 const (

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sirupsen/logrus"
 )
 
@@ -45,29 +44,42 @@ func (l ProgressLimit) checkEvery() time.Duration {
 	return max(10*time.Millisecond, l.Window/10)
 }
 
-// StalledError is a layer download that moved less than its ProgressLimit
-// asks. It is a registry that cannot serve now: ErrUnavailable.
+// StalledError is a download (a manifest, the image config, a layer) that
+// moved less than its ProgressLimit asks. It is a registry that cannot
+// serve now: ErrUnavailable.
 type StalledError struct {
-	Layer        string // digest
-	Bytes, Total int64  // arrived so far, of the layer's size
+	What         string // "layer", "image config", "manifest"
+	Name         string // its digest, or the tag a manifest was asked by
+	Bytes, Total int64  // arrived so far, of its size (a manifest's: at most)
 	Moved        int64  // in the last window
 	Limit        ProgressLimit
 }
 
 func (e *StalledError) Error() string {
-	return fmt.Sprintf("layer %s: download stalled: %s of %s arrived, %s in the last %v; at least %s (%d bytes a second) must arrive in every %v (image.pull_progress_min_rate, image.pull_progress_timeout)",
-		e.Layer, formatBytes(e.Bytes), formatBytes(e.Total), formatBytes(e.Moved), e.Limit.Window,
+	of := formatBytes(e.Total)
+	if e.What == manifestDownload {
+		of = "at most " + of
+	}
+	return fmt.Sprintf("%s %s: download stalled: %s of %s arrived, %s in the last %v; at least %s (%d bytes a second) must arrive in every %v (image.pull_progress_min_rate, image.pull_progress_timeout)",
+		e.What, e.Name, formatBytes(e.Bytes), of, formatBytes(e.Moved), e.Limit.Window,
 		formatBytes(e.Limit.minBytes()), e.Limit.rate(), e.Limit.Window)
 }
 
+// What a pull downloads, as its progress names it.
+const (
+	layerDownload    = "layer"
+	configDownload   = "image config"
+	manifestDownload = "manifest"
+)
+
 func (e *StalledError) Unwrap() error { return ErrUnavailable }
 
-// pullProgress watches one pull's layer downloads, from the request for a
-// blob until its last byte is stored (never its unpacking, nor the wait for
-// a download slot): it logs each layer when it is in (size, time, rate) and
-// every progressInterval the layers still coming, and calls stalled with a
-// *StalledError when one moves less than the limit asks. All methods accept
-// a nil receiver (no logging, no limit).
+// pullProgress watches one pull's downloads (its manifests, config and
+// layers), from the request until the last byte is in (never a layer's
+// unpacking, nor the wait for a download slot): it logs each layer when it
+// is in (size, time, rate) and every progressInterval the downloads still
+// coming, and calls stalled with a *StalledError when one moves less than
+// the limit asks. All methods accept a nil receiver (no logging, no limit).
 type pullProgress struct {
 	log     logrus.FieldLogger
 	limit   ProgressLimit
@@ -78,10 +90,11 @@ type pullProgress struct {
 }
 
 type layerProgress struct {
-	digest string
-	total  int64
-	start  time.Time
-	bytes  atomic.Int64
+	what  string // layerDownload, configDownload, manifestDownload
+	name  string // digest, or a manifest's tag
+	total int64
+	start time.Time
+	bytes atomic.Int64
 	// samples are the byte counts seen by the checks of the last window
 	// and the newest one before it (under pullProgress.mu).
 	samples []progressSample
@@ -166,7 +179,7 @@ func (l *layerProgress) judge(now time.Time, limit ProgressLimit) error {
 		return nil
 	}
 	if moved := n - l.samples[0].bytes; moved < limit.minBytes() {
-		return &StalledError{Layer: l.digest, Bytes: n, Total: l.total, Moved: moved, Limit: limit}
+		return &StalledError{What: l.what, Name: l.name, Bytes: n, Total: l.total, Moved: moved, Limit: limit}
 	}
 	return nil
 }
@@ -177,19 +190,21 @@ func (p *pullProgress) logBusy() {
 	for l := range p.busy {
 		n := l.bytes.Load()
 		p.log.WithFields(logrus.Fields{
-			"layer": l.digest,
+			l.what:  l.name,
 			"bytes": fmt.Sprintf("%s / %s", formatBytes(n), formatBytes(l.total)),
 			"rate":  formatRate(n, time.Since(l.start)),
-		}).Info("pulling layer")
+		}).Info("pulling " + l.what)
 	}
 }
 
-func (p *pullProgress) begin(desc v1.Descriptor) *layerProgress {
+// begin watches the download of what (a layerDownload …) named name, of
+// total bytes (a manifest's: at most).
+func (p *pullProgress) begin(what, name string, total int64) *layerProgress {
 	if p == nil {
 		return nil
 	}
 	now := time.Now()
-	l := &layerProgress{digest: desc.Digest.String(), total: desc.Size, start: now, samples: []progressSample{{now, 0}}}
+	l := &layerProgress{what: what, name: name, total: total, start: now, samples: []progressSample{{now, 0}}}
 	p.mu.Lock()
 	p.busy[l] = true
 	p.mu.Unlock()
@@ -203,12 +218,12 @@ func (p *pullProgress) end(l *layerProgress, err error) {
 	p.mu.Lock()
 	delete(p.busy, l)
 	p.mu.Unlock()
-	if err != nil {
-		return // the pull's error says it
+	if err != nil || l.what != layerDownload {
+		return // the pull's error says it; a layer's log is enough
 	}
 	elapsed := time.Since(l.start)
 	p.log.WithFields(logrus.Fields{
-		"layer":    l.digest,
+		"layer":    l.name,
 		"bytes":    formatBytes(l.bytes.Load()),
 		"duration": elapsed.Round(time.Millisecond).String(),
 		"rate":     formatRate(l.bytes.Load(), elapsed),

@@ -90,8 +90,8 @@ func TestPullFailsWhenALayerTrickles(t *testing.T) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
-	if stall.Bytes < 1 || stall.Bytes > 8 || stall.Layer != layer {
-		t.Errorf("stall: layer %s, %d bytes arrived; want %s and a few bytes (one a second)", stall.Layer, stall.Bytes, layer)
+	if stall.Bytes < 1 || stall.Bytes > 8 || stall.Name != layer || stall.What != "layer" {
+		t.Errorf("stall: layer %s, %d bytes arrived; want %s and a few bytes (one a second)", stall.Name, stall.Bytes, layer)
 	}
 	if took < window || took > window+10*time.Second {
 		t.Errorf("the pull failed after %v, want soon after the %v window", took, window)
@@ -154,7 +154,7 @@ func TestPullProgressIgnoresUnpackTime(t *testing.T) {
 func TestProgressJudgesEveryWindow(t *testing.T) {
 	limit := ProgressLimit{Window: 10 * time.Second, MinRate: 100} // 1000 bytes a window
 	t0 := time.Unix(1000, 0)
-	l := &layerProgress{digest: "sha256:x", total: 1 << 20, start: t0, samples: []progressSample{{t0, 0}}}
+	l := &layerProgress{what: layerDownload, name: "sha256:x", total: 1 << 20, start: t0, samples: []progressSample{{t0, 0}}}
 	steps := []struct {
 		after time.Duration
 		bytes int64
@@ -170,7 +170,7 @@ func TestProgressJudgesEveryWindow(t *testing.T) {
 		}
 	}
 	// Moving at 200 bytes a second, twice the rate, judged each second.
-	l = &layerProgress{digest: "sha256:y", total: 1 << 20, start: t0, samples: []progressSample{{t0, 0}}}
+	l = &layerProgress{what: layerDownload, name: "sha256:y", total: 1 << 20, start: t0, samples: []progressSample{{t0, 0}}}
 	for s := 1; s <= 60; s++ {
 		l.bytes.Store(int64(s) * 200)
 		if err := l.judge(t0.Add(time.Duration(s)*time.Second), limit); err != nil {

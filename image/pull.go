@@ -68,12 +68,14 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth, stalled c
 		return Image{}, err
 	}
 	log := s.log.WithField("image", named.String())
-	src := &remoteSource{eps: eps, log: log}
+	progress := newPullProgress(log, s.opts.PullProgress, func(err error) { stalled(err) })
+	defer progress.stop()
+	src := &remoteSource{eps: eps, progress: progress, log: log}
 	identifier := named.tag
 	if named.digest != "" {
 		identifier = named.digest
 	}
-	top, err := src.manifest(ctx, identifier)
+	top, err := src.manifest(ctx, identifier, 0)
 	if err != nil {
 		return Image{}, err
 	}
@@ -81,8 +83,6 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth, stalled c
 	if err != nil {
 		return Image{}, err
 	}
-	progress := newPullProgress(log, s.opts.PullProgress, func(err error) { stalled(err) })
-	defer progress.stop()
 	req := ingestRequest{
 		manifest:    m.raw,
 		mediaType:   m.mediaType,
@@ -102,7 +102,7 @@ func (s *Store) resolvePlatform(ctx context.Context, src *remoteSource, m manife
 		if err := checkDigest(child.Digest); err != nil {
 			return manifest{}, err
 		}
-		return src.manifest(ctx, child.Digest.String())
+		return src.manifest(ctx, child.Digest.String(), child.Size)
 	})
 }
 

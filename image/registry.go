@@ -137,9 +137,10 @@ func authenticator(a *Auth) authn.Authenticator {
 // Blobs are asked first of the endpoint that served the manifest, then of
 // the ones after it.
 type remoteSource struct {
-	eps   []*endpoint
-	first int // set while resolving manifests, before any blob is fetched
-	log   logrus.FieldLogger
+	eps      []*endpoint
+	first    int           // set while resolving manifests, before any blob is fetched
+	progress *pullProgress // watches the manifest downloads too (nil: not)
+	log      logrus.FieldLogger
 }
 
 // manifest is a fetched manifest (or index) and its digest.
@@ -149,12 +150,23 @@ type manifest struct {
 	digest    v1.Hash
 }
 
-// manifest fetches the manifest named by a tag or a digest.
-func (r *remoteSource) manifest(ctx context.Context, identifier string) (manifest, error) {
+// manifest fetches the manifest named by a tag or a digest. Its body is
+// read through a readLimit: at most maxManifestSize bytes, or declared
+// when a manifest list's descriptor declared a size (0: none), so that a
+// registry that sends 90 MiB costs what the bound allows, not what the
+// registry client would read (100 MiB, then refused).
+func (r *remoteSource) manifest(ctx context.Context, identifier string, declared int64) (manifest, error) {
+	limit := readLimit{what: "manifest " + identifier, max: maxManifestSize}
+	if declared > maxManifestSize {
+		return manifest{}, limit.tooLarge(fmt.Sprintf("its descriptor declares %d bytes, which", declared))
+	}
+	if declared > 0 {
+		limit.max, limit.declared = declared, true
+	}
 	var errs []error
 	for i := r.first; i < len(r.eps); i++ {
 		ep := r.eps[i]
-		desc, err := ep.puller.Get(ctx, refIn(ep.repo, identifier))
+		desc, err := r.get(ctx, ep, identifier, limit)
 		if err == nil {
 			r.first = i
 			return checkManifest(desc, identifier)
@@ -170,6 +182,18 @@ func (r *remoteSource) manifest(ctx context.Context, identifier string) (manifes
 	return manifest{}, joinErrors(errs)
 }
 
+// get is one endpoint's answer for a manifest, under the pull's progress
+// check from the request on (the registry client pings the registry and
+// fetches a token first).
+func (r *remoteSource) get(ctx context.Context, ep *endpoint, identifier string, limit readLimit) (desc *remote.Descriptor, err error) {
+	watch := r.progress.begin(manifestDownload, identifier, limit.max)
+	defer func() { r.progress.end(watch, err) }()
+	if watch != nil {
+		limit.counted = watch
+	}
+	return ep.puller.Get(withReadLimit(ctx, limit), refIn(ep.repo, identifier))
+}
+
 func refIn(repo name.Repository, identifier string) name.Reference {
 	if strings.HasPrefix(identifier, "sha256:") {
 		return repo.Digest(identifier)
@@ -177,11 +201,11 @@ func refIn(repo name.Repository, identifier string) name.Reference {
 	return repo.Tag(identifier)
 }
 
-// checkManifest verifies what the registry sent: its size, and its digest
-// when a digest named it.
+// checkManifest verifies what the registry sent: its size (its reader
+// stopped at the bound already), and its digest when a digest named it.
 func checkManifest(desc *remote.Descriptor, identifier string) (manifest, error) {
 	if len(desc.Manifest) > maxManifestSize {
-		return manifest{}, fmt.Errorf("manifest of %d bytes is larger than the %d allowed", len(desc.Manifest), maxManifestSize)
+		return manifest{}, fmt.Errorf("manifest %s of %d bytes is larger than the %d allowed: %w", identifier, len(desc.Manifest), maxManifestSize, ErrTooLarge)
 	}
 	sum := sha256.Sum256(desc.Manifest)
 	d := v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}

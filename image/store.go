@@ -1,7 +1,6 @@
 package image
 
 import (
-	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
@@ -138,14 +136,6 @@ func (s *Store) repairGeneration() error {
 
 func writeGeneration(path string, gen uint64) error {
 	return atomicfile.Write(path, []byte(strconv.FormatUint(gen, 10)+"\n"), 0o600)
-}
-
-func newTransport(insecure bool) http.RoundTripper {
-	t := remote.DefaultTransport.(*http.Transport).Clone()
-	if insecure {
-		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the registry is configured insecure
-	}
-	return t
 }
 
 func (s *Store) makeDirs() error {

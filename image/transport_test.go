@@ -1,0 +1,294 @@
+package image
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// manifestServer is just enough of a registry on 127.0.0.1 to serve the
+// manifests of the repository "m" with a handler of the test's; it counts
+// what the manifest answers got out to the client.
+type manifestServer struct {
+	srv      *httptest.Server
+	sent     atomic.Int64
+	requests atomic.Int64
+}
+
+func startManifestServer(t *testing.T, serve func(w io.Writer, h http.Header, r *http.Request) int) *manifestServer {
+	t.Helper()
+	m := &manifestServer{}
+	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			return
+		}
+		if !strings.HasPrefix(r.URL.Path, "/v2/m/manifests/") {
+			http.NotFound(w, r)
+			return
+		}
+		m.requests.Add(1)
+		cw := &countingWriter{w: w, n: &m.sent}
+		code := serve(cw, w.Header(), r)
+		if code != 0 {
+			w.WriteHeader(code)
+		}
+	}))
+	t.Cleanup(func() {
+		m.srv.CloseClientConnections()
+		m.srv.Close()
+	})
+	return m
+}
+
+func (m *manifestServer) ref(tag string) string {
+	return strings.TrimPrefix(m.srv.URL, "http://") + "/m:" + tag
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// hugeManifest writes the start of a JSON manifest and then size bytes of
+// padding, in 64 KiB writes, until the client goes.
+func hugeManifest(w io.Writer, size int64) {
+	chunk := []byte(strings.Repeat("a", 64<<10))
+	if _, err := io.WriteString(w, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","pad":"`); err != nil {
+		return
+	}
+	for n := int64(0); n < size; n += int64(len(chunk)) {
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+	}
+}
+
+// The attack of issue 31 item 5: a registry serving a 90 MiB manifest.
+// Before, the registry client read up to its own 100 MiB into memory
+// before the 4 MiB cap was checked ("manifest of 94371931 bytes is larger
+// than the 4194304 allowed", some 180 MiB allocated by one pull). Now the
+// body stops at the cap, with or without a Content-Length, and the pull
+// fails with ErrTooLarge (ResourceExhausted) naming the manifest.
+func TestOversizeManifestIsReadOnlyToTheCap(t *testing.T) {
+	for _, withLength := range []bool{false, true} {
+		t.Run("content-length="+strconv.FormatBool(withLength), func(t *testing.T) {
+			const size = 90 << 20
+			srv := startManifestServer(t, func(w io.Writer, h http.Header, r *http.Request) int {
+				h.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+				if withLength {
+					h.Set("Content-Length", strconv.Itoa(size))
+				}
+				hugeManifest(w, size)
+				return 0
+			})
+			s := newTestStore(t, Options{})
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := s.Pull(testContext(t), srv.ref("big"), nil)
+			runtime.ReadMemStats(&after)
+			allocated := int64(after.TotalAlloc - before.TotalAlloc)
+			t.Logf("pull: %v; %d KiB sent, %d KiB allocated", err, srv.sent.Load()>>10, allocated>>10)
+			if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "manifest big") || !strings.Contains(err.Error(), "4194304 bytes allowed") {
+				t.Fatalf("pull of a 90 MiB manifest = %v, want ErrTooLarge naming the manifest and the cap", err)
+			}
+			// The socket buffers hold a few MiB more than the client read.
+			if sent := srv.sent.Load(); sent > maxManifestSize+16<<20 {
+				t.Errorf("the registry got %d MiB of the manifest out, want about the %d MiB cap", sent>>20, maxManifestSize>>20)
+			}
+			if allocated > 48<<20 {
+				t.Errorf("the pull allocated %d MiB for a manifest capped at %d MiB", allocated>>20, maxManifestSize>>20)
+			}
+			assertNoImage(t, s)
+		})
+	}
+}
+
+// A manifest list's child is read up to the size its descriptor declares;
+// one that declares more than the cap is not asked for at all.
+func TestChildManifestIsReadOnlyToItsDeclaredSize(t *testing.T) {
+	body := `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","pad":"` + strings.Repeat("b", 1<<20) + `"}`
+	sum := sha256.Sum256([]byte(body))
+	child := "sha256:" + hex.EncodeToString(sum[:])
+	for _, tc := range []struct {
+		name     string
+		declared int64
+		want     string
+		asked    int64 // manifest requests: the index, and the child or not
+	}{
+		{"declares less than it is", 300, "more than the 300 bytes its descriptor declares", 2},
+		{"declares more than the cap", 90 << 20, "its descriptor declares 94371840 bytes", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			index := fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,"platform":{"os":"linux","architecture":%q}}]}`,
+				child, tc.declared, runtime.GOARCH)
+			srv := startManifestServer(t, func(w io.Writer, h http.Header, r *http.Request) int {
+				if strings.HasSuffix(r.URL.Path, "/list") {
+					h.Set("Content-Type", "application/vnd.oci.image.index.v1+json")
+					io.WriteString(w, index)
+					return 0
+				}
+				h.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+				io.WriteString(w, body)
+				return 0
+			})
+			s := newTestStore(t, Options{})
+			_, err := s.Pull(testContext(t), srv.ref("list"), nil)
+			t.Logf("pull: %v; %d KiB sent", err, srv.sent.Load()>>10)
+			if err == nil || !strings.Contains(err.Error(), "manifest "+child) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("pull = %v, want an error naming the child manifest and saying %q", err, tc.want)
+			}
+			if got := srv.requests.Load(); got != tc.asked {
+				t.Errorf("%d manifest requests, want %d", got, tc.asked)
+			}
+			assertNoImage(t, s)
+		})
+	}
+}
+
+// A manifest answer that stalls, before its headers or half-way through
+// its body, ends the pull by the progress timeout (pull_progress_timeout),
+// not the pull timeout: Unavailable, naming the manifest. Before, only
+// layers were watched and such a pull waited for image.pull_timeout.
+func TestStalledManifestEndsByTheProgressTimeout(t *testing.T) {
+	for _, headers := range []bool{false, true} {
+		t.Run("headers sent="+strconv.FormatBool(headers), func(t *testing.T) {
+			release := make(chan struct{})
+			srv := startManifestServer(t, func(w io.Writer, h http.Header, r *http.Request) int {
+				if headers {
+					h.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+					io.WriteString(w, `{"schemaVersion":2,`)
+					w.(*countingWriter).w.(http.Flusher).Flush()
+				}
+				select {
+				case <-r.Context().Done():
+				case <-release:
+				}
+				return 0
+			})
+			defer close(release)
+			window := time.Second
+			s := newTestStore(t, Options{PullProgress: ProgressLimit{Window: window, MinRate: 1024}, PullTimeout: 2 * time.Minute})
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(testContext(t), time.Minute)
+			defer cancel()
+			_, err := s.Pull(ctx, srv.ref("slow"), nil)
+			took := time.Since(start)
+			t.Logf("after %v: %v", took.Round(time.Millisecond), err)
+			var stall *StalledError
+			if !errors.As(err, &stall) || !errors.Is(err, ErrUnavailable) || stall.What != "manifest" || stall.Name != "slow" {
+				t.Fatalf("pull = %v, want a *StalledError of manifest slow (ErrUnavailable)", err)
+			}
+			if took > window+20*time.Second {
+				t.Errorf("the pull failed after %v, want soon after the %v window", took, window)
+			}
+		})
+	}
+}
+
+// roundTripRecorder is a transport that answers 200 and records the URLs.
+type roundTripRecorder struct{ urls []string }
+
+func (r *roundTripRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.urls = append(r.urls, req.URL.String())
+	return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Request: req}, nil
+}
+
+// Plain HTTP goes only to loopback registries unless one is configured
+// insecure, as containerd does. Before, the registry client fell back to
+// HTTP for private addresses (10/8, 172.16/12, 192.168/16) and *.localhost
+// names too, so whoever sat on the network path could answer the pull.
+func TestPlainHTTPOnlyToLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		url     string
+		allowed bool
+	}{
+		{"http://127.0.0.1:5000/v2/", true},
+		{"http://127.8.9.10:5000/v2/", true},
+		{"http://[::1]:5000/v2/", true},
+		{"http://localhost:5000/v2/", true},
+		{"http://LOCALHOST./v2/", true},
+		{"http://registry.localhost:5000/v2/", true},
+		{"https://10.0.0.5:5000/v2/", true},
+		{"https://registry.example/v2/", true},
+		{"http://10.0.0.5:5000/v2/", false},
+		{"http://172.16.1.1/v2/", false},
+		{"http://192.168.1.10:5000/v2/", false},
+		{"http://registry.local:5000/v2/", false},
+		{"http://localhost.example/v2/", false},
+		{"http://[fd00::1]:5000/v2/", false},
+		{"http://[::ffff:10.0.0.5]:5000/v2/", false},
+		{"http://registry.example/v2/", false},
+	} {
+		rec := &roundTripRecorder{}
+		req, err := http.NewRequest(http.MethodGet, tc.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = loopbackOnlyHTTP{rec}.RoundTrip(req)
+		if sent := len(rec.urls) == 1; sent != tc.allowed || (err == nil) != tc.allowed {
+			t.Errorf("%s: sent %v, err %v; want sent %v", tc.url, sent, err, tc.allowed)
+		}
+		if err != nil && !strings.Contains(err.Error(), "insecure = true") {
+			t.Errorf("%s: error %q does not say how to allow it", tc.url, err)
+		}
+	}
+}
+
+// The pull itself: a plain-HTTP registry on a private address is refused
+// without insecure = true, with an error that says how to allow it, and is
+// reached once it is configured insecure. The "private address" is a
+// loopback listener behind a transport that dials it for 10.99.0.1:PORT.
+func TestPullRefusesPlainHTTPToPrivateAddress(t *testing.T) {
+	srv := startManifestServer(t, func(w io.Writer, h http.Header, r *http.Request) int { return http.StatusNotFound })
+	_, port, _ := strings.Cut(strings.TrimPrefix(srv.srv.URL, "http://"), ":")
+	host := "10.99.0.1:" + port
+	dialLoopback := func(base http.RoundTripper) http.RoundTripper {
+		t := base.(limitedBodies)
+		var inner *http.Transport
+		switch tr := t.inner.(type) {
+		case loopbackOnlyHTTP:
+			inner = tr.inner.(*http.Transport)
+		case *http.Transport:
+			inner = tr
+		}
+		inner.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, "127.0.0.1:"+port)
+		}
+		return base
+	}
+	for _, insecure := range []bool{false, true} {
+		opts := Options{}
+		if insecure {
+			opts.Registries = map[string]RegistryConfig{host: {Insecure: true}}
+		}
+		s := newTestStore(t, opts)
+		s.secureTransport, s.insecureTransport = dialLoopback(newTransport(false)), dialLoopback(newTransport(true))
+		srv.requests.Store(0)
+		_, err := s.Pull(testContext(t), host+"/m:v1", nil)
+		t.Logf("insecure %v: %v", insecure, err)
+		if !insecure && (err == nil || !strings.Contains(err.Error(), "plain HTTP to "+host+" refused") || srv.requests.Load() != 0) {
+			t.Errorf("pull from plain HTTP on %s = %v (%d manifest requests); want refused, naming insecure = true", host, err, srv.requests.Load())
+		}
+		if insecure && (!errors.Is(err, ErrNotFound) || srv.requests.Load() == 0) {
+			t.Errorf("pull from %s configured insecure = %v (%d manifest requests); want the registry's not found", host, err, srv.requests.Load())
+		}
+	}
+}

@@ -20,6 +20,24 @@ type Features struct {
 	// IDMappedMounts: the runtime can idmap a mount into the container's
 	// user namespace (mountExtensions.idmap.enabled).
 	IDMappedMounts bool
+	// RuncVersion is the runtime's runc version, from the features'
+	// org.opencontainers.runc.version annotation (runc 1.1 and later) or,
+	// for a runc without `features`, from `runc --version`; "" for another
+	// runtime, or a runc that does not say.
+	RuncVersion string
+}
+
+// MissingFixes lists the runc security fixes (MissingRuncFixes) that the
+// runtime lacks, by its RuncVersion; none when that is unknown.
+func (f Features) MissingFixes() []string {
+	missing, _ := MissingRuncFixes(f.RuncVersion)
+	return missing
+}
+
+// HasFixes: the runtime is a runc whose version has every fix.
+func (f Features) HasFixes() bool {
+	missing, known := MissingRuncFixes(f.RuncVersion)
+	return known && len(missing) == 0
 }
 
 // featuresTimeout bounds one `features` run: a hung binary must not hang
@@ -43,7 +61,13 @@ func (r *Runtime) probeFeatures() (Features, error) {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, path, "features").Output()
 	if err != nil {
-		return Features{}, fmt.Errorf("%s features: %w", path, err)
+		// runc before 1.1 has no `features`, nor the fixes; its version
+		// says which it is.
+		f := Features{}
+		if out, verr := exec.CommandContext(ctx, path, "--version").Output(); verr == nil {
+			f.RuncVersion = runcVersionLine(out)
+		}
+		return f, fmt.Errorf("%s features: %w", path, err)
 	}
 	return parseFeatures(out)
 }
@@ -51,7 +75,8 @@ func (r *Runtime) probeFeatures() (Features, error) {
 // runtimeFeatures is the part of the runtime-spec features document that
 // minicri reads.
 type runtimeFeatures struct {
-	MountOptions []string `json:"mountOptions"`
+	MountOptions []string          `json:"mountOptions"`
+	Annotations  map[string]string `json:"annotations"`
 	Linux        struct {
 		MountExtensions struct {
 			IDMap struct {
@@ -70,5 +95,6 @@ func parseFeatures(data []byte) (Features, error) {
 	return Features{
 		RecursiveReadOnly: slices.Contains(doc.MountOptions, "rro"),
 		IDMappedMounts:    idmap != nil && *idmap,
+		RuncVersion:       doc.Annotations["org.opencontainers.runc.version"],
 	}, nil
 }

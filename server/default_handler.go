@@ -3,10 +3,12 @@ package server
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/oci"
 )
 
 // useRuntimes makes the OCI runtime of each configured handler and settles
@@ -16,11 +18,14 @@ func (s *Server) useRuntimes() {
 	s.runtimes = ociHandlers{handlers}
 	handlers.Default = chooseDefaultHandler(s.cfg.Runtime, s.runtimes, s.log)
 	s.cfg.Runtime.DefaultHandler = handlers.Default
+	warnMissingFixes(s.log, s.runtimes, handlers.Default)
 }
 
 // chooseDefaultHandler is the handler a pod without a RuntimeClass runs on:
 // runtime.default_handler when the operator named one, else the most capable
-// runc among the handlers whose binary is named runc. containerd 2.x and
+// runc among the handlers whose binary is named runc; a runc with the 2025
+// security fixes (oci.MissingRuncFixes) before any without them, whatever
+// it can do. containerd 2.x and
 // cri-o run pods with hostUsers: false on their default handler, while
 // Debian's runc 1.1.5 cannot idmap mounts; where make deps built a current
 // runc, the default is that one. Each candidate runs `features` here, once:
@@ -77,18 +82,22 @@ func defaultCandidates(runtimes runtimeSet) []string {
 	return out
 }
 
-// handlerScore ranks a runtime by what it can do: a missing binary never
-// wins, idmapped mounts (user namespaces) count before recursive read-only
-// mounts.
+// handlerScore ranks a runtime: a missing binary never wins; a runc with
+// the security fixes outranks every runtime without them (or that does not
+// say); then idmapped mounts (user namespaces) count before recursive
+// read-only mounts.
 func handlerScore(rt runtimeProbe) int {
 	if rt.Available() != nil {
 		return -1
 	}
 	f, err := rt.Features()
-	if err != nil {
-		return 0
-	}
 	score := 0
+	if f.HasFixes() {
+		score += 4
+	}
+	if err != nil {
+		return score
+	}
 	if f.IDMappedMounts {
 		score += 2
 	}
@@ -108,6 +117,28 @@ func fallbackHandler(names []string) string {
 	return names[0]
 }
 
+// warnMissingFixes names, once at start, every handler whose runc lacks
+// the 2025 security fixes (Status says it too, in its info). They stay
+// usable by RuntimeClass; the operator who named one as the default has
+// chosen it, and is told.
+func warnMissingFixes(log logrus.FieldLogger, runtimes runtimeSet, defaultHandler string) {
+	for _, name := range defaultCandidates(runtimes) {
+		rt, err := runtimes.Get(name)
+		if err != nil || rt.Available() != nil {
+			continue
+		}
+		f, _ := rt.Features()
+		missing := f.MissingFixes()
+		if len(missing) == 0 {
+			continue
+		}
+		log.WithFields(logrus.Fields{
+			"handler": name, "runc_version": f.RuncVersion, "missing_fixes": strings.Join(missing, ","),
+			"default": name == defaultHandler, "fixed_in": oci.RuncFixedIn,
+		}).Warn("runtime handler's runc lacks security fixes for container escapes; install a fixed runc (make deps builds one as " + config.CurrentRuncHandler + ")")
+	}
+}
+
 // logDefaultHandler says which handler was chosen and why, once at start.
 func logDefaultHandler(log logrus.FieldLogger, runtimes runtimeSet, name string) {
 	fields := logrus.Fields{"handler": name}
@@ -121,6 +152,9 @@ func logDefaultHandler(log logrus.FieldLogger, runtimes runtimeSet, name string)
 		} else {
 			fields["user_namespaces"] = f.IDMappedMounts
 			fields["recursive_read_only_mounts"] = f.RecursiveReadOnly
+		}
+		if f.RuncVersion != "" {
+			fields["runc_version"] = f.RuncVersion
 		}
 	}
 	log.WithFields(fields).Info("default runtime handler chosen (runtime.default_handler is empty)")

@@ -1,9 +1,16 @@
 package server
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -13,10 +20,13 @@ import (
 // What `features` prints, as the runc releases on this machine do, cut to
 // what minicri reads.
 const (
-	featuresRunc115 = `{"ociVersionMin":"1.0.0","mountOptions":["bind","rbind","ro","rro"]}`
-	featuresRunc152 = `{"mountOptions":["bind","rro"],"linux":{"mountExtensions":{"idmap":{"enabled":true}}},"annotations":{"org.opencontainers.runc.version":"1.5.2"}}`
-	featuresRROOnly = `{"mountOptions":["bind","rro"],"linux":{"mountExtensions":{"idmap":{"enabled":false}}}}`
-	noFeatures      = "" // the binary fails `features`, as crun 1.8 and runc 1.0 do
+	featuresRunc115 = `{"ociVersionMin":"1.0.0","mountOptions":["bind","rbind","ro","rro"],"annotations":{"org.opencontainers.runc.version":"1.1.5+ds1"}}`
+	// An old runc that could idmap mounts, and a fixed one that cannot.
+	featuresRunc127Idmap = `{"mountOptions":["bind","rro"],"linux":{"mountExtensions":{"idmap":{"enabled":true}}},"annotations":{"org.opencontainers.runc.version":"1.2.7"}}`
+	featuresRunc128Bare  = `{"mountOptions":["bind"],"annotations":{"org.opencontainers.runc.version":"1.2.8"}}`
+	featuresRunc152      = `{"mountOptions":["bind","rro"],"linux":{"mountExtensions":{"idmap":{"enabled":true}}},"annotations":{"org.opencontainers.runc.version":"1.5.2"}}`
+	featuresRROOnly      = `{"mountOptions":["bind","rro"],"linux":{"mountExtensions":{"idmap":{"enabled":false}}}}`
+	noFeatures           = "" // the binary fails `features`, as crun 1.8 and runc 1.0 do
 )
 
 // fakeRuntimeBinary writes dir/name/BASE, a runtime whose `features` prints
@@ -92,6 +102,14 @@ func TestDefaultHandlerIsTheMostCapableRunc(t *testing.T) {
 			"runc":         {"runc", featuresRunc115, true},
 			"runc-current": {"runc", featuresRunc152, true},
 		}, "", "runc", false},
+		{"a runc with the security fixes beats one without that can do more", map[string]handler{
+			"runc":   {"runc", featuresRunc127Idmap, false},
+			"runc-b": {"runc", featuresRunc128Bare, false},
+		}, "", "runc-b", false},
+		{"a runc with the fixes beats one that does not say", map[string]handler{
+			"runc":   {"runc", featuresRROOnly, false},
+			"runc-b": {"runc", featuresRunc128Bare, false},
+		}, "", "runc-b", false},
 		{"the operator's choice stands", map[string]handler{
 			"runc":         {"runc", featuresRunc115, false},
 			"runc-current": {"runc", featuresRunc152, false},
@@ -170,4 +188,56 @@ func statusHandler(t *testing.T, s *Server, name string) *runtime.RuntimeHandler
 func equalFeatures(a, b *runtime.RuntimeHandler) bool {
 	return a.GetFeatures().GetUserNamespaces() == b.GetFeatures().GetUserNamespaces() &&
 		a.GetFeatures().GetRecursiveReadOnlyMounts() == b.GetFeatures().GetRecursiveReadOnlyMounts()
+}
+
+// A handler whose runc lacks the fixes of CVE-2025-31133, CVE-2025-52565
+// and CVE-2025-52881 is named in the start-up log and in Status's info,
+// whether or not it is the default; a fixed one and a crun are not.
+// Before, nothing said so (issue 31).
+func TestHandlerLackingRuncFixesIsNamed(t *testing.T) {
+	for _, named := range []string{"", "runc"} {
+		dir := t.TempDir()
+		s := newRecordsServer(t)
+		logger, hook := logtest.NewNullLogger()
+		s.log = logrus.NewEntry(logger)
+		s.cfg = config.Default()
+		s.cfg.Runtime.DefaultHandler = named
+		s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{
+			"runc":         {Path: fakeRuntimeBinary(t, dir, "runc", "runc", featuresRunc115)},
+			"runc-current": {Path: fakeRuntimeBinary(t, dir, "runc-current", "runc", featuresRunc152)},
+			"crun":         {Path: fakeRuntimeBinary(t, dir, "crun", "crun", noFeatures)},
+		}
+		s.useRuntimes()
+		var warned []string
+		for _, e := range hook.AllEntries() {
+			if e.Level == logrus.WarnLevel && strings.Contains(e.Message, "lacks security fixes") {
+				warned = append(warned, fmt.Sprintf("%v %v %v", e.Data["handler"], e.Data["runc_version"], e.Data["missing_fixes"]))
+			}
+		}
+		if want := []string{"runc 1.1.5+ds1 CVE-2025-31133,CVE-2025-52565,CVE-2025-52881"}; !slices.Equal(warned, want) {
+			t.Errorf("default_handler %q: warnings %q, want %q", named, warned, want)
+		}
+		// What Status's info holds under runtimeHandlerInfo, as crictl
+		// info prints it.
+		printed, err := json.Marshal(s.handlerInfo())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info map[string]struct {
+			RuncVersion  string   `json:"runcVersion"`
+			MissingFixes []string `json:"missingSecurityFixes"`
+		}
+		if err := json.Unmarshal(printed, &info); err != nil {
+			t.Fatalf("runtimeHandlerInfo %s: %v", printed, err)
+		}
+		if got := info["runc"]; got.RuncVersion != "1.1.5+ds1" || len(got.MissingFixes) != 3 {
+			t.Errorf("Status info of runc = %+v, want version 1.1.5+ds1 and three missing fixes", got)
+		}
+		if got := info["runc-current"]; got.RuncVersion != "1.5.2" || len(got.MissingFixes) != 0 {
+			t.Errorf("Status info of runc-current = %+v, want version 1.5.2 and nothing missing", got)
+		}
+		if got := info["crun"]; got.RuncVersion != "" || len(got.MissingFixes) != 0 {
+			t.Errorf("Status info of crun = %+v, want nothing said", got)
+		}
+	}
 }

@@ -130,6 +130,33 @@ func (s *Server) userNamespaceHandlers() []string {
 	return out
 }
 
+// handlerInfo is what crictl info shows of each handler beyond the CRI's
+// features: its runc's version and the security fixes that version lacks
+// (oci.MissingRuncFixes), so that an operator sees a handler that must
+// not run untrusted pods.
+type handlerInfo struct {
+	RuncVersion  string   `json:"runcVersion,omitempty"`
+	MissingFixes []string `json:"missingSecurityFixes,omitempty"`
+	FixedIn      string   `json:"fixedIn,omitempty"`
+}
+
+func (s *Server) handlerInfo() map[string]handlerInfo {
+	out := map[string]handlerInfo{}
+	for _, name := range s.runtimes.Names() {
+		rt, err := s.runtimes.Get(name)
+		if err != nil {
+			continue
+		}
+		f, _ := rt.Features()
+		info := handlerInfo{RuncVersion: f.RuncVersion, MissingFixes: f.MissingFixes()}
+		if len(info.MissingFixes) > 0 {
+			info.FixedIn = oci.RuncFixedIn
+		}
+		out[name] = info
+	}
+	return out
+}
+
 // statusInfo is the verbose part of Status: JSON values, as crictl info shows
 // them. Besides the config, like containerd: lastCNILoadStatus ("OK" or why
 // the network config does not load), and podCIDR, the node's pod CIDR as
@@ -147,6 +174,7 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		// The handler of pods without a RuntimeClass, as chosen at start
 		// when runtime.default_handler is empty.
 		"defaultRuntimeHandler": s.cfg.Runtime.DefaultHandler,
+		"runtimeHandlerInfo":    s.handlerInfo(),
 	}
 	out := make(map[string]string, len(info))
 	for k, v := range info {

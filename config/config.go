@@ -276,14 +276,15 @@ func (c CNIConfig) check() []error {
 type ImageConfig struct {
 	// A pull that takes longer than this is cancelled; 0 means no limit.
 	PullTimeout Duration `toml:"pull_timeout"`
-	// A layer download that moves fewer than pull_progress_min_rate bytes a
-	// second on average over this window cancels its pull, with an error that
-	// names the layer and the bytes that arrived of its size: a registry that
+	// A download (a manifest from its request on, the image config, a layer)
+	// that moves fewer than pull_progress_min_rate bytes a second on average
+	// over this window cancels its pull, with an error that names what
+	// stalled and the bytes that arrived of its size: a registry that
 	// trickles cannot hold a pull (containerd's image_pull_progress_timeout,
 	// where one byte counts as progress). Unpacking a layer is not download
 	// and never counts as stalled. 0: off.
 	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
-	// Bytes a second that a downloading layer must average over
+	// Bytes a second that a download must average over
 	// pull_progress_timeout (1024: 300 KiB in the default 5m window).
 	PullProgressMinRate int64 `toml:"pull_progress_min_rate"`
 	// Layers downloaded at once by one pull.
@@ -330,7 +331,9 @@ func (c ImageConfig) check() []error {
 type RegistryConfig struct {
 	// Endpoints tried in order before the registry itself.
 	Mirrors []string `toml:"mirrors"`
-	// Allow plain HTTP and skip TLS verification for this host.
+	// Allow plain HTTP and skip TLS verification for this host. Without it,
+	// only a loopback registry (localhost, 127.0.0.0/8, ::1) is reached
+	// over plain HTTP; one on a private address or a .local name is not.
 	Insecure bool `toml:"insecure"`
 }
 

@@ -127,9 +127,12 @@ type RuntimeConfig struct {
 	Handlers map[string]RuntimeHandler `toml:"handlers"`
 	// Handler used when a pod names none (RuntimeClass unset). Empty: the most
 	// capable runc, chosen once at start among the handlers whose binary is
-	// named runc, each asked `runc features`: one that can idmap mounts (pods
-	// with hostUsers: false) wins, then one with recursive read-only mounts;
-	// a tie goes to the handler named runc, and a missing binary never wins.
+	// named runc, each asked `runc features`: one whose version has the fixes
+	// of CVE-2025-31133, CVE-2025-52565 and CVE-2025-52881 (runc 1.2.8, 1.3.3,
+	// 1.4.0-rc.3 or later) wins, then one that can idmap mounts (pods with
+	// hostUsers: false), then one with recursive read-only mounts; a tie goes
+	// to the handler named runc, and a missing binary never wins. A runc
+	// without the fixes is named in the log and in crictl info.
 	// With the default handlers: runc-current where make deps built it, else
 	// runc. The log and crictl info say which was chosen.
 	DefaultHandler string `toml:"default_handler"`

@@ -9,77 +9,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/minicri/minicri/test/registry"
 )
-
-// manifestServer is just enough of a registry on 127.0.0.1 to serve the
-// manifests of the repository "m" with a handler of the test's; it counts
-// what the manifest answers got out to the client.
-type manifestServer struct {
-	srv      *httptest.Server
-	sent     atomic.Int64
-	requests atomic.Int64
-}
-
-func startManifestServer(t *testing.T, serve func(w io.Writer, h http.Header, r *http.Request) int) *manifestServer {
-	t.Helper()
-	m := &manifestServer{}
-	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v2/" {
-			return
-		}
-		if !strings.HasPrefix(r.URL.Path, "/v2/m/manifests/") {
-			http.NotFound(w, r)
-			return
-		}
-		m.requests.Add(1)
-		cw := &countingWriter{w: w, n: &m.sent}
-		code := serve(cw, w.Header(), r)
-		if code != 0 {
-			w.WriteHeader(code)
-		}
-	}))
-	t.Cleanup(func() {
-		m.srv.CloseClientConnections()
-		m.srv.Close()
-	})
-	return m
-}
-
-func (m *manifestServer) ref(tag string) string {
-	return strings.TrimPrefix(m.srv.URL, "http://") + "/m:" + tag
-}
-
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-// hugeManifest writes the start of a JSON manifest and then size bytes of
-// padding, in 64 KiB writes, until the client goes.
-func hugeManifest(w io.Writer, size int64) {
-	chunk := []byte(strings.Repeat("a", 64<<10))
-	if _, err := io.WriteString(w, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","pad":"`); err != nil {
-		return
-	}
-	for n := int64(0); n < size; n += int64(len(chunk)) {
-		if _, err := w.Write(chunk); err != nil {
-			return
-		}
-	}
-}
 
 // The attack of issue 31 item 5: a registry serving a 90 MiB manifest.
 // Before, the registry client read up to its own 100 MiB into memory
@@ -91,26 +28,25 @@ func TestOversizeManifestIsReadOnlyToTheCap(t *testing.T) {
 	for _, withLength := range []bool{false, true} {
 		t.Run("content-length="+strconv.FormatBool(withLength), func(t *testing.T) {
 			const size = 90 << 20
-			srv := startManifestServer(t, func(w io.Writer, h http.Header, r *http.Request) int {
-				h.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			srv := registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) {
+				w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
 				if withLength {
-					h.Set("Content-Length", strconv.Itoa(size))
+					w.Header().Set("Content-Length", strconv.Itoa(size))
 				}
-				hugeManifest(w, size)
-				return 0
+				registry.WriteHugeManifest(out, size)
 			})
 			s := newTestStore(t, Options{})
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			_, err := s.Pull(testContext(t), srv.ref("big"), nil)
+			_, err := s.Pull(testContext(t), srv.Ref("big"), nil)
 			runtime.ReadMemStats(&after)
 			allocated := int64(after.TotalAlloc - before.TotalAlloc)
-			t.Logf("pull: %v; %d KiB sent, %d KiB allocated", err, srv.sent.Load()>>10, allocated>>10)
+			t.Logf("pull: %v; %d KiB sent, %d KiB allocated", err, srv.Sent.Load()>>10, allocated>>10)
 			if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "manifest big") || !strings.Contains(err.Error(), "4194304 bytes allowed") {
 				t.Fatalf("pull of a 90 MiB manifest = %v, want ErrTooLarge naming the manifest and the cap", err)
 			}
 			// The socket buffers hold a few MiB more than the client read.
-			if sent := srv.sent.Load(); sent > maxManifestSize+16<<20 {
+			if sent := srv.Sent.Load(); sent > maxManifestSize+16<<20 {
 				t.Errorf("the registry got %d MiB of the manifest out, want about the %d MiB cap", sent>>20, maxManifestSize>>20)
 			}
 			if allocated > 48<<20 {
@@ -139,23 +75,22 @@ func TestChildManifestIsReadOnlyToItsDeclaredSize(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			index := fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":%q,"size":%d,"platform":{"os":"linux","architecture":%q}}]}`,
 				child, tc.declared, runtime.GOARCH)
-			srv := startManifestServer(t, func(w io.Writer, h http.Header, r *http.Request) int {
+			srv := registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) {
 				if strings.HasSuffix(r.URL.Path, "/list") {
-					h.Set("Content-Type", "application/vnd.oci.image.index.v1+json")
-					io.WriteString(w, index)
-					return 0
+					w.Header().Set("Content-Type", "application/vnd.oci.image.index.v1+json")
+					io.WriteString(out, index)
+					return
 				}
-				h.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
-				io.WriteString(w, body)
-				return 0
+				w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+				io.WriteString(out, body)
 			})
 			s := newTestStore(t, Options{})
-			_, err := s.Pull(testContext(t), srv.ref("list"), nil)
-			t.Logf("pull: %v; %d KiB sent", err, srv.sent.Load()>>10)
+			_, err := s.Pull(testContext(t), srv.Ref("list"), nil)
+			t.Logf("pull: %v; %d KiB sent", err, srv.Sent.Load()>>10)
 			if err == nil || !strings.Contains(err.Error(), "manifest "+child) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("pull = %v, want an error naming the child manifest and saying %q", err, tc.want)
 			}
-			if got := srv.requests.Load(); got != tc.asked {
+			if got := srv.Requests.Load(); got != tc.asked {
 				t.Errorf("%d manifest requests, want %d", got, tc.asked)
 			}
 			assertNoImage(t, s)
@@ -171,17 +106,16 @@ func TestStalledManifestEndsByTheProgressTimeout(t *testing.T) {
 	for _, headers := range []bool{false, true} {
 		t.Run("headers sent="+strconv.FormatBool(headers), func(t *testing.T) {
 			release := make(chan struct{})
-			srv := startManifestServer(t, func(w io.Writer, h http.Header, r *http.Request) int {
+			srv := registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) {
 				if headers {
-					h.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
-					io.WriteString(w, `{"schemaVersion":2,`)
-					w.(*countingWriter).w.(http.Flusher).Flush()
+					w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+					io.WriteString(out, `{"schemaVersion":2,`)
+					w.(http.Flusher).Flush()
 				}
 				select {
 				case <-r.Context().Done():
 				case <-release:
 				}
-				return 0
 			})
 			defer close(release)
 			window := time.Second
@@ -189,7 +123,7 @@ func TestStalledManifestEndsByTheProgressTimeout(t *testing.T) {
 			start := time.Now()
 			ctx, cancel := context.WithTimeout(testContext(t), time.Minute)
 			defer cancel()
-			_, err := s.Pull(ctx, srv.ref("slow"), nil)
+			_, err := s.Pull(ctx, srv.Ref("slow"), nil)
 			took := time.Since(start)
 			t.Logf("after %v: %v", took.Round(time.Millisecond), err)
 			var stall *StalledError
@@ -257,8 +191,8 @@ func TestPlainHTTPOnlyToLoopback(t *testing.T) {
 // reached once it is configured insecure. The "private address" is a
 // loopback listener behind a transport that dials it for 10.99.0.1:PORT.
 func TestPullRefusesPlainHTTPToPrivateAddress(t *testing.T) {
-	srv := startManifestServer(t, func(w io.Writer, h http.Header, r *http.Request) int { return http.StatusNotFound })
-	_, port, _ := strings.Cut(strings.TrimPrefix(srv.srv.URL, "http://"), ":")
+	srv := registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) { http.NotFound(w, r) })
+	_, port, _ := strings.Cut(srv.Host(), ":")
 	host := "10.99.0.1:" + port
 	dialLoopback := func(base http.RoundTripper) http.RoundTripper {
 		t := base.(limitedBodies)
@@ -281,14 +215,14 @@ func TestPullRefusesPlainHTTPToPrivateAddress(t *testing.T) {
 		}
 		s := newTestStore(t, opts)
 		s.secureTransport, s.insecureTransport = dialLoopback(newTransport(false)), dialLoopback(newTransport(true))
-		srv.requests.Store(0)
+		srv.Requests.Store(0)
 		_, err := s.Pull(testContext(t), host+"/m:v1", nil)
 		t.Logf("insecure %v: %v", insecure, err)
-		if !insecure && (err == nil || !strings.Contains(err.Error(), "plain HTTP to "+host+" refused") || srv.requests.Load() != 0) {
-			t.Errorf("pull from plain HTTP on %s = %v (%d manifest requests); want refused, naming insecure = true", host, err, srv.requests.Load())
+		if !insecure && (err == nil || !strings.Contains(err.Error(), "plain HTTP to "+host+" refused") || srv.Requests.Load() != 0) {
+			t.Errorf("pull from plain HTTP on %s = %v (%d manifest requests); want refused, naming insecure = true", host, err, srv.Requests.Load())
 		}
-		if insecure && (!errors.Is(err, ErrNotFound) || srv.requests.Load() == 0) {
-			t.Errorf("pull from %s configured insecure = %v (%d manifest requests); want the registry's not found", host, err, srv.requests.Load())
+		if insecure && (!errors.Is(err, ErrNotFound) || srv.Requests.Load() == 0) {
+			t.Errorf("pull from %s configured insecure = %v (%d manifest requests); want the registry's not found", host, err, srv.Requests.Load())
 		}
 	}
 }

@@ -6,77 +6,25 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/test/registry"
 )
 
-// manifestRegistry is enough of a registry on 127.0.0.1 for a pull to ask
-// it for the manifests of repository "m": /v2/ answers 200, and every
-// manifest request goes to serve. sent counts what the manifest answers
-// got out to the daemon.
-type manifestRegistry struct {
-	srv  *httptest.Server
-	sent atomic.Int64
-}
-
-func startManifestRegistry(t *testing.T, serve func(w http.ResponseWriter, r *http.Request, out io.Writer)) *manifestRegistry {
-	t.Helper()
-	m := &manifestRegistry{}
-	m.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == "/v2/":
-		case strings.HasPrefix(r.URL.Path, "/v2/m/manifests/"):
-			serve(w, r, &sentCounter{w: w, n: &m.sent})
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	t.Cleanup(func() {
-		m.srv.CloseClientConnections()
-		m.srv.Close()
-	})
-	return m
-}
-
-func (m *manifestRegistry) ref(tag string) string {
-	return strings.TrimPrefix(m.srv.URL, "http://") + "/m:" + tag
-}
-
-type sentCounter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c *sentCounter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
 // hugeManifestSize is the manifest of the attack: 90 MiB.
-const hugeManifestSize = 90 << 20
+const hugeManifestSize int64 = 90 << 20
 
-// serveHugeManifest writes a manifest that goes on for 90 MiB, in 64 KiB
-// writes, until the daemon hangs up.
+// serveHugeManifest answers with a manifest that goes on for 90 MiB.
 func serveHugeManifest(w http.ResponseWriter, r *http.Request, out io.Writer) {
 	w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
-	if _, err := io.WriteString(out, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","annotations":{"pad":"`); err != nil {
-		return
-	}
-	chunk := []byte(strings.Repeat("a", 64<<10))
-	for n := 0; n < hugeManifestSize; n += len(chunk) {
-		if _, err := out.Write(chunk); err != nil {
-			return
-		}
-	}
+	registry.WriteHugeManifest(out, hugeManifestSize)
 }
 
 // maxManifestPullGrowth bounds what the daemon's peak RSS may grow by
@@ -89,26 +37,26 @@ const maxManifestPullGrowth = 64 << 20
 // refused with ResourceExhausted naming the manifest, having read about
 // the cap, and the daemon's peak RSS (VmHWM) grows by less than 64 MiB.
 func TestOversizeManifestIsRefusedCheaply(t *testing.T) {
-	reg := startManifestRegistry(t, serveHugeManifest)
+	reg := registry.ServeManifests(t, serveHugeManifest)
 	d := StartDaemon(t)
 	pid := d.cmd.Process.Pid
 	for _, pulls := range []int{1, 4} {
 		resetPeakRSS(t, pid)
 		before := peakRSS(t, pid)
-		reg.sent.Store(0)
+		reg.Sent.Store(0)
 		var wg sync.WaitGroup
 		errs := make([]error, pulls)
 		for i := range pulls {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				_, errs[i] = d.Images.PullImage(ctx, &runtime.ImageSpec{Image: reg.ref("big")}, nil, nil)
+				_, errs[i] = d.Images.PullImage(ctx, &runtime.ImageSpec{Image: reg.Ref("big")}, nil, nil)
 			})
 		}
 		wg.Wait()
 		peak := peakRSS(t, pid)
 		t.Logf("%d pulls: daemon peak RSS %.1f MiB before, %.1f MiB during; the registry got %.1f MiB out; %v",
-			pulls, float64(before)/(1<<20), float64(peak)/(1<<20), float64(reg.sent.Load())/(1<<20), errs[0])
+			pulls, float64(before)/(1<<20), float64(peak)/(1<<20), float64(reg.Sent.Load())/(1<<20), errs[0])
 		for i, err := range errs {
 			if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "manifest big") || !strings.Contains(err.Error(), "4194304 bytes allowed") {
 				t.Errorf("pull %d of %d of a 90 MiB manifest = %v; want ResourceExhausted naming the manifest and the 4 MiB cap", i+1, pulls, err)
@@ -118,7 +66,7 @@ func TestOversizeManifestIsRefusedCheaply(t *testing.T) {
 			t.Errorf("%d pulls of a 90 MiB manifest grew the daemon's peak RSS by %d MiB, want < %d MiB", pulls, grew>>20, maxManifestPullGrowth>>20)
 		}
 		// Each pull read about the cap; the socket buffers hold some more.
-		if sent := reg.sent.Load(); sent > int64(pulls)*(4<<20+16<<20) {
+		if sent := reg.Sent.Load(); sent > int64(pulls)*(4<<20+16<<20) {
 			t.Errorf("%d pulls got %d MiB of the manifest out of the registry, want about 4 MiB each", pulls, sent>>20)
 		}
 	}
@@ -132,7 +80,7 @@ func TestOversizeManifestIsRefusedCheaply(t *testing.T) {
 // naming the manifest. Before, manifests were under pull_timeout only (10
 // minutes by default, the kubelet's pulls queued behind).
 func TestStalledManifestEndsByTheProgressTimeout(t *testing.T) {
-	reg := startManifestRegistry(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) {
+	reg := registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) {
 		w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
 		_, _ = io.WriteString(out, `{"schemaVersion":2,`)
 		w.(http.Flusher).Flush()
@@ -142,7 +90,7 @@ func TestStalledManifestEndsByTheProgressTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	_, err := d.Images.PullImage(ctx, &runtime.ImageSpec{Image: reg.ref("slow")}, nil, nil)
+	_, err := d.Images.PullImage(ctx, &runtime.ImageSpec{Image: reg.Ref("slow")}, nil, nil)
 	took := time.Since(start)
 	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "manifest slow: download stalled") {

@@ -33,6 +33,7 @@ func TestOutOfRangeImageUserIsRefused(t *testing.T) {
 		testimage.File("etc/group", "root:x:0:\n4294967296:x:0:\napp:x:1000:\n", 0o644))
 	d := StartDaemon(t)
 	podCfg := d.podConfig("user")
+	podCfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Network: runtime.NamespaceMode_NODE}}
 	pod := d.runPod(t, podCfg)
 	for _, user := range []string{"4294967296", "-1", "+0", "1000:4294967296"} {
 		img := testimage.Image(t, []v1.Layer{testimage.BusyboxLayer(t), passwd}, testimage.WithUser(user))

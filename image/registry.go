@@ -97,7 +97,7 @@ func parseMirror(m string) (host string, plainHTTP bool, err error) {
 
 func (s *Store) newEndpoint(label, host, path string, insecure bool, auth authn.Authenticator) (*endpoint, error) {
 	var opts []name.Option
-	t := s.secureTransport
+	t := http.RoundTripper(httpsOnly{registry: host, inner: s.secureTransport})
 	if insecure {
 		// Insecure: HTTPS without verification, or plain HTTP.
 		opts = append(opts, name.Insecure)

@@ -14,28 +14,31 @@ import (
 
 // newTransport is the HTTP transport of every pull of one kind (secure or
 // insecure), shared so that connections are reused. Both bound the bodies
-// that a pull reads into memory (readLimit); the secure one also refuses
-// plain HTTP to any host but a loopback one.
+// that a pull reads into memory (readLimit).
 func newTransport(insecure bool) http.RoundTripper {
 	t := remote.DefaultTransport.(*http.Transport).Clone()
 	if insecure {
 		t.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the registry is configured insecure
-		return limitedBodies{t}
 	}
-	return limitedBodies{loopbackOnlyHTTP{t}}
+	return limitedBodies{t}
 }
 
-// loopbackOnlyHTTP refuses plain HTTP to a host that is not loopback.
+// httpsOnly refuses plain HTTP to one registry host unless it is loopback.
 // The registry client falls back from HTTPS to HTTP for registries on
 // private addresses (10/8, 172.16/12, 192.168/16) and *.localhost names,
 // where anyone on the network path could then serve the node any image;
 // containerd falls back for loopback only (localhost, 127.0.0.0/8, ::1),
 // and so does minicri. A registry or mirror reached over HTTP elsewhere
-// says so: `insecure = true`, or a mirror written http://host:port.
-type loopbackOnlyHTTP struct{ inner http.RoundTripper }
+// says so: `insecure = true`, or a mirror written http://host:port. Other
+// hosts the registry sends the client to (its token service, a blob
+// store it redirects to) are the registry's choice, as with containerd.
+type httpsOnly struct {
+	registry string // host[:port] as in the reference
+	inner    http.RoundTripper
+}
 
-func (t loopbackOnlyHTTP) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme == "http" && !isLoopbackHost(req.URL.Hostname()) {
+func (t httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" && req.URL.Host == t.registry && !isLoopbackHost(req.URL.Hostname()) {
 		if req.Body != nil {
 			req.Body.Close()
 		}

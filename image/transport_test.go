@@ -149,36 +149,38 @@ func (r *roundTripRecorder) RoundTrip(req *http.Request) (*http.Response, error)
 // insecure, as containerd does. Before, the registry client fell back to
 // HTTP for private addresses (10/8, 172.16/12, 192.168/16) and *.localhost
 // names too, so whoever sat on the network path could answer the pull.
+// Hosts other than the registry (its token service) are its own choice.
 func TestPlainHTTPOnlyToLoopback(t *testing.T) {
 	for _, tc := range []struct {
-		url     string
-		allowed bool
+		registry, url string
+		allowed       bool
 	}{
-		{"http://127.0.0.1:5000/v2/", true},
-		{"http://127.8.9.10:5000/v2/", true},
-		{"http://[::1]:5000/v2/", true},
-		{"http://localhost:5000/v2/", true},
-		{"http://LOCALHOST./v2/", true},
-		{"http://registry.localhost:5000/v2/", true},
-		{"https://10.0.0.5:5000/v2/", true},
-		{"https://registry.example/v2/", true},
-		{"http://10.0.0.5:5000/v2/", false},
-		{"http://172.16.1.1/v2/", false},
-		{"http://192.168.1.10:5000/v2/", false},
-		{"http://registry.local:5000/v2/", false},
-		{"http://localhost.example/v2/", false},
-		{"http://[fd00::1]:5000/v2/", false},
-		{"http://[::ffff:10.0.0.5]:5000/v2/", false},
-		{"http://registry.example/v2/", false},
+		{"127.0.0.1:5000", "http://127.0.0.1:5000/v2/", true},
+		{"127.8.9.10:5000", "http://127.8.9.10:5000/v2/", true},
+		{"[::1]:5000", "http://[::1]:5000/v2/", true},
+		{"localhost:5000", "http://localhost:5000/v2/", true},
+		{"LOCALHOST.", "http://LOCALHOST./v2/", true},
+		{"registry.localhost:5000", "http://registry.localhost:5000/v2/", true},
+		{"10.0.0.5:5000", "https://10.0.0.5:5000/v2/", true},
+		{"registry.example", "https://registry.example/v2/", true},
+		{"registry.example", "http://auth.example/token", true},
+		{"10.0.0.5:5000", "http://10.0.0.5:5000/v2/", false},
+		{"172.16.1.1", "http://172.16.1.1/v2/", false},
+		{"192.168.1.10:5000", "http://192.168.1.10:5000/v2/", false},
+		{"registry.local:5000", "http://registry.local:5000/v2/", false},
+		{"localhost.example", "http://localhost.example/v2/", false},
+		{"[fd00::1]:5000", "http://[fd00::1]:5000/v2/", false},
+		{"[::ffff:10.0.0.5]:5000", "http://[::ffff:10.0.0.5]:5000/v2/", false},
+		{"registry.example", "http://registry.example/v2/", false},
 	} {
 		rec := &roundTripRecorder{}
 		req, err := http.NewRequest(http.MethodGet, tc.url, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = loopbackOnlyHTTP{rec}.RoundTrip(req)
+		_, err = httpsOnly{registry: tc.registry, inner: rec}.RoundTrip(req)
 		if sent := len(rec.urls) == 1; sent != tc.allowed || (err == nil) != tc.allowed {
-			t.Errorf("%s: sent %v, err %v; want sent %v", tc.url, sent, err, tc.allowed)
+			t.Errorf("%s for registry %s: sent %v, err %v; want sent %v", tc.url, tc.registry, sent, err, tc.allowed)
 		}
 		if err != nil && !strings.Contains(err.Error(), "insecure = true") {
 			t.Errorf("%s: error %q does not say how to allow it", tc.url, err)
@@ -195,15 +197,7 @@ func TestPullRefusesPlainHTTPToPrivateAddress(t *testing.T) {
 	_, port, _ := strings.Cut(srv.Host(), ":")
 	host := "10.99.0.1:" + port
 	dialLoopback := func(base http.RoundTripper) http.RoundTripper {
-		t := base.(limitedBodies)
-		var inner *http.Transport
-		switch tr := t.inner.(type) {
-		case loopbackOnlyHTTP:
-			inner = tr.inner.(*http.Transport)
-		case *http.Transport:
-			inner = tr
-		}
-		inner.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		base.(limitedBodies).inner.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, network, "127.0.0.1:"+port)
 		}
 		return base

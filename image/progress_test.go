@@ -196,3 +196,26 @@ func TestProgressJudgesEveryWindow(t *testing.T) {
 		t.Fatalf("a download with every byte in: %v", err)
 	}
 }
+
+// The image config is a download of the pull too: one that trickles ends
+// the pull by the progress window, naming the config. Before, the config
+// was fetched outside the progress check, under pull_timeout only.
+func TestPullFailsWhenTheConfigTrickles(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	p := push(t, reg, "paced:1", incompressible(t, 1<<10))
+	px := startProxy(t, reg.Host())
+	px.setTamper(func(digest string, body io.ReadCloser) io.ReadCloser {
+		if digest != p.configID {
+			return body
+		}
+		return &trickle{ReadCloser: body, every: time.Second}
+	})
+	window := 2 * time.Second
+	s := newTestStore(t, Options{PullProgress: ProgressLimit{Window: window, MinRate: 1024}})
+	_, err := s.Pull(testContext(t), px.host()+"/paced:1", nil)
+	var stall *StalledError
+	if !errors.As(err, &stall) || !errors.Is(err, ErrUnavailable) || stall.What != "image config" || stall.Name != p.configID {
+		t.Fatalf("pull with a trickling config = %v, want a *StalledError of the image config %s", err, p.configID)
+	}
+	assertNoImage(t, s)
+}

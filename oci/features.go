@@ -20,6 +20,9 @@ type Features struct {
 	// IDMappedMounts: the runtime can idmap a mount into the container's
 	// user namespace (mountExtensions.idmap.enabled).
 	IDMappedMounts bool
+	// BindOptions: the runtime takes every option of BindOptions on a
+	// bind mount (runc and crun apply them in the remount of the bind).
+	BindOptions bool
 }
 
 // featuresTimeout bounds one `features` run: a hung binary must not hang
@@ -70,5 +73,15 @@ func parseFeatures(data []byte) (Features, error) {
 	return Features{
 		RecursiveReadOnly: slices.Contains(doc.MountOptions, "rro"),
 		IDMappedMounts:    idmap != nil && *idmap,
+		BindOptions:       listsAll(doc.MountOptions, BindOptions),
 	}, nil
+}
+
+func listsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
 }

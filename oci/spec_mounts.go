@@ -143,12 +143,38 @@ func bindMount(m Mount) (specs.Mount, error) {
 	if m.Inert {
 		options = append(options, "nosuid", "nodev", "noexec")
 	}
+	if options, err = withBindOptions(options, m); err != nil {
+		return specs.Mount{}, err
+	}
 	return specs.Mount{
 		Destination: path.Clean(m.ContainerPath),
 		Type:        "bind",
 		Source:      source,
 		Options:     options,
 	}, nil
+}
+
+// BindOptions are the options a request may add to a bind mount
+// (Mount.mount_options, KEP-5855). Each only takes from the container: the
+// runtime ORs them into the flags of the one remount that also applies
+// "ro", and no option of the list clears another or the mode ("exec",
+// "suid", "dev", "rw" are not in it), so no request can undo a protection
+// the runtime chose. They apply to the bind's top mount, as "ro" does:
+// submounts that rbind copied keep their own flags.
+var BindOptions = []string{"noexec", "nodev", "nosuid"}
+
+// withBindOptions appends m's requested options to a bind's options, each
+// once: a request that repeats one costs nothing more in the spec.
+func withBindOptions(options []string, m Mount) ([]string, error) {
+	for _, o := range m.Options {
+		if !slices.Contains(BindOptions, o) {
+			return nil, fmt.Errorf("%w: mount %s: option %q is not one of %s", ErrInvalid, m.ContainerPath, o, strings.Join(BindOptions, ", "))
+		}
+		if !slices.Contains(options, o) {
+			options = append(options, o)
+		}
+	}
+	return options, nil
 }
 
 // mountMode is the mount's access option. "rro" stands instead of "ro",

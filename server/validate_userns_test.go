@@ -78,7 +78,7 @@ func TestValidateContainerUserNamespace(t *testing.T) {
 		{"other mappings than the pod's", kubeletUserns(), other, nil, field},
 		{"mount mappings without a pod user namespace", nil, nil, kubeletUserns(), "config.mounts.uidMappings"},
 		{"mount mappings other than the pod's", kubeletUserns(), kubeletUserns(), other, "config.mounts.uidMappings"},
-		{"mount mappings and mount options", kubeletUserns(), kubeletUserns(), kubeletUserns(), "config.mounts.mount_options"},
+		{"mount mappings and mount option suid", kubeletUserns(), kubeletUserns(), kubeletUserns(), "config.mounts.mount_options"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -90,7 +90,7 @@ func TestValidateContainerUserNamespace(t *testing.T) {
 				ctr.Mounts[0].UidMappings, ctr.Mounts[0].GidMappings = c.mount.Uids, c.mount.Gids
 			}
 			if c.field == "config.mounts.mount_options" {
-				ctr.Mounts[0].MountOptions = []string{"noexec"}
+				ctr.Mounts[0].MountOptions = []string{"suid"}
 			}
 			err := validateContainerConfig(ctr)
 			if err == nil {

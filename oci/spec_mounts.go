@@ -62,9 +62,34 @@ func standardMounts(c *ContainerSpec) []specs.Mount {
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
 		shmMount(c),
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", sysMode}},
+		sysMount(c, sysMode),
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", sysMode}},
 	}
+}
+
+// sysMount is a fresh sysfs, read-only unless the container is privileged.
+// A container in its pod's user namespace on the host's network
+// (KEP-5607) cannot mount one: the kernel lets only a user namespace that
+// owns the network namespace mount sysfs, and the host's does not belong
+// to the pod's. It gets the host's /sys bound recursively read-only
+// instead, as containerd 2.x and cri-o do; its /sys/class/net shows the
+// host's interfaces, which is what a hostNetwork pod sees. Never idmapped
+// (sysfs cannot be) and never writable: the pod's root is no one on the
+// host.
+func sysMount(c *ContainerSpec, sysMode string) specs.Mount {
+	if usesHostSys(c) {
+		return specs.Mount{Destination: "/sys", Type: "bind", Source: hostSys, Options: []string{"rbind", "rprivate", "nosuid", "noexec", "nodev", "rro"}}
+	}
+	return specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", sysMode}}
+}
+
+// hostSys is the host's sysfs, bound by sysMount.
+const hostSys = "/sys"
+
+// usesHostSys: the container is in a user namespace of its pod's and on
+// the host's network.
+func usesHostSys(c *ContainerSpec) bool {
+	return c.Namespaces.User.Mode == NamespaceJoin && c.Namespaces.Network.Mode == NamespaceHost
 }
 
 // shmMount shares the host's /dev/shm with a host-IPC container, the pod's with

@@ -148,8 +148,8 @@ type handlerDetails struct {
 	RecursiveReadOnlyMounts bool `json:"recursiveReadOnlyMounts"`
 	UserNamespaces          bool `json:"userNamespaces"`
 	// UserNamespacesHostNetwork: a pod in a user namespace of its own on
-	// the host's network (KEP-5607); any handler that can run a user
-	// namespace can, with /sys bound from the host (oci.standardMounts).
+	// the host's network (KEP-5607): a handler that can run a user
+	// namespace and bind the host's /sys recursively read-only (oci.sysMount).
 	UserNamespacesHostNetwork bool `json:"userNamespacesHostNetwork"`
 	// MountOptions are the bind mount options (KEP-5855) the handler's
 	// runtime applies; none when it does not list them all.
@@ -161,7 +161,7 @@ func (s *Server) handlerDetails(handler string) handlerDetails {
 	d := handlerDetails{
 		RecursiveReadOnlyMounts:   f.GetRecursiveReadOnlyMounts(),
 		UserNamespaces:            f.GetUserNamespaces(),
-		UserNamespacesHostNetwork: f.GetUserNamespaces(),
+		UserNamespacesHostNetwork: f.GetUserNamespaces() && f.GetRecursiveReadOnlyMounts(),
 		MountOptions:              []string{},
 	}
 	if rt, err := s.runtimes.Get(handler); err == nil {

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -14,6 +15,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/test/registry"
+	"github.com/minicri/minicri/test/testimage"
 )
 
 // The CRI v0.37 features of issue 32: bind mount options (KEP-5855), user
@@ -64,9 +68,10 @@ func TestBindMountOptions(t *testing.T) {
 			cfg := d.podConfig("bind-options")
 			podID := d.runPodOn(t, cfg, handler)
 			ctr := containerConfig("check", ref, "sh", "-c",
-				`cp /bin/busybox /plain/bb && cp /bin/busybox /noexec/bb && `+
-					`{ /plain/bb true && echo plain=ran || echo plain=refused; }; `+
-					`{ /noexec/bb true 2>/dev/null && echo noexec=ran || echo noexec=refused; }; `+
+				// busybox runs the applet its name says.
+				`cp /bin/busybox /plain/true && cp /bin/busybox /noexec/true && `+
+					`{ /plain/true && echo plain=ran || echo plain=refused; }; `+
+					`{ /noexec/true 2>/dev/null && echo noexec=ran || echo noexec=refused; }; `+
 					`echo written > /nosuid/f && echo nosuid=writable; cat /proc/self/mountinfo`)
 			ctr.Mounts = []*runtime.Mount{
 				{ContainerPath: "/plain", HostPath: t.TempDir()},
@@ -157,7 +162,7 @@ func TestUserNamespaceHostNetworkPod(t *testing.T) {
 	line := ""
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "ifaces=") {
-			line = " " + strings.TrimPrefix(l, "ifaces=")
+			line = " " + strings.TrimPrefix(l, "ifaces=") + " "
 		}
 	}
 	for _, name := range []string{"lo", defaultRouteInterface(t)} {
@@ -184,4 +189,64 @@ func defaultRouteInterface(t *testing.T) string {
 	}
 	t.Fatal("the host has no IPv4 default route")
 	return ""
+}
+
+// An OCI artifact pushed to a registry (a small file layer with a title, as
+// oras pushes one) pulls as an image whose ID is its manifest digest,
+// appears in a container as a read-only file of its image volume, counts in
+// ImageFsInfo, cannot be a container's image, and goes with RemoveImage.
+func TestOCIArtifactImageVolume(t *testing.T) {
+	d, busybox, _ := startImageVolumeDaemon(t)
+	reg := registry.Start(t, registry.Options{})
+	weights := "weights v1\n" + strings.Repeat("w", 256<<10)
+	art := testimage.Artifact(t, "application/vnd.example.model.v1",
+		testimage.ArtifactFile{Title: "model.bin", Content: weights},
+		testimage.ArtifactFile{Title: "README", Content: "a tiny model\n"})
+	ref := reg.Host() + "/e2e/model:v1"
+	digest := testimage.Push(t, art, ref)
+
+	before := d.fsUsage(t).GetUsedBytes().GetValue()
+	if id := d.pull(t, ref); id != digest {
+		t.Fatalf("PullImage of an artifact answered %q, want its manifest digest %s", id, digest)
+	}
+	after := d.fsUsage(t).GetUsedBytes().GetValue()
+	if after < before+uint64(len(weights)) {
+		t.Errorf("ImageFsInfo used bytes %d before the pull, %d after: want %d more at least", before, after, len(weights))
+	}
+
+	podCfg := d.hostNetworkPod("artifact")
+	pod := d.runPod(t, podCfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	asRoot := containerConfig("as-root", ref, "true")
+	if _, err := d.Runtime.CreateContainer(ctx, pod, asRoot, podCfg); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "config.image.image") {
+		t.Errorf("CreateContainer with an artifact as its image = %v, want InvalidArgument naming config.image.image", err)
+	}
+
+	cfg := containerConfig("reader", busybox, "sh", "-c",
+		`echo files=$(ls /model | tr '\n' ' '); head -n 1 /model/model.bin; echo size=$(wc -c < /model/model.bin); cat /model/README; `+
+			`{ touch /model/new 2>/dev/null && echo writable || echo read-only; }; { echo x >> /model/model.bin 2>/dev/null && echo appended || echo kept; }`)
+	cfg.Mounts = []*runtime.Mount{{ContainerPath: "/model", Image: &runtime.ImageSpec{Image: digest}, Readonly: true}}
+	st, out := d.runToExit(t, pod, podCfg, cfg)
+	if st.GetExitCode() != 0 {
+		t.Fatalf("container exited %d:\n%s", st.GetExitCode(), out)
+	}
+	for _, want := range []string{"files=README model.bin", "weights v1", fmt.Sprintf("size=%d", len(weights)), "a tiny model", "read-only", "kept"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if err := d.Runtime.RemoveContainer(ctx, st.GetId()); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := d.Images.RemoveImage(ctx, &runtime.ImageSpec{Image: ref}); err != nil {
+		t.Fatalf("RemoveImage of the artifact: %v", err)
+	}
+	if st, err := d.Images.ImageStatus(ctx, &runtime.ImageSpec{Image: digest}, false); err != nil || st.GetImage() != nil {
+		t.Errorf("ImageStatus after RemoveImage: %v, %v; want no image", st.GetImage(), err)
+	}
+	waitFor(t, "ImageFsInfo to drop the artifact's bytes", 30*time.Second, func() bool {
+		return d.fsUsage(t).GetUsedBytes().GetValue()+uint64(len(weights)) <= after
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -68,8 +69,9 @@ func artifactType(m *v1.Manifest) string {
 
 // artifactFileName is the name of a layer's file in the volume: its title,
 // or its digest's hex when it has none. A title is one path component,
-// never "." or "..", no separator, no NUL, at most NAME_MAX bytes: a name
-// that could only ever make that one file inside the layer dir.
+// never "." or "..", no separator, no NUL nor other control character, at
+// most NAME_MAX bytes: a name that could only ever make that one file
+// inside the layer dir.
 func artifactFileName(l v1.Descriptor) (string, error) {
 	name, ok := l.Annotations[titleAnnotation]
 	if !ok {
@@ -80,6 +82,9 @@ func artifactFileName(l v1.Descriptor) (string, error) {
 		return "", fmt.Errorf("layer %s: title %q is not a file name", l.Digest, name)
 	case strings.ContainsAny(name, "/\x00"):
 		return "", fmt.Errorf("layer %s: title %q is not one file name (no / or NUL)", l.Digest, name)
+	case strings.ContainsFunc(name, unicode.IsControl):
+		// A newline or an escape in a file name misleads whoever lists it.
+		return "", fmt.Errorf("layer %s: title %q has a control character", l.Digest, name)
 	case len(name) > unix.NAME_MAX:
 		return "", fmt.Errorf("layer %s: title of %d bytes, longer than a file name's %d", l.Digest, len(name), unix.NAME_MAX)
 	}

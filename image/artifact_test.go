@@ -113,6 +113,7 @@ func TestPullArtifactRefusesBadTitles(t *testing.T) {
 		{"empty", []tim.ArtifactFile{{Title: "", Content: "x"}}, "not a file name"},
 		{"absolute", []tim.ArtifactFile{{Title: "/etc/passwd", Content: "x"}}, "not one file name"},
 		{"nested", []tim.ArtifactFile{{Title: "a/b", Content: "x"}}, "not one file name"},
+		{"newline", []tim.ArtifactFile{{Title: "a\nb", Content: "x"}}, "control character"},
 		{"too long", []tim.ArtifactFile{{Title: strings.Repeat("a", 256), Content: "x"}}, "longer than a file name"},
 		{"duplicate", []tim.ArtifactFile{{Title: "same", Content: "x"}, {Title: "same", Content: "y"}}, `two layers of the artifact are the file "same"`},
 	}

@@ -143,6 +143,10 @@ func TestUserNamespaceHostNetworkPod(t *testing.T) {
 	ctr.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
 		NamespaceOptions: &runtime.NamespaceOption{Network: runtime.NamespaceMode_NODE, Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: usernsOptions()},
 	}}
+	// A volume as the kubelet sends it for such a pod: idmapped, and here
+	// with bind options too, which the remount after the idmap keeps.
+	u := usernsOptions()
+	ctr.Mounts = []*runtime.Mount{{ContainerPath: "/data", HostPath: t.TempDir(), UidMappings: u.Uids, GidMappings: u.Gids, MountOptions: []string{"noexec", "nosuid"}}}
 	st, out := d.runToExit(t, podID, cfg, ctr)
 	if st.GetExitCode() != 0 {
 		t.Fatalf("container exited %d:\n%s", st.GetExitCode(), out)
@@ -172,6 +176,9 @@ func TestUserNamespaceHostNetworkPod(t *testing.T) {
 	}
 	if got := mountFlags(out, "/sys"); !slices.Contains(got, "ro") || !slices.Contains(got, "nosuid") {
 		t.Errorf("/sys mounted %v, want ro and nosuid", got)
+	}
+	if got := mountFlags(out, "/data"); !slices.Contains(got, "rw") || !slices.Contains(got, "noexec") || !slices.Contains(got, "nosuid") || !strings.Contains(out, "idmapped") {
+		t.Errorf("/data mounted %v, want rw, noexec, nosuid and idmapped", got)
 	}
 }
 

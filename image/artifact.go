@@ -15,8 +15,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
-
-	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // OCI artifacts (image-spec 1.1): a manifest whose content is not a
@@ -175,39 +173,18 @@ func (s *Store) ensureArtifactFile(ctx context.Context, id v1.Hash, name string,
 	if s.hasLayer(id) {
 		return nil
 	}
-	return s.once(ctx, &s.layerFlight, id.Hex, func() (retErr error) {
+	return s.once(ctx, &s.layerFlight, id.Hex, func() error {
 		if s.hasLayer(id) {
 			return nil
 		}
-		tmp, err := os.MkdirTemp(s.path(tmpDir), "layer-")
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if retErr != nil {
-				os.RemoveAll(tmp)
+		return s.makeLayerDir(id, func(tmp string) error {
+			// A fresh dir of our own and a name without a separator: the
+			// link is made in tmp and nowhere else. The blob is 0644 and
+			// never written again; the volume is read-only.
+			if err := os.Link(s.blobPath(blob), filepath.Join(tmp, name)); err != nil {
+				return fmt.Errorf("artifact file %q: %w", name, err)
 			}
-		}()
-		if err := os.Chmod(tmp, 0o755); err != nil {
-			return err
-		}
-		// A fresh dir of our own and a name without a separator: the link
-		// is made in tmp and nowhere else. The blob is 0644 and never
-		// written again; the volume is read-only.
-		if err := os.Link(s.blobPath(blob), filepath.Join(tmp, name)); err != nil {
-			return fmt.Errorf("artifact file %q: %w", name, err)
-		}
-		if err := atomicfile.SyncDir(tmp); err != nil {
-			return err
-		}
-		err = os.Rename(tmp, s.layerDir(id.String()))
-		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-			os.RemoveAll(tmp)
 			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return atomicfile.SyncDir(s.path(layersDir))
+		})
 	})
 }

@@ -180,6 +180,24 @@ func TestUserNamespaceHostNetworkPod(t *testing.T) {
 	if got := mountFlags(out, "/data"); !slices.Contains(got, "rw") || !slices.Contains(got, "noexec") || !slices.Contains(got, "nosuid") || !strings.Contains(out, "idmapped") {
 		t.Errorf("/data mounted %v, want rw, noexec, nosuid and idmapped", got)
 	}
+
+	// The pod has no network pin to find again after a daemon SIGKILL: it
+	// stays ready, and a container of it still runs on the host's network.
+	sleeper := containerConfig("sleeper", ref, "sleep", "3600")
+	sleeper.Linux = ctr.Linux
+	id := d.startContainer(t, podID, cfg, sleeper)
+	d.kill9(t)
+	d.Start()
+	resp2, err := d.Runtime.PodSandboxStatus(context.Background(), podID, false)
+	if err != nil || resp2.GetStatus().GetState() != runtime.PodSandboxState_SANDBOX_READY {
+		t.Fatalf("pod after the restart: %v, %v; want ready", resp2.GetStatus().GetState(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stdout, stderr, err := d.Runtime.ExecSync(ctx, id, []string{"readlink", "/proc/self/ns/net"}, 10*time.Second)
+	if err != nil || strings.TrimSpace(string(stdout)) != hostNet {
+		t.Errorf("after the restart the container's network namespace is %q (%v, %s), want the host's %s", stdout, err, stderr, hostNet)
+	}
 }
 
 // defaultRouteInterface is the host's interface of its IPv4 default route.

@@ -101,10 +101,11 @@ func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {
 	return handlers
 }
 
+// allHandlerDetails are the details of the handlers Status lists.
 func (s *Server) allHandlerDetails() map[string]handlerDetails {
-	out := map[string]handlerDetails{"": s.handlerDetails("")}
-	for name := range s.cfg.Runtime.Handlers {
-		out[name] = s.handlerDetails(name)
+	out := map[string]handlerDetails{}
+	for _, h := range s.runtimeHandlers() {
+		out[h.GetName()] = s.handlerDetails(h.GetName())
 	}
 	return out
 }
@@ -198,12 +199,12 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		"config":            s.cfg,
 		"lastCNILoadStatus": cniStatus,
 		"podCIDR":           s.netConfig.PodCIDR(),
-		// The handler of pods without a RuntimeClass, as chosen at start
-		// when runtime.default_handler is empty.
-		"defaultRuntimeHandler": s.cfg.Runtime.DefaultHandler,
 		// Per handler ("" is the default), what the CRI's RuntimeFeatures
 		// can only say for the runtime as a whole.
 		"runtimeHandlerFeatures": s.allHandlerDetails(),
+		// The handler of pods without a RuntimeClass, as chosen at start
+		// when runtime.default_handler is empty.
+		"defaultRuntimeHandler": s.cfg.Runtime.DefaultHandler,
 	}
 	out := make(map[string]string, len(info))
 	for k, v := range info {

@@ -150,3 +150,21 @@ func TestIsArtifact(t *testing.T) {
 		}
 	}
 }
+
+// An artifact's files count against the unpack limits, before a byte of
+// them is downloaded; one over them is refused and nothing of it stays.
+func TestPullArtifactOverTheLimit(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	s := newTestStore(t, Options{Limits: Limits{MaxUnpackedBytes: 15}})
+	p := push(t, reg, "big/model:v1", tim.Artifact(t, "application/vnd.example",
+		tim.ArtifactFile{Title: "a", Content: "0123456789"}, tim.ArtifactFile{Title: "b", Content: "0123456789"}))
+	_, err := s.Pull(testContext(t), p.ref, nil)
+	var limit *LimitError
+	if !errors.As(err, &limit) || limit.Key != "image.max_unpacked_bytes" {
+		t.Fatalf("pull = %v, want a LimitError naming image.max_unpacked_bytes", err)
+	}
+	assertNoImage(t, s)
+	if blobs, layers := dirNames(t, s.path(blobsDir)), dirNames(t, s.path(layersDir)); len(blobs) != 0 || len(layers) != 0 {
+		t.Errorf("after a refused pull: blobs %v, layers %v; want none", blobs, layers)
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/test/registry"
@@ -274,4 +275,43 @@ func TestOCIArtifactImageVolume(t *testing.T) {
 	waitFor(t, "ImageFsInfo to drop the artifact's bytes", 30*time.Second, func() bool {
 		return d.fsUsage(t).GetUsedBytes().GetValue()+uint64(len(weights)) <= after
 	})
+}
+
+// Through the real kubelet, with the alpha gates of both features on: a
+// static pod with hostNetwork, hostUsers: false and an emptyDir whose
+// volumeMount has bindMountOptions runs in a user namespace of its own on
+// the host's network, its volume noexec and nosuid. The kubelet sends the
+// pod only because Status reports user_namespaces_host_network, and the
+// options only because it reports mount_options.
+func TestKubeletHostNetworkUserNamespaceWithBindMountOptions(t *testing.T) {
+	kubeletBinary(t)
+	d := StartDaemon(t, withUserNamespaces())
+	d.bridgeNetwork(t)
+	reg := registry.Start(t, registry.Options{})
+	n := &kubeletNode{d: d, ref: reg.Host() + "/e2e/busybox:latest"}
+	testimage.Push(t, testimage.Busybox(t), n.ref)
+	n.k = startKubelet(t, d, "--feature-gates=VolumeBindMountOptions=true,UserNamespacesHostNetworkSupport=true,NodeDeclaredFeatures=true")
+
+	c := n.container("c", sleepForever)
+	c.VolumeMounts = []corev1.VolumeMount{{Name: "vol", MountPath: "/vol", BindMountOptions: []string{"noexec", "nosuid"}}}
+	pod := staticPod("hostnet-userns", c)
+	no := false
+	pod.Spec.HostNetwork, pod.Spec.HostUsers = true, &no
+	pod.Spec.Volumes = []corev1.Volume{{Name: "vol", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	n.k.writeManifest(t, pod)
+	n.k.waitPod(t, "hostnet-userns", "Running", 90*time.Second, running)
+	id := n.k.runningContainer(t, "hostnet-userns", "c")
+	out := n.execSync(t, id, "sh", "-c", "cat /proc/self/uid_map; echo net=$(readlink /proc/self/ns/net); echo lo=$(cat /sys/class/net/lo/operstate); cat /proc/self/mountinfo")
+	if f := strings.Fields(out); len(f) < 3 || f[0] != "0" || f[1] == "0" || f[2] != "65536" {
+		t.Errorf("uid_map in the pod: %q, want 0 HOSTID 65536 with an unprivileged HOSTID", out)
+	}
+	hostNet, _ := os.Readlink("/proc/self/ns/net")
+	for _, want := range []string{"net=" + hostNet, "lo=unknown"} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("the pod sees %q, want %q in it", out, want)
+		}
+	}
+	if got := mountFlags(out, "/vol"); !slices.Contains(got, "noexec") || !slices.Contains(got, "nosuid") {
+		t.Errorf("/vol mounted %v, want noexec and nosuid (bindMountOptions)", got)
+	}
 }

@@ -282,14 +282,19 @@ func TestOCIArtifactImageVolume(t *testing.T) {
 // volumeMount has bindMountOptions runs in a user namespace of its own on
 // the host's network, its volume noexec and nosuid. The kubelet sends the
 // pod only because Status reports user_namespaces_host_network, and the
-// options only because it reports mount_options.
-func TestKubeletHostNetworkUserNamespaceWithBindMountOptions(t *testing.T) {
+// options only because it reports mount_options. And a pod with an OCI
+// artifact as its image volume (the volumes[].image a user writes for model
+// weights) reads the artifact's file.
+func TestKubeletCRIv037Features(t *testing.T) {
 	kubeletBinary(t)
 	d := StartDaemon(t, withUserNamespaces())
 	d.bridgeNetwork(t)
 	reg := registry.Start(t, registry.Options{})
 	n := &kubeletNode{d: d, ref: reg.Host() + "/e2e/busybox:latest"}
 	testimage.Push(t, testimage.Busybox(t), n.ref)
+	modelRef := reg.Host() + "/e2e/model:v1"
+	testimage.Push(t, testimage.Artifact(t, "application/vnd.example.model.v1",
+		testimage.ArtifactFile{Title: "weights.bin", Content: "weights for the kubelet\n"}), modelRef)
 	n.k = startKubelet(t, d, "--feature-gates=VolumeBindMountOptions=true,UserNamespacesHostNetworkSupport=true,NodeDeclaredFeatures=true")
 
 	c := n.container("c", sleepForever)
@@ -299,6 +304,14 @@ func TestKubeletHostNetworkUserNamespaceWithBindMountOptions(t *testing.T) {
 	pod.Spec.HostNetwork, pod.Spec.HostUsers = true, &no
 	pod.Spec.Volumes = []corev1.Volume{{Name: "vol", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	n.k.writeManifest(t, pod)
+
+	reader := n.container("reader", sleepForever)
+	reader.VolumeMounts = []corev1.VolumeMount{{Name: "model", MountPath: "/model", ReadOnly: true}}
+	modelPod := staticPod("model", reader)
+	modelPod.Spec.Volumes = []corev1.Volume{{Name: "model", VolumeSource: corev1.VolumeSource{
+		Image: &corev1.ImageVolumeSource{Reference: modelRef, PullPolicy: corev1.PullIfNotPresent}}}}
+	n.k.writeManifest(t, modelPod)
+
 	n.k.waitPod(t, "hostnet-userns", "Running", 90*time.Second, running)
 	id := n.k.runningContainer(t, "hostnet-userns", "c")
 	out := n.execSync(t, id, "sh", "-c", "cat /proc/self/uid_map; echo net=$(readlink /proc/self/ns/net); echo lo=$(cat /sys/class/net/lo/operstate); cat /proc/self/mountinfo")
@@ -313,5 +326,11 @@ func TestKubeletHostNetworkUserNamespaceWithBindMountOptions(t *testing.T) {
 	}
 	if got := mountFlags(out, "/vol"); !slices.Contains(got, "noexec") || !slices.Contains(got, "nosuid") {
 		t.Errorf("/vol mounted %v, want noexec and nosuid (bindMountOptions)", got)
+	}
+
+	n.k.waitPod(t, "model", "Running", 90*time.Second, running)
+	id = n.k.runningContainer(t, "model", "reader")
+	if got := n.execSync(t, id, "cat", "/model/weights.bin"); got != "weights for the kubelet\n" {
+		t.Errorf("the artifact's file in the pod reads %q", got)
 	}
 }

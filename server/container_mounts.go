@@ -136,7 +136,8 @@ func checkHandlerMounts(rt runtimeProbe, handler string, cfg *runtime.ContainerC
 			return invalidf("config.mounts.recursive_read_only", "runtime handler %q cannot make mount %s recursively read-only: %s", handler, m.GetContainerPath(), why("rro"))
 		}
 		if len(m.GetMountOptions()) > 0 && !f.BindOptions {
-			return invalidf("config.mounts.mount_options", "runtime handler %q cannot apply %q to mount %s: %s", handler, m.GetMountOptions(), m.GetContainerPath(), why(strings.Join(oci.BindOptions, ", ")))
+			// The options are not echoed: a request may repeat one a million times.
+			return invalidf("config.mounts.mount_options", "runtime handler %q cannot apply bind mount options to mount %s: %s", handler, m.GetContainerPath(), why(strings.Join(oci.BindOptions, ", ")))
 		}
 	}
 	return nil

@@ -20,7 +20,7 @@ import (
 // from it; it stays as the pod's infra when the containers share its PID
 // namespace, else it is stopped. A hostNetwork pod (KEP-5607) keeps the
 // host's network and UTS namespaces: its containers join no pinned ones
-// (containerNamespaces) and see the host's /sys (oci.standardMounts).
+// (containerNamespaces) and see the host's /sys (oci.sysMount).
 // validatePodUserNamespace has refused the host's IPC and PID namespaces
 // for such a pod.
 func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, cfg *runtime.PodSandboxConfig) error {

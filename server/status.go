@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 
 	"github.com/minicri/minicri/network"
@@ -167,7 +168,7 @@ func (s *Server) handlerDetails(handler string) handlerDetails {
 	}
 	if rt, err := s.runtimes.Get(handler); err == nil {
 		if of, _ := rt.Features(); of.BindOptions {
-			d.MountOptions = oci.BindOptions
+			d.MountOptions = slices.Clone(oci.BindOptions)
 		}
 	}
 	return d

@@ -94,16 +94,26 @@ func TestStartPauseInUserNSConfines(t *testing.T) {
 	// A range no other test maps.
 	const hostBase = 3 << 20
 	maps := []conmon.IDMap{{ContainerID: 0, HostID: hostBase, Size: 65536}}
-	in, err := conmon.StartPauseInUserNS(monitorBinary, filepath.Join(t.TempDir(), "pod"), maps, maps)
-	if err != nil {
-		t.Fatalf("StartPauseInUserNS: %v", err)
+	for _, hostNetwork := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hostNetwork=%v", hostNetwork), func(t *testing.T) {
+			in, err := conmon.StartPauseInUserNS(monitorBinary, filepath.Join(t.TempDir(), "pod"), maps, maps, hostNetwork)
+			if err != nil {
+				t.Fatalf("StartPauseInUserNS: %v", err)
+			}
+			t.Cleanup(func() { conmon.StopPause(context.Background(), in) })
+			for _, kind := range []string{"user", "net", "uts", "ipc"} {
+				self, _ := os.Readlink("/proc/self/ns/" + kind)
+				ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", in.PID, kind))
+				// The host's network and UTS namespaces with hostNetwork
+				// (KEP-5607), else new ones; always a new user and IPC.
+				wantHost := hostNetwork && (kind == "net" || kind == "uts")
+				if err != nil || (ns == self) != wantHost {
+					t.Errorf("infra %s namespace %q (err %v), host's %q; want the host's: %v", kind, ns, err, self, wantHost)
+				}
+			}
+			assertConfined(t, in, hostBase)
+		})
 	}
-	t.Cleanup(func() { conmon.StopPause(context.Background(), in) })
-	self, _ := os.Readlink("/proc/self/ns/user")
-	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/user", in.PID)); err != nil || ns == self {
-		t.Errorf("infra user namespace %q (err %v), want a new one", ns, err)
-	}
-	assertConfined(t, in, hostBase)
 }
 
 // TestStartPauseInUserNSRefusesUnmappedPauseID: with 65535 unmapped the
@@ -120,7 +130,7 @@ func TestStartPauseInUserNSRefusesUnmappedPauseID(t *testing.T) {
 		{"gids", full, small, "the gid mappings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := conmon.StartPauseInUserNS("/nonexistent/minicri-conmon", "/pod", tc.uids, tc.gids)
+			_, err := conmon.StartPauseInUserNS("/nonexistent/minicri-conmon", "/pod", tc.uids, tc.gids, false)
 			if !errors.Is(err, conmon.ErrPauseIDUnmapped) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("StartPauseInUserNS = %v, want ErrPauseIDUnmapped naming %q", err, tc.want)
 			}

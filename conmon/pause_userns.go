@@ -20,14 +20,21 @@ type IDMap struct {
 // else stops it. setgroups stays allowed in the namespace: the runtime sets
 // the containers' supplementary groups there. The process runs as uid and
 // gid 65535 of the namespace, so both maps must hold that ID (the
-// kubelet's hold 0-65535).
-func StartPauseInUserNS(binary, podDir string, uids, gids []IDMap) (Infra, error) {
+// kubelet's hold 0-65535). With hostNetwork (KEP-5607) it stays in the
+// host's network and UTS namespaces, as a hostNetwork pod without a user
+// namespace does: the host's interfaces and name, which its user namespace
+// does not own and so cannot change.
+func StartPauseInUserNS(binary, podDir string, uids, gids []IDMap, hostNetwork bool) (Infra, error) {
 	if err := mapsPauseID(uids, gids); err != nil {
 		return Infra{}, err
 	}
+	flags := uintptr(unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWIPC)
+	if !hostNetwork {
+		flags |= unix.CLONE_NEWNET | unix.CLONE_NEWUTS
+	}
 	attr := &syscall.SysProcAttr{
 		Setsid:                     true,
-		Cloneflags:                 unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		Cloneflags:                 flags,
 		UidMappings:                sysProcIDMaps(uids),
 		GidMappings:                sysProcIDMaps(gids),
 		GidMappingsEnableSetgroups: true,

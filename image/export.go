@@ -84,6 +84,10 @@ func (s *Store) exportSet(refs []string) ([]exportedImage, error) {
 		if err != nil {
 			return nil, fmt.Errorf("export %s: %w", ref, err)
 		}
+		if img.IsArtifact() {
+			// An archive holds container images, which an import takes.
+			return nil, fmt.Errorf("export %s: %w (%s)", ref, ErrArtifact, img.ArtifactType)
+		}
 		names := img.RepoTags
 		if named, err := parseReference(ref); err == nil && named.tag != "" && contains(img.RepoTags, named.String()) {
 			names = []string{named.String()}

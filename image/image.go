@@ -101,6 +101,9 @@ type Layer struct {
 	MediaType string `json:"mediaType"`
 	DiffID    string `json:"diffID"`  // of the uncompressed tar
 	ChainID   string `json:"chainID"` // names the unpacked layer, shared by every image that has it
+	// File is the name of an artifact's layer in its volume (the layer is
+	// that one file); "" for an image's layer.
+	File string `json:"file,omitempty"`
 }
 
 // Image is one image in the store. It marshals to JSON as the verbose info
@@ -119,7 +122,13 @@ type Image struct {
 	Platform       string    `json:"platform"` // "linux/amd64"
 	Created        time.Time `json:"created"`  // from the config
 	Layers         []Layer   `json:"layers"`
+	// ArtifactType is set for an OCI artifact (artifact.go): files for an
+	// image volume, never a container's root.
+	ArtifactType string `json:"artifactType,omitempty"`
 }
+
+// IsArtifact: the image is an OCI artifact, usable only as an image volume.
+func (img Image) IsArtifact() bool { return img.ArtifactType != "" }
 
 // ChainIDs returns the chain IDs of the image's layers, bottom first.
 func (img Image) ChainIDs() []string {

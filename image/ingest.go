@@ -24,6 +24,7 @@ type ingestRequest struct {
 	manifest    []byte
 	mediaType   types.MediaType
 	open        blobOpener
+	artifacts   bool          // an OCI artifact is taken (a registry pull), else refused
 	tags        []string      // full references to point at the image
 	repoDigests []string      // "repo@sha256:…"
 	progress    *pullProgress // nil: no progress logs
@@ -39,9 +40,15 @@ func (s *Store) ingest(ctx context.Context, req ingestRequest) (Image, error) {
 	if req.mediaType == "" {
 		req.mediaType = m.MediaType
 	}
+	if isArtifact(m) && !req.artifacts {
+		return Image{}, fmt.Errorf("%w (%s): pull it from a registry, for an image volume", ErrArtifact, artifactType(m))
+	}
 	manifestDigest, err := s.putBlob(req.manifest)
 	if err != nil {
 		return Image{}, fmt.Errorf("store manifest: %w", err)
+	}
+	if isArtifact(m) {
+		return s.ingestArtifact(ctx, m, manifestDigest, req)
 	}
 	cf, err := s.fetchConfig(ctx, m.Config, req.open, req.progress)
 	if err != nil {
@@ -73,19 +80,18 @@ func parseImageManifest(raw []byte, mt types.MediaType) (*v1.Manifest, error) {
 	if mt != "" && !mt.IsImage() {
 		return nil, fmt.Errorf("manifest media type %s is not an image manifest", mt)
 	}
-	switch m.Config.MediaType {
-	case types.DockerConfigJSON, types.OCIConfigJSON, "":
-	default:
-		return nil, fmt.Errorf("not a container image: config media type %s", m.Config.MediaType)
-	}
-	if err := checkDigest(m.Config.Digest); err != nil {
+	if err := checkDigest(m.Config.Digest); err != nil && !isArtifact(m) {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	for _, l := range m.Layers {
 		if err := checkDigest(l.Digest); err != nil {
 			return nil, fmt.Errorf("layer: %w", err)
 		}
-		if !isLayerMediaType(l.MediaType) {
+		if l.Size < 0 {
+			return nil, fmt.Errorf("layer %s: size %d", l.Digest, l.Size)
+		}
+		// An artifact's layers are files of any type.
+		if !isArtifact(m) && !isLayerMediaType(l.MediaType) {
 			return nil, fmt.Errorf("layer %s: unsupported media type %s", l.Digest, l.MediaType)
 		}
 	}

@@ -63,7 +63,24 @@ func (s *Store) ensureLayer(ctx context.Context, chain, diffID, blob v1.Hash, bu
 	})
 }
 
-func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, budget *unpackBudget) (retErr error) {
+func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, budget *unpackBudget) error {
+	return s.makeLayerDir(chain, func(tmp string) error {
+		got, err := unpackLayerFile(ctx, s.blobPath(blob), tmp, budget)
+		if err != nil {
+			return fmt.Errorf("unpack layer %s: %w", blob, err)
+		}
+		if got != diffID {
+			return fmt.Errorf("layer %s uncompresses to %s, the image config says %s: %w", blob, got, diffID, ErrDigestMismatch)
+		}
+		return nil
+	})
+}
+
+// makeLayerDir has fill fill a temp dir, then renames it to the layer dir
+// of chain, so a layer dir is always complete; when two processes race,
+// the first rename wins and the other drops its copy. Nothing of a failed
+// fill stays.
+func (s *Store) makeLayerDir(chain v1.Hash, fill func(tmp string) error) (retErr error) {
 	tmp, err := os.MkdirTemp(s.path(tmpDir), "layer-")
 	if err != nil {
 		return err
@@ -76,12 +93,8 @@ func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, bu
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
-	got, err := unpackLayerFile(ctx, s.blobPath(blob), tmp, budget)
-	if err != nil {
-		return fmt.Errorf("unpack layer %s: %w", blob, err)
-	}
-	if got != diffID {
-		return fmt.Errorf("layer %s uncompresses to %s, the image config says %s: %w", blob, got, diffID, ErrDigestMismatch)
+	if err := fill(tmp); err != nil {
+		return err
 	}
 	// The layer's files must be on disk before its name says it is complete.
 	if err := syncFS(tmp); err != nil {
@@ -89,7 +102,7 @@ func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, bu
 	}
 	err = os.Rename(tmp, s.layerDir(chain.String()))
 	if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-		os.RemoveAll(tmp) // another process unpacked it first
+		os.RemoveAll(tmp) // another process made it first
 		return nil
 	}
 	if err != nil {

@@ -87,6 +87,7 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth, stalled c
 		manifest:    m.raw,
 		mediaType:   m.mediaType,
 		open:        src.blob,
+		artifacts:   true,
 		repoDigests: []string{named.withDigest(top.digest.String())},
 		progress:    progress,
 	}

@@ -78,6 +78,9 @@ func (s *Store) prepare(id, imageID string, readOnly bool) error {
 	if err != nil {
 		return fmt.Errorf("prepare rootfs %s: %w", id, err)
 	}
+	if img.IsArtifact() && !readOnly {
+		return fmt.Errorf("prepare rootfs %s: image %s is an %w (%s), for image volumes only", id, img.ID, ErrArtifact, img.ArtifactType)
+	}
 	if rec, err := s.readRootfsRecord(id); err == nil {
 		if rec.ImageID == img.ID && rec.ReadOnly == readOnly {
 			return nil

@@ -25,6 +25,9 @@ type Features struct {
 	// for a runc without `features`, from `runc --version`; "" for another
 	// runtime, or a runc that does not say.
 	RuncVersion string
+	// BindOptions: the runtime takes every option of BindOptions on a
+	// bind mount (runc and crun apply them in the remount of the bind).
+	BindOptions bool
 }
 
 // MissingFixes lists the runc security fixes (MissingRuncFixes) that the
@@ -96,5 +99,15 @@ func parseFeatures(data []byte) (Features, error) {
 		RecursiveReadOnly: slices.Contains(doc.MountOptions, "rro"),
 		IDMappedMounts:    idmap != nil && *idmap,
 		RuncVersion:       doc.Annotations["org.opencontainers.runc.version"],
+		BindOptions:       listsAll(doc.MountOptions, BindOptions),
 	}, nil
+}
+
+func listsAll(have, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(have, w) {
+			return false
+		}
+	}
+	return true
 }

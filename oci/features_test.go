@@ -12,6 +12,8 @@ func TestParseFeatures(t *testing.T) {
 		{"idmap enabled", `{"mountOptions":["rro"],"linux":{"mountExtensions":{"idmap":{"enabled":true}}}}`, Features{RecursiveReadOnly: true, IDMappedMounts: true}},
 		{"idmap disabled", `{"mountOptions":["ro"],"linux":{"mountExtensions":{"idmap":{"enabled":false}}}}`, Features{}},
 		{"empty", `{}`, Features{}},
+		{"bind options", `{"mountOptions":["ro","noexec","nodev","nosuid"]}`, Features{BindOptions: true}},
+		{"bind options without nodev", `{"mountOptions":["ro","noexec","nosuid"]}`, Features{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -62,9 +62,34 @@ func standardMounts(c *ContainerSpec) []specs.Mount {
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
 		shmMount(c),
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", sysMode}},
+		sysMount(c, sysMode),
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", sysMode}},
 	}
+}
+
+// sysMount is a fresh sysfs, read-only unless the container is privileged.
+// A container in its pod's user namespace on the host's network
+// (KEP-5607) cannot mount one: the kernel lets only a user namespace that
+// owns the network namespace mount sysfs, and the host's does not belong
+// to the pod's. It gets the host's /sys bound recursively read-only
+// instead, as containerd 2.x and cri-o do; its /sys/class/net shows the
+// host's interfaces, which is what a hostNetwork pod sees. Never idmapped
+// (sysfs cannot be) and never writable: the pod's root is no one on the
+// host.
+func sysMount(c *ContainerSpec, sysMode string) specs.Mount {
+	if usesHostSys(c) {
+		return specs.Mount{Destination: "/sys", Type: "bind", Source: hostSys, Options: []string{"rbind", "rprivate", "nosuid", "noexec", "nodev", "rro"}}
+	}
+	return specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", sysMode}}
+}
+
+// hostSys is the host's sysfs, bound by sysMount.
+const hostSys = "/sys"
+
+// usesHostSys: the container is in a user namespace of its pod's and on
+// the host's network.
+func usesHostSys(c *ContainerSpec) bool {
+	return c.Namespaces.User.Mode == NamespaceJoin && c.Namespaces.Network.Mode == NamespaceHost
 }
 
 // shmMount shares the host's /dev/shm with a host-IPC container, the pod's with
@@ -143,12 +168,38 @@ func bindMount(m Mount) (specs.Mount, error) {
 	if m.Inert {
 		options = append(options, "nosuid", "nodev", "noexec")
 	}
+	if options, err = withBindOptions(options, m); err != nil {
+		return specs.Mount{}, err
+	}
 	return specs.Mount{
 		Destination: path.Clean(m.ContainerPath),
 		Type:        "bind",
 		Source:      source,
 		Options:     options,
 	}, nil
+}
+
+// BindOptions are the options a request may add to a bind mount
+// (Mount.mount_options, KEP-5855). Each only takes from the container: the
+// runtime ORs them into the flags of the one remount that also applies
+// "ro", and no option of the list clears another or the mode ("exec",
+// "suid", "dev", "rw" are not in it), so no request can undo a protection
+// the runtime chose. They apply to the bind's top mount, as "ro" does:
+// submounts that rbind copied keep their own flags.
+var BindOptions = []string{"noexec", "nodev", "nosuid"}
+
+// withBindOptions appends m's requested options to a bind's options, each
+// once: a request that repeats one costs nothing more in the spec.
+func withBindOptions(options []string, m Mount) ([]string, error) {
+	for _, o := range m.Options {
+		if !slices.Contains(BindOptions, o) {
+			return nil, fmt.Errorf("%w: mount %s: option %q is not one of %s", ErrInvalid, m.ContainerPath, o, strings.Join(BindOptions, ", "))
+		}
+		if !slices.Contains(options, o) {
+			options = append(options, o)
+		}
+	}
+	return options, nil
 }
 
 // mountMode is the mount's access option. "rro" stands instead of "ro",

@@ -150,6 +150,53 @@ func TestInertMount(t *testing.T) {
 	}
 }
 
+// TestBindOptions: a request's noexec, nodev, nosuid go after the mode, in
+// the options runc turns into the one remount of the bind, each once, so
+// that an "rw" mount keeps them; nothing else is taken, and nothing that
+// would clear a flag or the read-only mode.
+func TestBindOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		m       Mount
+		want    []string
+		invalid bool
+	}{
+		{"rw with nosuid", Mount{Options: []string{"nosuid"}}, []string{"rbind", "rprivate", "rw", "nosuid"}, false},
+		{"ro with all three", Mount{Readonly: true, Options: []string{"noexec", "nodev", "nosuid"}}, []string{"rbind", "rprivate", "ro", "noexec", "nodev", "nosuid"}, false},
+		{"rro with noexec", Mount{Readonly: true, RecursiveReadOnly: true, Options: []string{"noexec"}}, []string{"rbind", "rprivate", "rro", "noexec"}, false},
+		{"repeated", Mount{Options: []string{"noexec", "noexec", "noexec"}}, []string{"rbind", "rprivate", "rw", "noexec"}, false},
+		{"inert with noexec", Mount{Readonly: true, Inert: true, Options: []string{"noexec"}}, []string{"rbind", "rprivate", "ro", "nosuid", "nodev", "noexec"}, false},
+		{"rw on a read-only mount", Mount{Readonly: true, Options: []string{"rw"}}, nil, true},
+		{"exec", Mount{Options: []string{"noexec", "exec"}}, nil, true},
+		{"suid", Mount{Options: []string{"suid"}}, nil, true},
+		{"dev", Mount{Options: []string{"dev"}}, nil, true},
+		{"rshared", Mount{Options: []string{"rshared"}}, nil, true},
+		{"remount", Mount{Options: []string{"remount"}}, nil, true},
+		{"empty", Mount{Options: []string{""}}, nil, true},
+		{"two in one", Mount{Options: []string{"noexec,suid"}}, nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := minimalSpec(t)
+			tt.m.ContainerPath, tt.m.HostPath = "/data", t.TempDir()
+			c.Mounts = []Mount{tt.m}
+			s, err := generateSpec(&c, testHost())
+			if tt.invalid {
+				if !errors.Is(err, ErrInvalid) {
+					t.Fatalf("err = %v, want ErrInvalid", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, _ := mountByDest(s.Mounts, "/data"); !slices.Equal(m.Options, tt.want) {
+				t.Errorf("/data options %v, want %v", m.Options, tt.want)
+			}
+		})
+	}
+}
+
 func TestUserDevMountReplacesDevMounts(t *testing.T) {
 	c := minimalSpec(t)
 	c.Mounts = []Mount{{ContainerPath: "/dev", HostPath: "/dev"}}

@@ -105,7 +105,11 @@ type Mount struct {
 	RecursiveReadOnly bool
 	// Inert mounts it nosuid, nodev and noexec: files to read, never to
 	// run or open as devices (an image volume).
-	Inert       bool
+	Inert bool
+	// Options are the flags the request added (Mount.mount_options,
+	// KEP-5855): only those of BindOptions, which take protections away
+	// from the container, never give any.
+	Options     []string
 	Propagation Propagation
 	// SelinuxRelabel is accepted and ignored: minicri does not run with SELinux.
 	SelinuxRelabel bool

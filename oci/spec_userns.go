@@ -14,7 +14,8 @@ import (
 // given too). Every bind mount (volumes, the pod's files, its /dev/shm) is
 // idmapped into that namespace, so that what root owns on the host appears
 // owned by the pod's root, as the kubelet asks for each volume of a pod with
-// hostUsers: false. The rootfs is idmapped when it is mounted
+// hostUsers: false; but the host's /sys of a pod on the host's network
+// (sysMount), which sysfs cannot idmap. The rootfs is idmapped when it is mounted
 // (image.Store.MountRootfsIDMapped), not here.
 func setUserNamespace(s *specs.Spec, c *ContainerSpec, _ hostFacts) error {
 	// Only a pod's namespace is joined: a container never gets a user
@@ -29,7 +30,7 @@ func setUserNamespace(s *specs.Spec, c *ContainerSpec, _ hostFacts) error {
 	s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: c.Namespaces.User.Path})
 	for i := range s.Mounts {
 		m := &s.Mounts[i]
-		if m.Type != "bind" {
+		if m.Type != "bind" || (m.Destination == "/sys" && m.Source == hostSys && usesHostSys(c)) {
 			continue
 		}
 		// "ridmap" maps the submounts of an rbind too.

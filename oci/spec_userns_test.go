@@ -51,3 +51,45 @@ func TestUserNamespaceJoinsThePodsAndIDMapsBindMounts(t *testing.T) {
 		}
 	}
 }
+
+// A container in its pod's user namespace on the host's network (KEP-5607)
+// gets the host's /sys, bound recursively read-only and inert, never
+// idmapped; with a network namespace of the pod's, or without a user
+// namespace, a fresh sysfs as ever. Privileged or not, the bind stays
+// read-only.
+func TestSysMount(t *testing.T) {
+	hostSysBind := specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "rprivate", "nosuid", "noexec", "nodev", "rro"}}
+	freshSysfs := func(mode string) specs.Mount {
+		return specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", mode}}
+	}
+	userns := Namespace{Mode: NamespaceJoin, Path: "/run/pod/ns/user"}
+	podNet := Namespace{Mode: NamespaceJoin, Path: "/run/pod/ns/net"}
+	host := Namespace{Mode: NamespaceHost}
+	cases := []struct {
+		name       string
+		user, net  Namespace
+		privileged bool
+		want       specs.Mount
+	}{
+		{"userns, host network", userns, host, false, hostSysBind},
+		{"userns, host network, privileged", userns, host, true, hostSysBind},
+		{"userns, pod network", userns, podNet, false, freshSysfs("ro")},
+		{"host userns, host network", host, host, false, freshSysfs("ro")},
+		{"host userns, host network, privileged", host, host, true, freshSysfs("rw")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := minimalSpec(t)
+			c.Namespaces.User, c.Namespaces.Network = tc.user, tc.net
+			c.Security.Privileged = tc.privileged
+			s := mustGenerate(t, c, testHost())
+			got, _ := mountByDest(s.Mounts, "/sys")
+			if got.Type != tc.want.Type || got.Source != tc.want.Source || !slices.Equal(got.Options, tc.want.Options) {
+				t.Errorf("/sys mount %+v, want %+v", got, tc.want)
+			}
+			if cg, ok := mountByDest(s.Mounts, "/sys/fs/cgroup"); !ok || cg.Type != "cgroup" {
+				t.Errorf("/sys/fs/cgroup mount %+v, want the container's cgroups over the host's", cg)
+			}
+		})
+	}
+}

@@ -43,6 +43,9 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
 	}
+	if img.IsArtifact() {
+		return nil, toStatus(invalidf("config.image.image", "%q is an OCI artifact (%s), not a container image: mount it as an image volume (config.mounts.image)", cfg.GetImage().GetImage(), img.ArtifactType))
+	}
 	refs, err := s.resolveRefs(ctx, sbID, cfg)
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))

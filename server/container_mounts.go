@@ -7,6 +7,7 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/oci"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -116,18 +117,27 @@ func (s *Server) removeImageVolumes(vols []imageVolume) error {
 
 // checkHandlerMounts refuses a recursive read-only mount on a handler whose
 // runtime cannot make one: a plain read-only mount in its place would leave
-// the mounts below it writable, without anyone knowing.
+// the mounts below it writable, without anyone knowing. So too bind mount
+// options (noexec, nodev, nosuid) on a handler whose runtime does not list
+// them: never a mount without the protection the pod asked for.
 func checkHandlerMounts(rt runtimeProbe, handler string, cfg *runtime.ContainerConfig) error {
 	for _, m := range cfg.GetMounts() {
-		if !m.GetRecursiveReadOnly() {
+		if !m.GetRecursiveReadOnly() && len(m.GetMountOptions()) == 0 {
 			continue
 		}
-		if f, err := rt.Features(); !f.RecursiveReadOnly {
-			why := "its runtime does not list the rro mount option"
+		f, err := rt.Features()
+		why := func(option string) string {
 			if err != nil {
-				why = err.Error()
+				return err.Error()
 			}
-			return invalidf("config.mounts.recursive_read_only", "runtime handler %q cannot make mount %s recursively read-only: %s", handler, m.GetContainerPath(), why)
+			return "its runtime does not list the " + option + " mount option"
+		}
+		if m.GetRecursiveReadOnly() && !f.RecursiveReadOnly {
+			return invalidf("config.mounts.recursive_read_only", "runtime handler %q cannot make mount %s recursively read-only: %s", handler, m.GetContainerPath(), why("rro"))
+		}
+		if len(m.GetMountOptions()) > 0 && !f.BindOptions {
+			// The options are not echoed: a request may repeat one a million times.
+			return invalidf("config.mounts.mount_options", "runtime handler %q cannot apply bind mount options to mount %s: %s", handler, m.GetContainerPath(), why(strings.Join(oci.BindOptions, ", ")))
 		}
 	}
 	return nil

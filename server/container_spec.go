@@ -114,6 +114,7 @@ func ociMounts(mounts []*runtime.Mount, volumeSources map[int]string) []oci.Moun
 			Readonly:          m.GetReadonly(),
 			RecursiveReadOnly: m.GetRecursiveReadOnly(),
 			Inert:             imageVolume,
+			Options:           m.GetMountOptions(),
 			Propagation:       p,
 			SelinuxRelabel:    m.GetSelinuxRelabel(),
 		})

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"reflect"
 	"testing"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -61,17 +62,19 @@ func TestOCIMountsImageVolumeIsInert(t *testing.T) {
 	mounts := []*runtime.Mount{
 		{ContainerPath: "/host", HostPath: "/srv/data"},
 		{ContainerPath: "/vol", Image: &runtime.ImageSpec{Image: "example.com/vol:1"}, Readonly: true},
+		{ContainerPath: "/opts", HostPath: "/srv/opts", MountOptions: []string{"noexec", "nosuid"}},
 	}
 	got := ociMounts(mounts, map[int]string{1: "/state/image/snapshots/c.iv1/merged"})
 	want := []oci.Mount{
 		{ContainerPath: "/host", HostPath: "/srv/data"},
 		{ContainerPath: "/vol", HostPath: "/state/image/snapshots/c.iv1/merged", Readonly: true, Inert: true},
+		{ContainerPath: "/opts", HostPath: "/srv/opts", Options: []string{"noexec", "nosuid"}},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("ociMounts = %+v, want %+v", got, want)
 	}
 	for i := range want {
-		if got[i] != want[i] {
+		if !reflect.DeepEqual(got[i], want[i]) {
 			t.Errorf("mount %d = %+v, want %+v", i, got[i], want[i])
 		}
 	}

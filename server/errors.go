@@ -66,7 +66,7 @@ var codeMappings = []struct {
 	// another for want of the registry may yet succeed.
 	{codes.Unavailable, []error{image.ErrUnavailable}},
 	{codes.InvalidArgument, []error{errInvalid, store.ErrAmbiguousID,
-		image.ErrInvalidReference, image.ErrAmbiguous,
+		image.ErrInvalidReference, image.ErrAmbiguous, image.ErrArtifact,
 		oci.ErrInvalid, oci.ErrNoCommand, oci.ErrUnknownHandler, conmon.ErrPauseIDUnmapped}},
 	{codes.AlreadyExists, []error{store.ErrNameReserved}},
 	{codes.NotFound, []error{store.ErrNotFound, image.ErrNotFound, oci.ErrNotFound}},

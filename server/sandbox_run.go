@@ -216,7 +216,7 @@ func (s *Server) primeForCreate(handler string) {
 func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
 	var kinds []network.NamespaceKind
 	if u := podUserNamespace(cfg); u != nil {
-		if err := s.pinUserNamespace(r, u, podHostname(cfg)); err != nil {
+		if err := s.pinUserNamespace(r, u, cfg); err != nil {
 			return err
 		}
 	} else if !hostNetwork(cfg) {

@@ -18,10 +18,14 @@ import (
 // namespaces, owned by that user namespace (network.PinProcessNamespaces
 // says why). An infra process makes them all at once and they are pinned
 // from it; it stays as the pod's infra when the containers share its PID
-// namespace, else it is stopped. validatePodUserNamespace has refused the
-// host's network, IPC and PID namespaces for such a pod.
-func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, hostname string) error {
-	infra, err := conmon.StartPauseInUserNS(s.monitorPath, r.Dir, conmonIDMaps(u.GetUids()), conmonIDMaps(u.GetGids()))
+// namespace, else it is stopped. A hostNetwork pod (KEP-5607) keeps the
+// host's network and UTS namespaces: its containers join no pinned ones
+// (containerNamespaces) and see the host's /sys (oci.sysMount).
+// validatePodUserNamespace has refused the host's IPC and PID namespaces
+// for such a pod.
+func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, cfg *runtime.PodSandboxConfig) error {
+	hostNet := hostNetwork(cfg)
+	infra, err := conmon.StartPauseInUserNS(s.monitorPath, r.Dir, conmonIDMaps(u.GetUids()), conmonIDMaps(u.GetGids()), hostNet)
 	if err != nil {
 		return fmt.Errorf("start the pod's user namespace: %w", err)
 	}
@@ -32,7 +36,12 @@ func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, ho
 	if err := s.sandboxes.Put(r.ID, *r); err != nil {
 		return err
 	}
-	kinds := []network.NamespaceKind{network.NamespaceUser, network.NamespaceNet, network.NamespaceIPC, network.NamespaceUTS}
+	kinds := []network.NamespaceKind{network.NamespaceUser, network.NamespaceIPC}
+	hostname := ""
+	if !hostNet {
+		kinds = append(kinds, network.NamespaceNet, network.NamespaceUTS)
+		hostname = podHostname(cfg)
+	}
 	ns, err := network.PinProcessNamespaces(filepath.Join(r.Dir, "ns"), infra.PID, kinds, hostname)
 	if err != nil {
 		return fmt.Errorf("pin namespaces: %w", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 
 	"github.com/minicri/minicri/network"
@@ -46,9 +47,7 @@ func (s *Server) Status(ctx context.Context, req *runtime.StatusRequest) (*runti
 	resp := &runtime.StatusResponse{
 		Status:          &runtime.RuntimeStatus{Conditions: []*runtime.RuntimeCondition{runtimeReady, networkReady}},
 		RuntimeHandlers: s.runtimeHandlers(),
-		// Strict (only the pod's groups) is minicri's own, whatever the
-		// OCI runtime: oci.ResolveUserStrict.
-		Features: &runtime.RuntimeFeatures{SupplementalGroupsPolicy: true},
+		Features:        s.runtimeFeatures(),
 	}
 	if req.GetVerbose() {
 		info, err := s.statusInfo()
@@ -103,6 +102,15 @@ func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {
 	return handlers
 }
 
+// allHandlerDetails are the details of the handlers Status lists.
+func (s *Server) allHandlerDetails() map[string]handlerDetails {
+	out := map[string]handlerDetails{}
+	for _, h := range s.runtimeHandlers() {
+		out[h.GetName()] = s.handlerDetails(h.GetName())
+	}
+	return out
+}
+
 // handlerFeatures reports a feature only when the handler's runtime has it;
 // a runtime that cannot say has none. Each runtime ran `features` once (the
 // candidates for the default at start, the others at first use).
@@ -116,6 +124,54 @@ func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures
 		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
 		UserNamespaces:          f.IDMappedMounts && userNamespacesSupported,
 	}
+}
+
+// runtimeFeatures is what the kubelet may ask of minicri as a whole; it
+// declares each as a node feature, which the scheduler matches pods to.
+// The CRI has no per-handler form of these, so one is claimed when the
+// default handler (that of pods without a RuntimeClass) has it; a pod on a
+// handler without it is refused at create, naming the handler, and the
+// verbose Status lists each handler's (runtimeHandlerFeatures).
+func (s *Server) runtimeFeatures() *runtime.RuntimeFeatures {
+	def := s.handlerDetails("")
+	return &runtime.RuntimeFeatures{
+		// Strict (only the pod's groups) is minicri's own, whatever the
+		// OCI runtime: oci.ResolveUserStrict.
+		SupplementalGroupsPolicy:  true,
+		UserNamespacesHostNetwork: def.UserNamespacesHostNetwork,
+		MountOptions:              len(def.MountOptions) > 0,
+	}
+}
+
+// handlerDetails is what one handler can do, as the verbose Status shows
+// it: the CRI's per-handler features and those the CRI reports only for
+// the runtime as a whole.
+type handlerDetails struct {
+	RecursiveReadOnlyMounts bool `json:"recursiveReadOnlyMounts"`
+	UserNamespaces          bool `json:"userNamespaces"`
+	// UserNamespacesHostNetwork: a pod in a user namespace of its own on
+	// the host's network (KEP-5607): a handler that can run a user
+	// namespace and bind the host's /sys recursively read-only (oci.sysMount).
+	UserNamespacesHostNetwork bool `json:"userNamespacesHostNetwork"`
+	// MountOptions are the bind mount options (KEP-5855) the handler's
+	// runtime applies; none when it does not list them all.
+	MountOptions []string `json:"mountOptions"`
+}
+
+func (s *Server) handlerDetails(handler string) handlerDetails {
+	f := s.handlerFeatures(handler)
+	d := handlerDetails{
+		RecursiveReadOnlyMounts:   f.GetRecursiveReadOnlyMounts(),
+		UserNamespaces:            f.GetUserNamespaces(),
+		UserNamespacesHostNetwork: f.GetUserNamespaces() && f.GetRecursiveReadOnlyMounts(),
+		MountOptions:              []string{},
+	}
+	if rt, err := s.runtimes.Get(handler); err == nil {
+		if of, _ := rt.Features(); of.BindOptions {
+			d.MountOptions = slices.Clone(oci.BindOptions)
+		}
+	}
+	return d
 }
 
 // userNamespaceHandlers names the handlers that can run a pod in a user
@@ -171,6 +227,9 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		"config":            s.cfg,
 		"lastCNILoadStatus": cniStatus,
 		"podCIDR":           s.netConfig.PodCIDR(),
+		// Per handler ("" is the default), what the CRI's RuntimeFeatures
+		// can only say for the runtime as a whole.
+		"runtimeHandlerFeatures": s.allHandlerDetails(),
 		// The handler of pods without a RuntimeClass, as chosen at start
 		// when runtime.default_handler is empty.
 		"defaultRuntimeHandler": s.cfg.Runtime.DefaultHandler,

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,5 +124,62 @@ func TestStatusNetworkReadyNeedsALoadableCNIConfig(t *testing.T) {
 	}
 	if c := conditions(t, s)[runtime.NetworkReady]; !c.GetStatus() {
 		t.Fatalf("NetworkReady with a valid config = %v, want true", c)
+	}
+}
+
+// Status claims the bind mount options and user namespaces on the host's
+// network for minicri as a whole when the default handler can do them (the
+// CRI has no per-handler field for either), and the verbose Status says
+// which handler can.
+func TestStatusFeaturesFollowTheDefaultHandler(t *testing.T) {
+	const (
+		withBindOptions = `{"mountOptions":["rro","noexec","nodev","nosuid"]}`
+		withIDMap       = `{"mountOptions":["rro","noexec","nodev","nosuid"],"linux":{"mountExtensions":{"idmap":{"enabled":true}}}}`
+		withoutNodev    = `{"mountOptions":["rro","noexec","nosuid"]}`
+	)
+	cases := []struct {
+		name, def           string
+		wantMount, wantUsNs bool
+	}{
+		{"runc 1.5.2 as default", "current", true, true},
+		{"runc 1.1.5 as default", "old", true, false},
+		{"a runtime without nodev", "partial", false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := newRecordsServer(t)
+			s.cfg = config.Default()
+			s.cfg.Runtime.DefaultHandler = c.def
+			s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{
+				"old":     {Path: fakeRuntimeBinary(t, dir, "old", "runc", withBindOptions)},
+				"current": {Path: fakeRuntimeBinary(t, dir, "current", "runc", withIDMap)},
+				"partial": {Path: fakeRuntimeBinary(t, dir, "partial", "runc", withoutNodev)},
+			}
+			s.monitorPath = s.cfg.Runtime.Handlers["old"].Path
+			s.useRuntimes()
+			s.useCNI(network.NewCNI(t.TempDir(), nil, t.TempDir(), nil))
+			resp, err := s.Status(context.Background(), &runtime.StatusRequest{Verbose: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := resp.GetFeatures()
+			if f.GetMountOptions() != c.wantMount || f.GetUserNamespacesHostNetwork() != c.wantUsNs || !f.GetSupplementalGroupsPolicy() {
+				t.Errorf("features %v, want mount_options %v, user_namespaces_host_network %v", f, c.wantMount, c.wantUsNs)
+			}
+			var perHandler map[string]handlerDetails
+			if err := json.Unmarshal([]byte(resp.GetInfo()["runtimeHandlerFeatures"]), &perHandler); err != nil {
+				t.Fatal(err)
+			}
+			if h := perHandler["current"]; !h.UserNamespacesHostNetwork || len(h.MountOptions) != 3 {
+				t.Errorf("runc 1.5.2's handler: %+v, want user namespaces on the host network and 3 mount options", h)
+			}
+			if h := perHandler["old"]; h.UserNamespacesHostNetwork || len(h.MountOptions) != 3 {
+				t.Errorf("runc 1.1.5's handler: %+v, want no user namespaces and 3 mount options", h)
+			}
+			if h := perHandler["partial"]; len(h.MountOptions) != 0 {
+				t.Errorf("the handler without nodev: %+v, want no mount options", h)
+			}
+		})
 	}
 }

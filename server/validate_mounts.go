@@ -2,8 +2,12 @@ package server
 
 import (
 	"path/filepath"
+	"slices"
+	"strings"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/oci"
 )
 
 // The field rules of a container's mounts: host paths, propagation, image
@@ -14,7 +18,7 @@ import (
 // only when the runtime reports the feature (whether the handler's runtime
 // has it is checked at create, see checkHandlerMounts), ID mappings only
 // with a user namespace, mount_options only when the runtime reports the
-// feature.
+// feature (and then only noexec, nodev, nosuid: validateMountOptions).
 func validateMountSupported(m *runtime.Mount) error {
 	if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
 		if err := validateMountIDMappings(m); err != nil {
@@ -29,9 +33,26 @@ func validateMountSupported(m *runtime.Mount) error {
 		// host after it was made read-only.
 		return invalidf("config.mounts.recursive_read_only", "mount %s is recursively read-only but its propagation is %v, not private", m.GetContainerPath(), m.GetPropagation())
 	case len(m.GetMountOptions()) > 0:
-		return invalidf("config.mounts.mount_options", "extra mount options %q are not supported by minicri", m.GetMountOptions())
+		if err := validateMountOptions(m); err != nil {
+			return err
+		}
 	case m.GetSelinuxRelabel() && selinuxEnabled():
 		return invalidf("config.mounts.selinux_relabel", "SELinux relabeling is not supported by minicri, and this host runs SELinux")
+	}
+	return nil
+}
+
+// validateMountOptions takes the bind mount options of KEP-5855: noexec,
+// nodev, nosuid, which only take from the container (oci.BindOptions says
+// how they are applied). Anything else is refused, never dropped: "rw" or
+// "exec" would undo what the runtime chose, "suid" or "dev" would give a
+// pod what the node withholds. Whether the pod's handler can apply them is
+// checked at create (checkHandlerMounts).
+func validateMountOptions(m *runtime.Mount) error {
+	for _, o := range m.GetMountOptions() {
+		if !slices.Contains(oci.BindOptions, o) {
+			return invalidf("config.mounts.mount_options", "mount %s: option %q is not allowed (only %s)", m.GetContainerPath(), o, strings.Join(oci.BindOptions, ", "))
+		}
 	}
 	return nil
 }

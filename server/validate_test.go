@@ -260,7 +260,22 @@ func TestValidateContainerConfig(t *testing.T) {
 		{"ID-mapped mount without gid mappings", func(c *runtime.ContainerConfig) {
 			c.Mounts[0].UidMappings = []*runtime.IDMapping{{HostId: 65536, Length: 65536}}
 		}, "config.mounts.gidMappings"},
-		{"mount options", func(c *runtime.ContainerConfig) { c.Mounts[0].MountOptions = []string{"noexec"} }, "config.mounts.mount_options"},
+		{"mount options noexec, nodev, nosuid", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].MountOptions = []string{"noexec", "nodev", "nosuid"}
+		}, ""},
+		{"mount options on a read-only mount", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].Readonly, c.Mounts[0].MountOptions = true, []string{"nosuid"}
+		}, ""},
+		// None that would undo a protection or give what the node withholds.
+		{"mount option rw", func(c *runtime.ContainerConfig) {
+			c.Mounts[0].Readonly, c.Mounts[0].MountOptions = true, []string{"rw"}
+		}, "config.mounts.mount_options"},
+		{"mount option exec", func(c *runtime.ContainerConfig) { c.Mounts[0].MountOptions = []string{"exec"} }, "config.mounts.mount_options"},
+		{"mount option suid", func(c *runtime.ContainerConfig) { c.Mounts[0].MountOptions = []string{"nosuid", "suid"} }, "config.mounts.mount_options"},
+		{"mount option dev", func(c *runtime.ContainerConfig) { c.Mounts[0].MountOptions = []string{"dev"} }, "config.mounts.mount_options"},
+		{"mount option rshared", func(c *runtime.ContainerConfig) { c.Mounts[0].MountOptions = []string{"rshared"} }, "config.mounts.mount_options"},
+		{"mount option with a comma", func(c *runtime.ContainerConfig) { c.Mounts[0].MountOptions = []string{"noexec,suid"} }, "config.mounts.mount_options"},
+		{"mount option empty", func(c *runtime.ContainerConfig) { c.Mounts[0].MountOptions = []string{""} }, "config.mounts.mount_options"},
 		// What the kubelet sends for every ordinary container must pass.
 		{"kubelet defaults: host user namespace, Merge, no relabel", func(c *runtime.ContainerConfig) {
 			c.Mounts[0].Readonly = true

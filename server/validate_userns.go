@@ -101,10 +101,13 @@ func podUserNamespace(cfg *runtime.PodSandboxConfig) *runtime.UserNamespace {
 }
 
 // validatePodUserNamespace refuses what cannot go with a user namespace of
-// the pod's own: the host's network, PID or IPC namespace (the kubelet
-// refuses hostUsers: false with any of them too), and a handler whose OCI
-// runtime cannot idmap mounts, which would leave the rootfs and every volume
-// owned by nobody. Never silently the host's user namespace instead.
+// the pod's own: the host's PID or IPC namespace (the kubelet refuses
+// hostUsers: false with either too), and a handler whose OCI runtime cannot
+// idmap mounts, which would leave the rootfs and every volume owned by
+// nobody. Never silently the host's user namespace instead. The host's
+// network is allowed (KEP-5607, Status's user_namespaces_host_network): the
+// pod's user namespace does not own it, so its root can read the host's
+// interfaces but not change them.
 func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler string) error {
 	if podUserNamespace(cfg) == nil {
 		return nil
@@ -112,7 +115,7 @@ func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler
 	const field = "config.linux.security_context.namespace_options"
 	o := namespaceOptions(cfg)
 	for _, c := range namespaceModes(o) {
-		if c.v == runtime.NamespaceMode_NODE {
+		if c.v == runtime.NamespaceMode_NODE && c.name != "network" {
 			return invalidf(field+"."+c.name, "the host's %s namespace cannot go with a user namespace of the pod's own (userns_options mode POD)", c.name)
 		}
 	}
@@ -127,6 +130,10 @@ func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler
 			why = fmt.Sprintf("its OCI runtime reports no features: %v", err)
 		}
 		return invalidf(field+".userns_options", "runtime handler %q cannot run a pod in a user namespace: %s (handlers that can: %s; docs/security.md)", handler, why, canRunUserNamespaces(s.userNamespaceHandlers()))
+	}
+	if hostNetwork(cfg) && !f.RecursiveReadOnly {
+		// The host's /sys must reach the pod read-only, its submounts too.
+		return invalidf(field+".network", "runtime handler %q cannot bind the host's /sys recursively read-only (rro) for a pod in a user namespace on the host's network", handler)
 	}
 	return nil
 }

@@ -78,7 +78,7 @@ func TestValidateContainerUserNamespace(t *testing.T) {
 		{"other mappings than the pod's", kubeletUserns(), other, nil, field},
 		{"mount mappings without a pod user namespace", nil, nil, kubeletUserns(), "config.mounts.uidMappings"},
 		{"mount mappings other than the pod's", kubeletUserns(), kubeletUserns(), other, "config.mounts.uidMappings"},
-		{"mount mappings and mount options", kubeletUserns(), kubeletUserns(), kubeletUserns(), "config.mounts.mount_options"},
+		{"mount mappings and mount option suid", kubeletUserns(), kubeletUserns(), kubeletUserns(), "config.mounts.mount_options"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -90,7 +90,7 @@ func TestValidateContainerUserNamespace(t *testing.T) {
 				ctr.Mounts[0].UidMappings, ctr.Mounts[0].GidMappings = c.mount.Uids, c.mount.Gids
 			}
 			if c.field == "config.mounts.mount_options" {
-				ctr.Mounts[0].MountOptions = []string{"noexec"}
+				ctr.Mounts[0].MountOptions = []string{"suid"}
 			}
 			err := validateContainerConfig(ctr)
 			if err == nil {
@@ -102,7 +102,7 @@ func TestValidateContainerUserNamespace(t *testing.T) {
 }
 
 // A user namespace is refused on a handler whose runtime cannot idmap
-// mounts, or which runs without a network, PID or IPC namespace of its own;
+// mounts, or which runs without a PID or IPC namespace of its own;
 // it is never run in the host's user namespace instead.
 func TestValidatePodUserNamespaceNeedsIDMappedMounts(t *testing.T) {
 	dir := t.TempDir()
@@ -117,7 +117,8 @@ func TestValidatePodUserNamespaceNeedsIDMappedMounts(t *testing.T) {
 	s.cfg = config.Default()
 	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{
 		"runc":    {Path: fake("old", `{"mountOptions": ["rbind"]}`)},
-		"current": {Path: fake("new", `{"linux": {"mountExtensions": {"idmap": {"enabled": true}}}}`)},
+		"current": {Path: fake("new", `{"mountOptions": ["rro"], "linux": {"mountExtensions": {"idmap": {"enabled": true}}}}`)},
+		"no-rro":  {Path: fake("no-rro", `{"linux": {"mountExtensions": {"idmap": {"enabled": true}}}}`)},
 		"missing": {Path: filepath.Join(dir, "missing")},
 	}
 	s.runtimes = ociHandlers{runtimeHandlers(s.cfg, "")}
@@ -131,7 +132,12 @@ func TestValidatePodUserNamespaceNeedsIDMappedMounts(t *testing.T) {
 		{"runc", &runtime.NamespaceOption{UsernsOptions: kubeletUserns()}, field + ".userns_options"},
 		{"missing", &runtime.NamespaceOption{UsernsOptions: kubeletUserns()}, field + ".userns_options"},
 		{"runc", &runtime.NamespaceOption{UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_NODE}}, ""},
-		{"current", &runtime.NamespaceOption{Network: runtime.NamespaceMode_NODE, UsernsOptions: kubeletUserns()}, field + ".network"},
+		// hostNetwork with hostUsers: false (KEP-5607), but not on a
+		// handler that cannot run a user namespace at all.
+		{"current", &runtime.NamespaceOption{Network: runtime.NamespaceMode_NODE, UsernsOptions: kubeletUserns()}, ""},
+		{"runc", &runtime.NamespaceOption{Network: runtime.NamespaceMode_NODE, UsernsOptions: kubeletUserns()}, field + ".userns_options"},
+		{"no-rro", &runtime.NamespaceOption{Network: runtime.NamespaceMode_NODE, UsernsOptions: kubeletUserns()}, field + ".network"},
+		{"no-rro", &runtime.NamespaceOption{UsernsOptions: kubeletUserns()}, ""},
 		{"current", &runtime.NamespaceOption{Pid: runtime.NamespaceMode_NODE, UsernsOptions: kubeletUserns()}, field + ".pid"},
 		{"current", &runtime.NamespaceOption{Ipc: runtime.NamespaceMode_NODE, UsernsOptions: kubeletUserns()}, field + ".ipc"},
 	}

@@ -8,7 +8,11 @@
 #   hack/build-cri-tools.sh          build if needed; print critest's path last
 #   hack/build-cri-tools.sh --path   print the path only, build nothing
 #
-# crictl is beside critest, in the same directory.
+# crictl is beside critest, in the same directory, and so is busybox-sh:
+# the busybox of Debian's package busybox (dynamically linked, unlike
+# busybox-static's), whose sh runs commands from PATH where busybox-static's
+# runs its own applets: critest's masked-path spec needs a shell that execs
+# /bin/ls. The conformance test puts it in its images as /bin/sh.
 # MINICRI_CACHE (default /var/cache/minicri-test) moves the cache.
 set -euo pipefail
 cd "$(dirname "$0")/cri-tools"
@@ -33,13 +37,26 @@ mkdir -p "$dir"
 # One build at a time per cache entry: a second caller waits, then reuses.
 exec 9>"$dir/.lock"
 flock 9
-if [ -x "$out" ] && [ -x "$dir/crictl" ]; then
+if [ -x "$out" ] && [ -x "$dir/crictl" ] && [ -x "$dir/busybox-sh" ]; then
 	echo "build-cri-tools: reusing $dir" >&2
 	echo "$out"
 	exit 0
 fi
 
 echo "build-cri-tools: building critest and crictl $version into $dir (a minute or two on a cold Go build cache)" >&2
+# busybox-sh: fetched with apt (no install: it conflicts with busybox-static)
+# and extracted; the package lists are fetched once if apt knows none.
+if [ ! -x "$dir/busybox-sh" ]; then
+	deb=$(mktemp -d)
+	trap 'rm -rf "$deb"' EXIT
+	chmod 0755 "$deb" # apt's download user writes into it
+	(cd "$deb" && { apt-get download -q busybox </dev/null || { apt-get update -q </dev/null && apt-get download -q busybox </dev/null; }; }) >&2
+	dpkg-deb -x "$deb"/busybox_*.deb "$deb/x"
+	install -m 0755 "$deb/x/bin/busybox" "$dir/.busybox-sh"
+	mv -f "$dir/.busybox-sh" "$dir/busybox-sh"
+	rm -rf "$deb"
+	trap - EXIT
+fi
 # GOWORK=off: a go.work above the checkout must not pull minicri's own module in;
 # GOTOOLCHAIN=local: build with the installed Go, never download another.
 # The version stamp is what cri-tools' own Makefile sets.

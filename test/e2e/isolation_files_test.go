@@ -41,21 +41,29 @@ int main(void) { printf("euid=%d\n", (int)geteuid()); return 0; }
 // cgroup allows, so that only nodev keeps it from opening.
 func attackImage(t *testing.T) v1.Image {
 	t.Helper()
+	body := staticProgram(t, euidSource)
+	suid := testimage.Entry{Header: tar.Header{Typeflag: tar.TypeReg, Name: "suid", Mode: 0o4755, Size: int64(len(body))}, Body: body}
+	return testimage.Image(t, []v1.Layer{testimage.BusyboxLayer(t),
+		testimage.Layer(t, suid, testimage.CharDevice("kmsg", 1, 11), testimage.CharDevice("null", 1, 3))})
+}
+
+// staticProgram compiles a C program with Debian's gcc, static so that
+// it runs in any image, and answers the binary.
+func staticProgram(t *testing.T, source string) []byte {
+	t.Helper()
 	dir := t.TempDir()
-	src, bin := filepath.Join(dir, "euid.c"), filepath.Join(dir, "euid")
-	if err := os.WriteFile(src, []byte(euidSource), 0o644); err != nil {
+	src, bin := filepath.Join(dir, "prog.c"), filepath.Join(dir, "prog")
+	if err := os.WriteFile(src, []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("gcc", "-static", "-Os", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("build the setuid probe: %v\n%s", err, out)
+		t.Fatalf("build a static program: %v\n%s", err, out)
 	}
 	body, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	suid := testimage.Entry{Header: tar.Header{Typeflag: tar.TypeReg, Name: "suid", Mode: 0o4755, Size: int64(len(body))}, Body: body}
-	return testimage.Image(t, []v1.Layer{testimage.BusyboxLayer(t),
-		testimage.Layer(t, suid, testimage.CharDevice("kmsg", 1, 11), testimage.CharDevice("null", 1, 3))})
+	return body
 }
 
 // startAttackDaemon is a daemon for user-namespaced pods with the attack

@@ -8,7 +8,7 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := $(CURDIR)/bin
 E2E_BIN  := $(BIN)/e2e
 PREFIX   ?= /usr/local
-E2E_TIMEOUT ?= 15m
+E2E_TIMEOUT ?= 20m
 
 .PHONY: all deps build build-e2e kubelet cri-tools run test vet fmt-check tidy-check unit e2e bench install clean
 

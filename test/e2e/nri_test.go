@@ -68,15 +68,20 @@ func (p *nriPlugin) lines() []string {
 // waitEvent waits until the plugin got an event whose line is want.
 func (p *nriPlugin) waitEvent(t *testing.T, want string) {
 	t.Helper()
+	p.waitLine(t, fmt.Sprintf("%q", want), func(l string) bool { return l == want })
+}
+
+// waitLine waits until one of the plugin's lines matches, and answers it;
+// what says, in the failure, what was waited for.
+func (p *nriPlugin) waitLine(t *testing.T, what string, match func(string) bool) string {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		for _, l := range p.lines() {
-			if l == want {
-				return
-			}
+		if i := slices.IndexFunc(p.lines(), match); i >= 0 {
+			return p.lines()[i]
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the NRI plugin never got %q; its events:\n%s", want, strings.Join(p.lines(), "\n"))
+			t.Fatalf("the NRI plugin never got %s; its events:\n%s", what, strings.Join(p.lines(), "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -291,18 +296,7 @@ func mustRead(t *testing.T, path string) []byte {
 func (p *nriPlugin) waitHeld(t *testing.T, what string) string {
 	t.Helper()
 	prefix := "holding " + what + " "
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for _, l := range p.lines() {
-			if rest, ok := strings.CutPrefix(l, prefix); ok {
-				return rest
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the NRI plugin never held %s; its events:\n%s", what, strings.Join(p.lines(), "\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return strings.TrimPrefix(p.waitLine(t, "a hold of "+what, func(l string) bool { return strings.HasPrefix(l, prefix) }), prefix)
 }
 
 // While an NRI plugin holds a pod's RunPodSandbox (the hook hands it the
@@ -417,14 +411,8 @@ func TestNRIContainerMadeDuringLateSyncReachesThePlugin(t *testing.T) {
 	d.createContainer(t, podID, podCfg, runningContainer("after", ref))
 	plugin.waitEvent(t, "synced-container before CONTAINER_RUNNING pid=true")
 	for _, name := range []string{"during", "after"} {
-		deadline := time.Now().Add(30 * time.Second)
-		for !slices.ContainsFunc(plugin.lines(), func(l string) bool {
+		plugin.waitLine(t, "container "+name+" (synchronized or created)", func(l string) bool {
 			return l == "CreateContainer "+name || strings.HasPrefix(l, "synced-container "+name+" ")
-		}) {
-			if time.Now().After(deadline) {
-				t.Fatalf("container %s never reached the late plugin; its events:\n%s", name, strings.Join(plugin.lines(), "\n"))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		})
 	}
 }

@@ -49,7 +49,7 @@ echo "build-cri-tools: building critest and crictl $version into $dir (a minute 
 if [ ! -x "$dir/busybox-sh" ]; then
 	deb=$(mktemp -d)
 	trap 'rm -rf "$deb"' EXIT
-	chmod 0755 "$deb" # apt's download user writes into it
+	chown _apt "$deb" 2>/dev/null || true # apt downloads as _apt where it can
 	(cd "$deb" && { apt-get download -q busybox </dev/null || { apt-get update -q </dev/null && apt-get download -q busybox </dev/null; }; }) >&2
 	dpkg-deb -x "$deb"/busybox_*.deb "$deb/x"
 	install -m 0755 "$deb/x/bin/busybox" "$dir/.busybox-sh"

@@ -8,9 +8,9 @@ LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := $(CURDIR)/bin
 E2E_BIN  := $(BIN)/e2e
 PREFIX   ?= /usr/local
-E2E_TIMEOUT ?= 15m
+E2E_TIMEOUT ?= 20m
 
-.PHONY: all deps build build-e2e kubelet run test vet fmt-check tidy-check unit e2e bench install clean
+.PHONY: all deps build build-e2e kubelet cri-tools run test vet fmt-check tidy-check unit e2e bench install clean
 
 all: build
 
@@ -64,6 +64,7 @@ fmt-check:
 tidy-check:
 	$(GO) mod tidy -diff
 	cd hack/kubelet && $(GO) mod tidy -diff
+	cd hack/cri-tools && $(GO) mod tidy -diff
 
 # Unit tests, with the race detector: most packages hold shared state.
 # Every go test also runs the fuzz targets' seed corpora (testdata/fuzz);
@@ -84,10 +85,18 @@ KUBELET_DEP := $(if $(filter environment command,$(origin MINICRI_KUBELET)),,kub
 kubelet:
 	@hack/build-kubelet.sh >/dev/null
 
+# critest, the CRI validation suite of cri-tools, and crictl (docs/development.md),
+# built from hack/cri-tools and cached like the kubelet. MINICRI_CRITEST=PATH
+# runs another critest instead.
+MINICRI_CRITEST ?= $(shell hack/build-cri-tools.sh --path)
+CRITEST_DEP := $(if $(filter environment command,$(origin MINICRI_CRITEST)),,cri-tools)
+cri-tools:
+	@hack/build-cri-tools.sh >/dev/null
+
 # End-to-end tests: the real daemon, real runc, real registry, a real
 # kubelet; needs root.
-e2e: build build-e2e $(KUBELET_DEP)
-	MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/
+e2e: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
+	MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/
 
 # make bench SCALE=100: the node-scale bench, 100 pods (then 100 pods x 2
 # containers) with the floors measured in the same run (docs/performance.md).

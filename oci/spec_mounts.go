@@ -166,7 +166,7 @@ func bindMount(m Mount) (specs.Mount, error) {
 	}
 	options := []string{"rbind", propagation, mode}
 	if m.Inert {
-		options = append(options, "nosuid", "nodev", "noexec")
+		options = append(options, "nosuid", "nodev")
 	}
 	if options, err = withBindOptions(options, m); err != nil {
 		return specs.Mount{}, err

@@ -8,11 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/internal/procstat"
@@ -65,15 +68,20 @@ func (p *nriPlugin) lines() []string {
 // waitEvent waits until the plugin got an event whose line is want.
 func (p *nriPlugin) waitEvent(t *testing.T, want string) {
 	t.Helper()
+	p.waitLine(t, fmt.Sprintf("%q", want), func(l string) bool { return l == want })
+}
+
+// waitLine waits until one of the plugin's lines matches, and answers it;
+// what says, in the failure, what was waited for.
+func (p *nriPlugin) waitLine(t *testing.T, what string, match func(string) bool) string {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		for _, l := range p.lines() {
-			if l == want {
-				return
-			}
+		if i := slices.IndexFunc(p.lines(), match); i >= 0 {
+			return p.lines()[i]
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the NRI plugin never got %q; its events:\n%s", want, strings.Join(p.lines(), "\n"))
+			t.Fatalf("the NRI plugin never got %s; its events:\n%s", what, strings.Join(p.lines(), "\n"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -281,4 +289,130 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// waitHeld waits until the plugin holds something whose line starts with
+// "holding "+what+" ", and answers the rest of that line.
+func (p *nriPlugin) waitHeld(t *testing.T, what string) string {
+	t.Helper()
+	prefix := "holding " + what + " "
+	return strings.TrimPrefix(p.waitLine(t, "a hold of "+what, func(l string) bool { return strings.HasPrefix(l, prefix) }), prefix)
+}
+
+// While an NRI plugin holds a pod's RunPodSandbox (the hook hands it the
+// pod's ID), CreateContainer on that ID fails at once, the sandbox not
+// ready, and leaves nothing of the container; once RunPodSandbox has
+// answered, the same create works (cri-tools' "should not start workload
+// containers until RunPodSandbox hook completes").
+func TestNRICreateContainerRefusedWhileRunPodSandboxHookHolds(t *testing.T) {
+	bin := buildNRIPlugin(t)
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	release := filepath.Join(t.TempDir(), "release")
+	plugin := startNRIPlugin(t, bin, d, "-adjust=false", "-hold-run-pod", release)
+	plugin.waitEvent(t, "Synchronize pods=0 containers=0")
+
+	podCfg := d.hostNetworkPod("held")
+	type ran struct {
+		id  string
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		id, err := d.Runtime.RunPodSandbox(ctx, podCfg, "")
+		done <- ran{id, err}
+	}()
+	podID := plugin.waitHeld(t, "RunPodSandbox held")
+	var result ran
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			_ = os.WriteFile(release, nil, 0o644)
+			result = <-done
+		}
+		if result.id != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = d.Runtime.StopPodSandbox(ctx, result.id)
+			_ = d.Runtime.RemovePodSandbox(ctx, result.id)
+		}
+	})
+
+	bundles := dirNames(filepath.Join(d.RunDir, "containers"))
+	cfg := runningContainer("early", ref)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := d.Runtime.CreateContainer(ctx, podID, cfg, podCfg)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "not ready") {
+		t.Errorf("CreateContainer while RunPodSandbox is held in a plugin: id %q, %v; want FailedPrecondition, not ready", id, err)
+	}
+	if after := dirNames(filepath.Join(d.RunDir, "containers")); len(after) != len(bundles) {
+		t.Errorf("the refused create left a bundle: %v, before %v", after, bundles)
+	}
+
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	released = true
+	select {
+	case result = <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("RunPodSandbox did not answer once the plugin released it")
+	}
+	if result.err != nil || result.id != podID {
+		t.Fatalf("RunPodSandbox after the hook: %q, %v; want %s", result.id, result.err, podID)
+	}
+	if list, err := d.Runtime.ListContainers(ctx, nil); err != nil || len(list) != 0 {
+		t.Errorf("containers after the refused create: %v, %v; want none", list, err)
+	}
+	d.createContainer(t, podID, podCfg, cfg)
+}
+
+// A container made while a late-joining plugin's Synchronize is held open
+// (longer than the peers' 2s request timeout, as cri-tools holds it)
+// reaches the plugin: in the Synchronize set or as a CreateContainer
+// event, never neither (the NRI spec; cri-tools' "NRI plugin
+// synchronization" specs).
+func TestNRIContainerMadeDuringLateSyncReachesThePlugin(t *testing.T) {
+	bin := buildNRIPlugin(t)
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("late-sync")
+	podID := d.runPod(t, podCfg)
+	d.startContainer(t, podID, podCfg, runningContainer("before", ref))
+
+	release := filepath.Join(t.TempDir(), "release")
+	plugin := startNRIPlugin(t, bin, d, "-adjust=false", "-hold-sync", release)
+	plugin.waitEvent(t, "holding Synchronize")
+	created := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := d.Runtime.CreateContainer(ctx, podID, runningContainer("during", ref), podCfg)
+		created <- err
+	}()
+	time.Sleep(2500 * time.Millisecond) // the create in flight, the plugin past 2s
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plugin.waitEvent(t, "released Synchronize")
+	select {
+	case err := <-created:
+		if err != nil {
+			t.Fatalf("CreateContainer during the plugin's Synchronize: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("CreateContainer during the plugin's Synchronize never answered")
+	}
+	d.createContainer(t, podID, podCfg, runningContainer("after", ref))
+	plugin.waitEvent(t, "synced-container before CONTAINER_RUNNING pid=true")
+	for _, name := range []string{"during", "after"} {
+		plugin.waitLine(t, "container "+name+" (synchronized or created)", func(l string) bool {
+			return l == "CreateContainer "+name || strings.HasPrefix(l, "synced-container "+name+" ")
+		})
+	}
 }

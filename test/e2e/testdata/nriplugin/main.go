@@ -3,8 +3,10 @@
 // socket, writes each event it gets as a line to a file, adds an environment
 // variable and an RLIMIT_NOFILE to every container (unless -adjust=false:
 // then it is a logger, as the bench runs it), and refuses the first
-// create of a container with a given name. Launched by the runtime from its
-// plugin dir, it takes the events file from its configuration instead.
+// create of a container with a given name. With -hold-run-pod or -hold-sync
+// it holds a pod's RunPodSandbox or its own Synchronize open until a file
+// exists. Launched by the runtime from its plugin dir, it takes the events
+// file from its configuration instead.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -26,6 +29,26 @@ type plugin struct {
 	adjust     bool
 	failOnce   string
 	failedOnce bool
+	holdRunPod string // RunPodSandbox waits until this file exists
+	holdSync   string // Synchronize waits until this file exists
+}
+
+// hold logs what it holds, then waits until the file release exists or ctx
+// ends (the runtime gave up on the request).
+func (p *plugin) hold(ctx context.Context, release, what string) {
+	p.log("holding %s", what)
+	for {
+		if _, err := os.Stat(release); err == nil {
+			p.log("released %s", what)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			p.log("gave up holding %s: %v", what, ctx.Err())
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (p *plugin) log(format string, args ...any) {
@@ -48,7 +71,7 @@ func (p *plugin) Configure(_ context.Context, config, _, _ string) (api.EventMas
 	return 0, err
 }
 
-func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+func (p *plugin) Synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
 	p.log("Synchronize pods=%d containers=%d", len(pods), len(ctrs))
 	for _, pod := range pods {
 		p.log("synced-pod %s memory=%d", pod.GetName(), pod.GetLinux().GetPodResources().GetMemory().GetLimit().GetValue())
@@ -56,11 +79,17 @@ func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*
 	for _, c := range ctrs {
 		p.log("synced-container %s %s pid=%t", c.GetName(), c.GetState(), c.GetPid() > 0)
 	}
+	if p.holdSync != "" {
+		p.hold(ctx, p.holdSync, "Synchronize")
+	}
 	return nil, nil
 }
 
-func (p *plugin) RunPodSandbox(_ context.Context, pod *api.PodSandbox) error {
+func (p *plugin) RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	p.log("RunPodSandbox %s", pod.GetName())
+	if p.holdRunPod != "" {
+		p.hold(ctx, p.holdRunPod, "RunPodSandbox "+pod.GetName()+" "+pod.GetId())
+	}
 	return nil
 }
 
@@ -133,8 +162,10 @@ func main() {
 	env := flag.String("env", "injected", "value of NRI_E2E in every container")
 	adjust := flag.Bool("adjust", true, "add NRI_E2E and RLIMIT_NOFILE to every container; false: only log the events")
 	failOnce := flag.String("fail-create-once", "", "refuse the first create of a container of this name")
+	holdRunPod := flag.String("hold-run-pod", "", "hold every RunPodSandbox until this file exists")
+	holdSync := flag.String("hold-sync", "", "hold Synchronize until this file exists")
 	flag.Parse()
-	p := &plugin{env: *env, adjust: *adjust, failOnce: *failOnce}
+	p := &plugin{env: *env, adjust: *adjust, failOnce: *failOnce, holdRunPod: *holdRunPod, holdSync: *holdSync}
 	if *events != "" {
 		f, err := os.OpenFile(*events, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

@@ -89,6 +89,9 @@ type Server struct {
 	// nri relays pods' and containers' lifecycle to NRI plugins; nil when
 	// NRI is off (server/nri.go).
 	nri *nri.NRI
+	// idClaims hold the host IDs of the pods being made
+	// (sandbox_userns_claims.go).
+	idClaims hostIDClaims
 }
 
 // New builds the server and starts its streaming server, which Close stops.

@@ -89,6 +89,9 @@ type Server struct {
 	// nri relays pods' and containers' lifecycle to NRI plugins; nil when
 	// NRI is off (server/nri.go).
 	nri *nri.NRI
+	// rootfsStage is where user-namespaced containers' runtimes find
+	// their rootfs (sandbox_userns.go).
+	rootfsStage string
 	// idClaims hold the host IDs of the pods being made
 	// (sandbox_userns_claims.go).
 	idClaims hostIDClaims
@@ -120,6 +123,10 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.useImages(images)
+	s.rootfsStage = rootfsStageDir(cfg.RunDir)
+	if err := makeRootfsStage(s.rootfsStage); err != nil {
+		return nil, err
+	}
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,4 +139,69 @@ func TestUserNamespaceOverlapRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.runPodOn(t, overlapping("after-stop", 65535, 65535), usernsHandler)
+}
+
+// Pods whose roots map onto host users, nobody (65534) and uid 1, as any
+// CRI client may ask (there is no floor on host IDs: cri-tools maps
+// container 0 to host 1000), run; and neither host user enters any
+// directory of the state root, the run dir or the rootfs stage, nor reads
+// what the pods wrote: the rootfs's upper dir, /etc/hosts, the logs
+// (issue 31, item 6). Their runtimes found the rootfses on a stage of
+// their own, not through the state root.
+func TestHostUsersMappedIntoPodsReachNothing(t *testing.T) {
+	d, ref := startUsernsDaemon(t)
+	type pod struct {
+		name     string
+		hostRoot uint32
+		secret   string // the file its container wrote, in the rootfs's upper dir
+		files    []string
+	}
+	pods := []*pod{{name: "nobody", hostRoot: nobodyUID}, {name: "uid1", hostRoot: 1}}
+	for i, p := range pods {
+		// The pod's root is the host user; its other IDs are far from any.
+		maps := func() []*runtime.IDMapping {
+			return []*runtime.IDMapping{
+				{ContainerId: 0, HostId: p.hostRoot, Length: 1},
+				{ContainerId: 1, HostId: usernsHostID + uint32(i)*65536, Length: 65535},
+			}
+		}
+		u := &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: maps(), Gids: maps()}
+		cfg := d.usernsPodConfig(p.name)
+		cfg.Linux.SecurityContext.NamespaceOptions.UsernsOptions = u
+		podID := d.runPodOn(t, cfg, usernsHandler)
+		ctr := containerConfig("writer", ref, "sh", "-c", "echo secret-$0 > /tmp/secret; echo logged-$0; id -u; exec sleep 600", p.name)
+		ctr.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+			NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: u},
+		}}
+		ctrID := d.startContainer(t, podID, cfg, ctr)
+		p.secret = filepath.Join(d.rootfsDir(ctrID), "upper", "tmp", "secret")
+		waitFor(t, p.name+"'s container to write its file", 30*time.Second, func() bool {
+			b, err := os.ReadFile(p.secret)
+			return err == nil && string(b) == "secret-"+p.name+"\n"
+		})
+		var st syscall.Stat_t
+		if err := syscall.Stat(p.secret, &st); err != nil || st.Uid != p.hostRoot {
+			t.Fatalf("%s is owned by %d (%v), want the pod's root, host uid %d: the test proves nothing", p.secret, st.Uid, err, p.hostRoot)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctrSt, err := d.Runtime.ContainerStatus(ctx, ctrID, false)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.files = []string{p.secret, filepath.Join(d.RunDir, "pods", podID, "hosts"), ctrSt.GetStatus().GetLogPath()}
+	}
+	paths := allPaths(t, d.Root, d.RunDir, d.RunDir+"-rootfs")
+	for _, p := range pods {
+		if got := probeAs(t, int(p.hostRoot), paths); len(got) != 0 {
+			t.Errorf("host uid %d (the root of pod %s) could (%d):\n%s", p.hostRoot, p.name, len(got), strings.Join(got, "\n"))
+		}
+		for _, q := range pods {
+			for _, f := range q.files {
+				if out, ok := asUID(t, int(p.hostRoot), "", "/bin/busybox", "cat", f); ok {
+					t.Errorf("host uid %d (the root of pod %s) read %s: %q", p.hostRoot, p.name, f, out)
+				}
+			}
+		}
+	}
 }

@@ -82,7 +82,7 @@ func usernsContainer(name, image string, cmd ...string) *runtime.ContainerConfig
 // probeScript reads paths from stdin and prints, for each, what the user
 // running it could do: "enter" or "list" a dir, "read" a file, "stat"
 // anything else. Unreachable paths print nothing; cheap shell builtins
-// come first, as most paths are.
+// come first, as most paths are. It succeeds whatever the last path gave.
 const probeScript = `while IFS= read -r p; do
   [ -e "$p" ] || [ -L "$p" ] || continue
   if [ -d "$p" ]; then
@@ -93,7 +93,8 @@ const probeScript = `while IFS= read -r p; do
   else
     echo "stat $p"
   fi
-done`
+done
+exit 0`
 
 // probeAs runs probeScript as uid over paths and returns what it could
 // do, one line each.

@@ -129,7 +129,12 @@ func TestUserNamespaceOverlapRefused(t *testing.T) {
 	} {
 		id, err := d.Runtime.RunPodSandbox(ctx, c.cfg, usernsHandler)
 		if err == nil {
-			t.Cleanup(func() { _ = d.Runtime.StopPodSandbox(ctx, id); _ = d.Runtime.RemovePodSandbox(ctx, id) })
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_ = d.Runtime.StopPodSandbox(ctx, id)
+				_ = d.Runtime.RemovePodSandbox(ctx, id)
+			})
 		}
 		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.wantField+":") || !strings.Contains(err.Error(), firstID) {
 			t.Errorf("RunPodSandbox overlapping the %s = %v; want InvalidArgument naming %s and pod %s", c.name, err, c.wantField, firstID)

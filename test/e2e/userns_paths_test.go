@@ -152,7 +152,8 @@ func TestUserNamespaceOverlapRefused(t *testing.T) {
 // directory of the state root, the run dir or the rootfs stage, nor reads
 // what the pods wrote: the rootfs's upper dir, /etc/hosts, the logs
 // (issue 31, item 6). Their runtimes found the rootfses on a stage of
-// their own, not through the state root.
+// their own, not through the state root, for a pod's first container and
+// for one that joined its monitor.
 func TestHostUsersMappedIntoPodsReachNothing(t *testing.T) {
 	d, ref := startUsernsDaemon(t)
 	type pod struct {
@@ -179,7 +180,17 @@ func TestHostUsersMappedIntoPodsReachNothing(t *testing.T) {
 			NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: u},
 		}}
 		ctrID := d.startContainer(t, podID, cfg, ctr)
+		// A second container joins the pod's shared monitor, whose join
+		// helper runs the runtime's create on the stage too.
+		joiner := containerConfig("joiner", ref, "sh", "-c", "echo joined > /tmp/joined; exec sleep 600")
+		joiner.Linux = ctr.Linux
+		joinerID := d.startContainer(t, podID, cfg, joiner)
 		p.secret = filepath.Join(d.rootfsDir(ctrID), "upper", "tmp", "secret")
+		joined := filepath.Join(d.rootfsDir(joinerID), "upper", "tmp", "joined")
+		waitFor(t, p.name+"'s second container to write its file", 30*time.Second, func() bool {
+			_, err := os.Stat(joined)
+			return err == nil
+		})
 		waitFor(t, p.name+"'s container to write its file", 30*time.Second, func() bool {
 			b, err := os.ReadFile(p.secret)
 			return err == nil && string(b) == "secret-"+p.name+"\n"
@@ -208,5 +219,28 @@ func TestHostUsersMappedIntoPodsReachNothing(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// cri-tools' user-namespace spec (critest, "runtime should support
+// NamespaceMode_POD") maps container 0 to host 1000 with 100000 IDs, over
+// nobody and the first real users: it runs, with exactly that mapping.
+// There is no floor on host IDs.
+func TestCRIToolsUserNamespaceMappingRuns(t *testing.T) {
+	d, ref := startUsernsDaemon(t)
+	maps := func() []*runtime.IDMapping {
+		return []*runtime.IDMapping{{ContainerId: 0, HostId: 1000, Length: 100000}}
+	}
+	u := &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: maps(), Gids: maps()}
+	cfg := d.usernsPodConfig("critest")
+	cfg.Linux.SecurityContext.NamespaceOptions.UsernsOptions = u
+	podID := d.runPodOn(t, cfg, usernsHandler)
+	ctr := containerConfig("uidmap", ref, "cat", "/proc/self/uid_map")
+	ctr.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+		NamespaceOptions: &runtime.NamespaceOption{Pid: runtime.NamespaceMode_CONTAINER, UsernsOptions: u},
+	}}
+	st, out := d.runToExit(t, podID, cfg, ctr)
+	if got := strings.Fields(out); st.GetExitCode() != 0 || len(got) != 3 || got[0] != "0" || got[1] != "1000" || got[2] != "100000" {
+		t.Fatalf("exit %d, uid_map %q; want 0 1000 100000", st.GetExitCode(), out)
 	}
 }

@@ -147,6 +147,20 @@ func makeRootfsStage(dir string) error {
 	return nil
 }
 
+// unsearchableAbove names the first directory above dir that others may
+// not search, or "" when every one may: a pod's root could not reach the
+// stage below it, and its containers would fail in the runtime's create.
+func unsearchableAbove(dir string) string {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return p
+		}
+		if p == "/" {
+			return ""
+		}
+	}
+}
+
 // rootfsStageOf is where the runtime's create of container id finds its
 // rootfs: on the stage for a pod with a user namespace of its own (both
 // empty for any other), as rootfsIDMap decides the idmapped mount.

@@ -127,6 +127,9 @@ func New(opts Options) (*Server, error) {
 	if err := makeRootfsStage(s.rootfsStage); err != nil {
 		return nil, err
 	}
+	if dir := unsearchableAbove(s.rootfsStage); dir != "" {
+		s.log.WithField("dir", dir).Warnf("pods in a user namespace cannot start: their runtime reaches their rootfs on %s, below a directory others may not search (docs/security.md)", s.rootfsStage)
+	}
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}

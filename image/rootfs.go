@@ -270,10 +270,9 @@ func (s *Store) UnmountRootfs(id string) error {
 	if err := validRootfsID(id); err != nil {
 		return err
 	}
-	merged := filepath.Join(s.rootfsDir(id), "merged")
 	s.mountMu.Lock()
 	defer s.mountMu.Unlock()
-	return unmountAll(id, merged)
+	return unmountAll(id, s.RootfsPath(id))
 }
 
 // unmountAll peels every mount off merged.

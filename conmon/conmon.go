@@ -50,6 +50,11 @@ type Options struct {
 	// containers join it there (Join). The directory is the monitor's; it
 	// removes it when it exits. Empty: a monitor for this container only.
 	JoinDir string
+	// Rootfs and RootfsStage: the runtime's create finds the container's
+	// root filesystem Rootfs on RootfsStage, the bundle's root.path, in a
+	// mount namespace of its own (wire.Config). Both empty: root.path is
+	// the root filesystem.
+	Rootfs, RootfsStage string
 }
 
 // Created is what Create reports about a running monitor. Keep all three:
@@ -90,6 +95,7 @@ func (o Options) config() (wire.Config, error) {
 	}{
 		{&c.Bundle, o.Bundle}, {&c.ExitFile, o.ExitFile}, {&c.SocketDir, o.SocketDir},
 		{&c.LogPath, o.LogPath}, {&c.RuntimeRoot, o.RuntimeRoot}, {&c.JoinDir, o.JoinDir},
+		{&c.Rootfs, o.Rootfs}, {&c.RootfsStage, o.RootfsStage},
 	} {
 		if p.src == "" {
 			continue

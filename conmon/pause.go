@@ -61,17 +61,26 @@ func startPause(binary, podDir string, attr *syscall.SysProcAttr) (Infra, error)
 	if err != nil {
 		return Infra{}, err
 	}
+	sealed, err := sealedPause(path)
+	if err != nil {
+		return Infra{}, fmt.Errorf("start pod infra process: %w", err)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return Infra{}, fmt.Errorf("start pod infra process: %w", err)
 	}
 	defer r.Close()
-	cmd := exec.Command(path, "pause", pauseLabel, podDir)
-	cmd.Dir = "/"
-	cmd.Env = monitorEnv()
-	cmd.Stderr = w
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.SysProcAttr = attr
+	// argv[0] names the program, for ps and FindPauses; the kernel runs
+	// the sealed copy (pause_sealed.go).
+	cmd := &exec.Cmd{
+		Path:        fmt.Sprintf("/proc/self/fd/%d", pauseExecFD),
+		Args:        []string{PauseBinaryName, "pause", pauseLabel, podDir},
+		Dir:         "/",
+		Env:         monitorEnv(),
+		Stderr:      w,
+		ExtraFiles:  []*os.File{w, sealed}, // fds 3 and pauseExecFD
+		SysProcAttr: attr,
+	}
 	err = cmd.Start()
 	w.Close()
 	if err != nil {

@@ -64,8 +64,30 @@ func assertConfined(t *testing.T, in conmon.Infra, hostRoot int) {
 	if f := strings.Fields(lines[0]); len(lines) != 1 || len(f) < 9 || f[4] != "/" || !strings.HasPrefix(f[5], "ro,") || f[8] != "tmpfs" {
 		t.Errorf("infra process mount table:\n%s\nwant one read-only tmpfs on /", b)
 	}
+	assertSealedExe(t, in.PID)
 	if found := conmon.FindPauses(); found[podDirOf(t, in)] != in {
 		t.Errorf("FindPauses does not find the confined infra process %+v: %+v", in, found)
+	}
+}
+
+// assertSealedExe checks that the infra process runs from the daemon's
+// sealed copy of minicri-pause (pause_sealed.go), not the installed file,
+// and that the copy cannot be written, even by root.
+func assertSealedExe(t *testing.T, pid int) {
+	t.Helper()
+	exe := fmt.Sprintf("/proc/%d/exe", pid)
+	if target, err := os.Readlink(exe); err != nil || target != "/memfd:minicri-pause (deleted)" {
+		t.Errorf("%s -> %q (%v), want the sealed memfd", exe, target, err)
+	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) != "minicri-pause" {
+		t.Errorf("infra process comm %q, want minicri-pause", comm)
+	}
+	if f, err := os.OpenFile(exe, os.O_WRONLY, 0); err == nil {
+		_, err = f.Write([]byte("x"))
+		f.Close()
+		if err == nil {
+			t.Errorf("root wrote the infra process's executable through %s", exe)
+		}
 	}
 }
 
@@ -199,4 +221,36 @@ func inPIDNamespace(ns string) []int {
 		}
 	}
 	return pids
+}
+
+// A user-namespaced pod's infra process starts from binaries under a
+// directory that its host uid cannot search (a checkout under /root, a
+// mktemp dir): it is exec'd from the daemon's sealed copy, not by path.
+func TestStartPauseInUserNSFromPrivateDir(t *testing.T) {
+	requireRuntime(t)
+	private := t.TempDir()
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(private, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{monitorBinary, pauseBinary} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(bin, filepath.Base(src)), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const hostBase = 4 << 20 // a range no other test maps
+	maps := []conmon.IDMap{{ContainerID: 0, HostID: hostBase, Size: 65536}}
+	in, err := conmon.StartPauseInUserNS(filepath.Join(bin, "minicri-conmon"), filepath.Join(t.TempDir(), "pod"), maps, maps, false)
+	if err != nil {
+		t.Fatalf("StartPauseInUserNS from under a 0700 dir: %v", err)
+	}
+	t.Cleanup(func() { conmon.StopPause(context.Background(), in) })
+	assertConfined(t, in, hostBase)
 }

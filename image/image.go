@@ -51,9 +51,8 @@ type Options struct {
 	// owns everything below it.
 	Root string
 	// PrivateParents are directories above Root, top first, that are
-	// private (0700) too: the daemon's state root. Like Root, they are
-	// made searchable for exactly the pod roots whose user-namespaced
-	// rootfses are mounted (acl.go).
+	// private (0700) too: the daemon's state root. Opening the store takes
+	// off what older versions added to them (acl.go).
 	PrivateParents []string
 	// Registries by host[:port] as written in references: "docker.io",
 	// "127.0.0.1:5000". A mirror's own host may have an entry too (for Insecure).

@@ -30,26 +30,6 @@ func (s *Store) MountRootfsIDMapped(id string, idmap IDMap) (string, error) {
 	return s.mountRootfs(id, &idmap)
 }
 
-// mountIDMappedRootfs grants the pod's root search down to the rootfs
-// (acl.go) and mounts it; the grant is undone when the mount fails.
-func (s *Store) mountIDMappedRootfs(id string, lowers []string, upper, work, merged string, idmap IDMap) error {
-	unlock, err := s.lockSearchACLs()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := s.grantSearch(id, idmap.RootUID); err != nil {
-		return err
-	}
-	if err := mountOverlayIDMapped(lowers, upper, work, merged, idmap); err != nil {
-		if rerr := s.revokeSearch(id); rerr != nil {
-			s.log.WithError(rerr).Warnf("rootfs %s: cannot revoke the search ACLs; the start-up repair will", id)
-		}
-		return err
-	}
-	return nil
-}
-
 // mountOverlayIDMapped needs idmapped mounts of the layers' filesystem
 // (ext4, xfs, btrfs, tmpfs ...) and overlay over idmapped layers (Linux
 // 5.19). Overlay takes a lower dir only by a path in the caller's mount
@@ -117,7 +97,9 @@ func makeIDMappedOverlay(lowers []string, upper, work, scratch, userns string) (
 	// node an image ships would open as the host's device, for the pod
 	// (whose /dev is the runtime's own tmpfs). Not nosuid: su and ping
 	// inside the pod need their setuid bits, which give no more than the
-	// pod's own IDs; host users cannot reach the rootfs (acl.go).
+	// pod's own IDs; host users cannot reach the rootfs: no directory of
+	// the store lets them search it, and the pod's runtime finds it on a
+	// stage of its own mount namespace (server/sandbox_userns.go).
 	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV)
 	if err != nil {
 		return -1, fmt.Errorf("fsmount overlay: %w%s", err, fsLog(fd))

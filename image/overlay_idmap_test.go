@@ -1,11 +1,12 @@
 package image
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"testing"
@@ -68,14 +69,14 @@ func TestRootfsIDMapped(t *testing.T) {
 		t.Errorf("mounts below the store: %v, want only %s (the idmapped layers stay out of sight)", m, root)
 	}
 	for _, dir := range []string{s.root, s.path(snapshotsDir), s.rootfsDir("ctr1")} {
-		checkSearchers(t, dir, testHostRoot)
+		checkPrivate(t, dir)
 	}
-	if err := runAs(testHostRoot, "stat", root); err != nil {
-		t.Errorf("the namespace's root cannot reach its rootfs: %v", err)
-	}
-	for uid, what := range map[int]string{65534: s.path(snapshotsDir, "ctr1"), testHostRoot: s.path(layersDir)} {
-		if err := runAs(uid, "ls", what); err == nil {
-			t.Errorf("uid %d can list %s", uid, what)
+	// The host uid the namespace's root maps to is a host user like any
+	// other: its runtime finds the rootfs on a stage of its own
+	// (server/sandbox_userns.go), not through the store.
+	for uid, what := range map[int]string{testHostRoot: root, 65534: s.path(snapshotsDir, "ctr1")} {
+		if err := runAs(uid, "stat", what); err == nil {
+			t.Errorf("uid %d reaches %s", uid, what)
 		}
 	}
 	if fi, err := os.Stat(s.path(layersDir)); err != nil || fi.Mode().Perm()&0o007 != 0 {
@@ -88,18 +89,17 @@ func TestRootfsIDMapped(t *testing.T) {
 		t.Errorf("mounts left after UnmountRootfs: %v", m)
 	}
 	for _, dir := range []string{s.root, s.path(snapshotsDir), s.rootfsDir("ctr1")} {
-		checkSearchers(t, dir)
+		checkPrivate(t, dir)
 	}
 }
 
-// checkSearchers fails the test unless dir is closed to group and others
-// and its ACL lets exactly uids search it.
-func checkSearchers(t *testing.T, dir string, uids ...int) {
+// checkPrivate fails the test unless dir is 0700 without an ACL.
+func checkPrivate(t *testing.T, dir string) {
 	t.Helper()
-	got, err := searchers(dir)
+	_, err := unix.Getxattr(dir, aclXattr, make([]byte, 256))
 	fi, serr := os.Stat(dir)
-	if err != nil || serr != nil || !slices.Equal(got, uids) || fi.Mode().Perm()&0o067 != 0 {
-		t.Errorf("%s: mode %v, ACL users %v (%v, %v); want closed to others, search for %v alone", dir, fi.Mode().Perm(), got, err, serr, uids)
+	if !errors.Is(err, unix.ENODATA) || serr != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("%s: mode %v, ACL read %v (%v); want 0700 and no ACL", dir, fi.Mode().Perm(), err, serr)
 	}
 }
 
@@ -123,73 +123,68 @@ func runAs(uid int, name string, args ...string) error {
 	return nil
 }
 
-// Two pods' rootfses: each root gets search on the shared dirs while its
-// rootfs is mounted; the first unmount leaves the other's. A crash that
-// left a grant without a mount, and dirs an older version made o+x, are
-// repaired when the store opens.
-func TestRootfsSearchACLs(t *testing.T) {
+// What an older version left on the way to the rootfses (search ACL
+// entries for pod roots, o+x) is taken off when the store opens, mounted
+// rootfses or not.
+func TestOlderSearchACLsRemoved(t *testing.T) {
 	requireRoot(t)
 	parent := searchableTempDir(t)
 	root := filepath.Join(parent, "image")
 	s := newTestStore(t, Options{Root: root, PrivateParents: []string{parent}})
 	img := importImages(t, s, map[string]v1.Image{"example.com/multi:1": tim.MultiLayer(t)})[0]
-	const otherRoot = testHostRoot + 65536
-	for _, id := range []string{"a", "b", "plain"} {
+	for _, id := range []string{"mapped", "plain"} {
 		if err := s.PrepareRootfs(id, img.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
-	userns := testUserNS(t)
-	for id, uid := range map[string]int{"a": testHostRoot, "b": otherRoot} {
-		if _, err := s.MountRootfsIDMapped(id, IDMap{UserNS: userns, RootUID: uid, RootGID: uid}); err != nil {
+	if _, err := s.MountRootfsIDMapped("mapped", IDMap{UserNS: testUserNS(t), RootUID: testHostRoot, RootGID: testHostRoot}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.UnmountRootfs("mapped") })
+	dirs := []string{parent, s.root, s.path(snapshotsDir), s.rootfsDir("mapped"), s.rootfsDir("plain")}
+	for i, dir := range dirs {
+		if i == len(dirs)-1 {
+			if err := os.Chmod(dir, 0o711); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := unix.Setxattr(dir, aclXattr, olderSearchACL(testHostRoot), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.MountRootfs("plain"); err != nil {
+	if err := os.WriteFile(filepath.Join(root, searchACLLockName), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	shared := []string{parent, s.root, s.path(snapshotsDir)}
-	for _, dir := range shared {
-		checkSearchers(t, dir, testHostRoot, otherRoot)
+	if err := runAs(testHostRoot, "stat", s.RootfsPath("mapped")); err != nil {
+		t.Fatalf("the older ACLs do not let the pod's root in, the test proves nothing: %v", err)
 	}
-	checkSearchers(t, s.rootfsDir("a"), testHostRoot)
-	checkSearchers(t, s.rootfsDir("plain"))
-	if err := runAs(otherRoot, "stat", filepath.Join(s.rootfsDir("a"), "merged")); err == nil {
-		t.Error("one pod's root reaches another's rootfs")
+	newTestStore(t, Options{Root: root, PrivateParents: []string{parent}})
+	for _, dir := range dirs {
+		checkPrivate(t, dir)
 	}
-	if err := s.RemoveRootfs("a"); err != nil {
-		t.Fatal(err)
+	if err := runAs(testHostRoot, "stat", s.RootfsPath("mapped")); err == nil {
+		t.Error("the pod's root still reaches its rootfs through the store")
 	}
-	for _, dir := range shared {
-		checkSearchers(t, dir, otherRoot)
-	}
-
-	// A crash: b unmounted behind the store's back; an older version's o+x.
-	if err := unix.Unmount(filepath.Join(s.rootfsDir("b"), "merged"), 0); err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{s.root, s.rootfsDir("plain")} {
-		if err := os.Chmod(dir, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s = newTestStore(t, Options{Root: root, PrivateParents: []string{parent}})
-	for _, dir := range append(shared, s.rootfsDir("b"), s.rootfsDir("plain")) {
-		checkSearchers(t, dir)
+	if _, err := os.Stat(filepath.Join(root, searchACLLockName)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the older versions' ACL lock is left: %v", err)
 	}
 }
 
-// The ACL the store writes reads back with the users it names.
-func TestSearchACLRoundTrip(t *testing.T) {
-	for _, uids := range [][]int{nil, {1}, {65536, 3 << 20}} {
-		got, err := namedUsers(searchACL(uids))
-		if err != nil || !slices.Equal(got, uids) {
-			t.Errorf("namedUsers(searchACL(%v)) = %v, %v", uids, got, err)
-		}
+// olderSearchACL is the access ACL older versions wrote: rwx for the
+// owner, search for uid, nothing for group and others, a --x mask
+// (include/uapi/linux/posix_acl_xattr.h).
+func olderSearchACL(uid uint32) []byte {
+	b := binary.LittleEndian.AppendUint32(nil, 2)
+	for _, e := range []struct {
+		tag, perm uint16
+		id        uint32
+	}{{0x01, 7, ^uint32(0)}, {0x02, 1, uid}, {0x04, 0, ^uint32(0)}, {0x10, 1, ^uint32(0)}, {0x20, 0, ^uint32(0)}} {
+		b = binary.LittleEndian.AppendUint16(b, e.tag)
+		b = binary.LittleEndian.AppendUint16(b, e.perm)
+		b = binary.LittleEndian.AppendUint32(b, e.id)
 	}
-	if _, err := namedUsers([]byte{2, 0, 0}); err == nil {
-		t.Error("a truncated ACL parsed")
-	}
+	return b
 }
 
 func mustRecord(t *testing.T, s *Store, id string) rootfsRecord {

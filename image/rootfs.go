@@ -194,6 +194,11 @@ func (s *Store) MountRootfs(id string) (string, error) {
 	return s.mountRootfs(id, nil)
 }
 
+// RootfsPath is where MountRootfs and MountRootfsIDMapped mount rootfs id.
+func (s *Store) RootfsPath(id string) string {
+	return filepath.Join(s.rootfsDir(id), "merged")
+}
+
 func (s *Store) mountRootfs(id string, idmap *IDMap) (string, error) {
 	if err := validRootfsID(id); err != nil {
 		return "", err
@@ -203,7 +208,7 @@ func (s *Store) mountRootfs(id string, idmap *IDMap) (string, error) {
 		return "", err
 	}
 	dir := s.rootfsDir(id)
-	merged := filepath.Join(dir, "merged")
+	merged := s.RootfsPath(id)
 	s.mountMu.Lock()
 	defer s.mountMu.Unlock()
 	mounted, err := isMountpoint(merged)
@@ -226,7 +231,7 @@ func (s *Store) mountRootfs(id string, idmap *IDMap) (string, error) {
 		}
 	}
 	if idmap != nil && !rec.ReadOnly {
-		err = s.mountIDMappedRootfs(id, lowers, upper, work, merged, *idmap)
+		err = mountOverlayIDMapped(lowers, upper, work, merged, *idmap)
 	} else {
 		err = s.mountOverlay(lowers, upper, work, merged)
 	}
@@ -268,21 +273,9 @@ func (s *Store) UnmountRootfs(id string) error {
 	if err := validRootfsID(id); err != nil {
 		return err
 	}
-	merged := filepath.Join(s.rootfsDir(id), "merged")
 	s.mountMu.Lock()
 	defer s.mountMu.Unlock()
-	if err := unmountAll(id, merged); err != nil {
-		return err
-	}
-	unlock, err := s.lockSearchACLs()
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	if err := s.revokeSearch(id); err != nil {
-		return fmt.Errorf("unmount rootfs %s: %w", id, err)
-	}
-	return nil
+	return unmountAll(id, s.RootfsPath(id))
 }
 
 // unmountAll peels every mount off merged.

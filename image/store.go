@@ -100,7 +100,7 @@ func New(opts Options) (*Store, error) {
 	if err := s.makeDirs(); err != nil {
 		return nil, err
 	}
-	if err := s.repairSearchACLs(); err != nil {
+	if err := s.removeSearchACLs(); err != nil {
 		return nil, err
 	}
 	if err := s.repairGeneration(); err != nil {
@@ -149,9 +149,8 @@ func (s *Store) makeDirs() error {
 	}
 	// Overlay needs at least one lower dir, even for an image with no
 	// layers; its mode is the mode of such an image's root, so it sits in
-	// a private dir of its own: a pod's root may search the store's root
-	// (acl.go) but enter nothing there but its rootfs. Older versions
-	// made "empty" itself the 0755 lower dir.
+	// a private dir of its own. Older versions made "empty" itself the
+	// 0755 lower dir.
 	if err := os.MkdirAll(s.path(emptyDirName), 0o755); err != nil {
 		return fmt.Errorf("image store: %w", err)
 	}

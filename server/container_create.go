@@ -184,6 +184,7 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err != nil {
 		return err
 	}
+	opts.Rootfs, opts.RootfsStage = s.rootfsStageOf(rec.ID, sb, sbCfg)
 	monitor, err := s.beginMonitor(ctx, c, rec, opts)
 	if err != nil {
 		return err
@@ -240,6 +241,13 @@ func (s *Server) writeBundle(ctx context.Context, rec containerRecord, sb sandbo
 	}
 	if err := s.nriCreateContainer(ctx, sb, rec, spec); err != nil {
 		return nil, err
+	}
+	// After NRI: plugins see the rootfs where it is on the host.
+	if staged, stage := s.rootfsStageOf(rec.ID, sb, sbCfg); staged != "" {
+		if staged != rootfs {
+			return nil, fmt.Errorf("rootfs mounted on %s, not on %s where its runtime will look", rootfs, staged)
+		}
+		spec.Root.Path = stage
 	}
 	if err := oci.WriteSpec(rec.Bundle, spec); err != nil {
 		return nil, err

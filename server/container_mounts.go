@@ -26,6 +26,7 @@ type rootfsStore interface {
 type rootfsMounter interface {
 	MountRootfs(id string) (string, error)
 	MountRootfsIDMapped(id string, idmap image.IDMap) (string, error)
+	RootfsPath(id string) string // where the Mount calls mount rootfs id
 }
 
 // imageVolume is one image volume (a mount with Mount.image, KEP-4639) of a

@@ -93,6 +93,11 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	}
 	defer s.nri.BlockSync()()
 	id := newID()
+	releaseIDs, err := s.claimHostIDs(id, cfg)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	defer releaseIDs()
 	name := sandboxName(cfg.GetMetadata())
 	if err := s.sandboxNames.Reserve(name, id); err != nil {
 		var reserved *store.ReservedError

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -119,6 +121,63 @@ func (s *Server) mountRootfs(id string, sb sandboxRecord, sbCfg *runtime.PodSand
 		return s.mounts.MountRootfs(id)
 	}
 	return s.mounts.MountRootfsIDMapped(id, *idmap)
+}
+
+// A user-namespaced container's runtime resolves the bundle's root.path as
+// the pod's root: a host uid, maybe that of a host user (cri-tools maps
+// container 0 to host 1000), that must search no directory of the state
+// root. So the bundle names the rootfs stage, an empty directory beside the
+// run dir (0700, below the run dir's world-searchable parent, as /run is),
+// and the monitor runs the runtime's create in a mount namespace of its own
+// in which the container's rootfs is bind-mounted on the stage
+// (conmon/monitor/stage.go). Whatever host uid a pod maps to reaches none
+// of its files: on the host, the stage is empty and the rootfs is behind
+// the state root's 0700 directories.
+
+// rootfsStageDir is the rootfs stage of a daemon with run dir runDir.
+func rootfsStageDir(runDir string) string { return filepath.Clean(runDir) + "-rootfs" }
+
+// makeRootfsStage makes the stage, or makes it private again: 0700, with
+// nothing in it.
+func makeRootfsStage(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("rootfs stage: %w", err)
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("rootfs stage: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("rootfs stage %s: not a directory", dir)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("rootfs stage: %w", err)
+	}
+	return nil
+}
+
+// unsearchableAbove names the first directory above dir that others may
+// not search, or "" when every one may: a pod's root could not reach the
+// stage below it, and its containers would fail in the runtime's create.
+func unsearchableAbove(dir string) string {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			return p
+		}
+		if p == "/" {
+			return ""
+		}
+	}
+}
+
+// rootfsStageOf is where the runtime's create of container id finds its
+// rootfs: on the stage for a pod with a user namespace of its own (both
+// empty for any other), as rootfsIDMap decides the idmapped mount.
+func (s *Server) rootfsStageOf(id string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig) (rootfs, stage string) {
+	if podUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" {
+		return "", ""
+	}
+	return s.mounts.RootfsPath(id), s.rootfsStage
 }
 
 // errHandlerUnavailable: the handler is configured but its runtime binary

@@ -89,6 +89,12 @@ type Server struct {
 	// nri relays pods' and containers' lifecycle to NRI plugins; nil when
 	// NRI is off (server/nri.go).
 	nri *nri.NRI
+	// rootfsStage is where user-namespaced containers' runtimes find
+	// their rootfs (sandbox_userns.go).
+	rootfsStage string
+	// idClaims hold the host IDs of the pods being made
+	// (sandbox_userns_claims.go).
+	idClaims hostIDClaims
 }
 
 // New builds the server and starts its streaming server, which Close stops.
@@ -117,6 +123,13 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.useImages(images)
+	s.rootfsStage = rootfsStageDir(cfg.RunDir)
+	if err := makeRootfsStage(s.rootfsStage); err != nil {
+		return nil, err
+	}
+	if dir := unsearchableAbove(s.rootfsStage); dir != "" {
+		s.log.WithField("dir", dir).Warnf("pods in a user namespace cannot start: their runtime reaches their rootfs on %s, below a directory others may not search (docs/security.md)", s.rootfsStage)
+	}
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}

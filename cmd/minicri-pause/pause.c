@@ -190,8 +190,11 @@ static void installSeccomp(void) {
 
 int main(void) {
 	// Nothing of the daemon's stays open here but stdio and the readiness
-	// pipe.
+	// pipe: fd 4, the sealed copy the daemon exec'd this from
+	// (conmon/pause_sealed.go), goes too.
 	syscall(SYS_close_range, READY_FD + 1, ~0U, 0);
+	// Exec'd as /proc/self/fd/4, it would be named "4" in ps.
+	prctl(PR_SET_NAME, "minicri-pause", 0, 0, 0);
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);

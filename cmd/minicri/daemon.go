@@ -33,9 +33,9 @@ func runDaemon(cfg config.Config) error {
 	// (the class of CVE-2021-41091). The chmod also closes a run dir made
 	// 0711 by an older minicri. The state root holds the containers' root
 	// filesystems (setuid binaries and device nodes of images, what the
-	// containers wrote) and is as private; a pod in a user namespace gets
-	// search on the way to its own rootfs alone (image/acl.go), which the
-	// image store grants again after this chmod.
+	// containers wrote) and is as private: not even the host uid a pod in
+	// a user namespace is mapped onto may search it (the runtime finds such
+	// a pod's rootfs on a stage of its own, server/sandbox_userns.go).
 	for _, dir := range []string{cfg.RunDir, cfg.Root} {
 		if err := privateDir(dir); err != nil {
 			return err

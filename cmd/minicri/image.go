@@ -144,7 +144,7 @@ func openImageStore(cfg config.Config, readOnly bool, stderr io.Writer) (*image.
 			return nil, errors.New("must run as root: layers are unpacked with the owners they name")
 		}
 		// The same mode as the daemon gives the state root; no chmod of an
-		// existing one: the daemon repairs it, and owns its ACL (image/acl.go).
+		// existing one: the daemon's start repairs it.
 		if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", cfg.Root, err)
 		}

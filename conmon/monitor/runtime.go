@@ -90,7 +90,7 @@ func (m *monitor) runCreate(io *stdio) error {
 		args = append(args, "--console-socket", path)
 	}
 	args = append(args, m.cfg.ID)
-	status, err := m.runRuntime(args, io.child)
+	status, err := m.runCreateRuntime(args, io.child)
 	// The container holds the child ends now; the monitor must not, or it
 	// would never see the end of the container's output.
 	for _, fd := range io.own {

@@ -45,6 +45,15 @@ type Config struct {
 	// (JoinSocket); empty, it serves this one container only. A join
 	// request ignores it.
 	JoinDir string
+	// Rootfs, when set, is the container's root filesystem on the host,
+	// which the bundle's root.path (RootfsStage) does not name: the
+	// runtime's create runs in a mount namespace of its own in which
+	// Rootfs is bind-mounted on RootfsStage, an empty directory of the
+	// host. A user-namespaced container's runtime resolves root.path as
+	// the pod's root, who can search no directory of the state root; the
+	// stage is reached through world-searchable directories, and on the
+	// host it is empty (docs/security.md).
+	Rootfs, RootfsStage string
 }
 
 // Args renders c as minicri-conmon's command line (without the program name).
@@ -119,6 +128,8 @@ func (c *Config) stringFlags() []stringFlag {
 		{"--runtime-root", &c.RuntimeRoot, false},
 		{"--log-path", &c.LogPath, false},
 		{"--join-dir", &c.JoinDir, false},
+		{"--rootfs", &c.Rootfs, false},
+		{"--rootfs-stage", &c.RootfsStage, false},
 	}
 }
 
@@ -179,6 +190,8 @@ func (c Config) Validate() error {
 		return errors.New("join dir: not an absolute path: " + strconv.Quote(c.JoinDir))
 	case c.LogPath != "" && !isAbs(c.LogPath):
 		return errors.New("log path: not an absolute path: " + strconv.Quote(c.LogPath))
+	case (c.Rootfs == "") != (c.RootfsStage == "") || c.Rootfs != "" && (!isAbs(c.Rootfs) || !isAbs(c.RootfsStage)):
+		return errors.New("rootfs and rootfs stage: both absolute paths, or neither: " + strconv.Quote(c.Rootfs) + ", " + strconv.Quote(c.RootfsStage))
 	case c.LogMaxLine < 0:
 		return errors.New("log max line: negative")
 	case c.StdinOnce && !c.Stdin:

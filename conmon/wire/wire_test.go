@@ -16,6 +16,7 @@ func TestConfigArgsRoundTrip(t *testing.T) {
 			RuntimeArgs: []string{"--systemd-cgroup", "--log-format=json", "value with spaces"},
 			LogPath:     "/var/log/pods/x/0.log", LogMaxLine: 100, ExitFile: "/run/e", SocketDir: "/run/s",
 			Terminal: true, Stdin: true, StdinOnce: true, JoinDir: "/run/minicri/monitors/c1",
+			Rootfs: "/var/lib/minicri/image/snapshots/c1/merged", RootfsStage: "/run/minicri-rootfs",
 		},
 	} {
 		got, err := ParseArgs(c.Args())
@@ -37,6 +38,8 @@ func TestParseArgsRejects(t *testing.T) {
 	}{
 		{"unknown flag", append(valid, "--nope", "x"), "unknown flag --nope"},
 		{"missing value", append(valid, "--log-path"), "needs a value"},
+		{"rootfs without a stage", append(valid, "--rootfs", "/r"), "rootfs and rootfs stage"},
+		{"relative stage", append(valid, "--rootfs", "/r", "--rootfs-stage", "stage"), "rootfs and rootfs stage"},
 		{"value on a switch", append(valid, "--stdin=true"), "takes no value"},
 		{"bad max line", append(valid, "--log-max-line", "-1"), "--log-max-line"},
 		{"relative bundle", append(valid, "--bundle", "b"), "bundle"},

@@ -441,7 +441,8 @@ func addPhaseRows(phases map[string]phaseSeries, ops ...string) {
 // processes into monitors and pod infra processes (`minicri-pause pause`),
 // their PSS in KiB.
 func conmonPSSByKind() (monitors, infras []int) {
-	exes := map[string]bool{filepath.Join(binDir, "minicri-conmon"): true, filepath.Join(binDir, "minicri-pause"): true}
+	// Infra processes run from the daemon's sealed copy (conmon/pause_sealed.go).
+	exes := map[string]bool{filepath.Join(binDir, "minicri-conmon"): true, "/memfd:minicri-pause (deleted)": true}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, p := range procs {
 		if target, err := os.Readlink(p + "/exe"); err != nil || !exes[target] {

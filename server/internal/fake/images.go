@@ -151,8 +151,10 @@ func (s *Images) MountRootfs(id string) (string, error) {
 	if err := s.err("MountRootfs"); err != nil {
 		return "", err
 	}
-	return filepath.Join(s.dir, id), nil
+	return s.RootfsPath(id), nil
 }
+
+func (s *Images) RootfsPath(id string) string { return filepath.Join(s.dir, id) }
 
 func (s *Images) RemoveRootfs(id string) error {
 	if err := s.err("RemoveRootfs"); err != nil {

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func usernsPodConfig(uids, gids []*runtime.IDMapping) *runtime.PodSandboxConfig {
+	cfg := podConfig("userns")
+	cfg.Linux = &runtime.LinuxPodSandboxConfig{SecurityContext: &runtime.LinuxSandboxSecurityContext{
+		NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: uids, Gids: gids}}}}
+	return cfg
+}
+
+// A pod whose host ranges overlap a ready, creating or claimed pod's is
+// refused, naming the field; a stopped pod's and disjoint ranges are not.
+func TestClaimHostIDsRefusesOverlaps(t *testing.T) {
+	const field = "config.linux.security_context.namespace_options.userns_options"
+	s := newTestServer(t)
+	put := func(id string, state sandboxRecordState, cfg *runtime.PodSandboxConfig) {
+		raw, err := proto.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.sandboxes.Put(id, sandboxRecord{ID: id, State: state, Config: raw}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubelet := idMaps([3]uint32{0, 65536, 65536})
+	put("ready", stateReady, usernsPodConfig(kubelet, kubelet))
+	put("stopped", stateNotReady, usernsPodConfig(idMaps([3]uint32{0, 1000, 65536}), idMaps([3]uint32{0, 1000, 65536})))
+	put("creating", stateCreating, usernsPodConfig(idMaps([3]uint32{0, 300000, 65536}), idMaps([3]uint32{0, 300000, 65536})))
+	put("host", stateReady, podConfig("host"))
+	release, err := s.claimHostIDs("claimed", usernsPodConfig(idMaps([3]uint32{0, 500000, 65536}), idMaps([3]uint32{0, 500000, 65536})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := idMaps([3]uint32{0, 700000, 65536})
+	cases := []struct {
+		name       string
+		uids, gids []*runtime.IDMapping
+		field, pod string
+	}{
+		{"the ready pod's uids, one ID in", idMaps([3]uint32{0, 131071, 65536}), free, field + ".uids", "ready"},
+		{"the ready pod's gids", free, idMaps([3]uint32{0, 1, 65536}), field + ".gids", "ready"},
+		{"a creating pod's", idMaps([3]uint32{0, 300000 + 65535, 1}), free, field + ".uids", "creating"},
+		{"a claimed pod's", free, idMaps([3]uint32{0, 500000, 1}), field + ".gids", "claimed"},
+		{"a stopped pod's", idMaps([3]uint32{0, 1000, 1000}), idMaps([3]uint32{0, 1000, 1000}), "", ""},
+		{"right after the ready pod's", idMaps([3]uint32{0, 131072, 65536}), idMaps([3]uint32{0, 131072, 65536}), "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rel, err := s.claimHostIDs("new", usernsPodConfig(c.uids, c.gids))
+			if c.field == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				rel()
+				return
+			}
+			if err == nil {
+				rel()
+				t.Fatalf("accepted; want %s refused", c.field)
+			}
+			if got := err.Error(); !strings.Contains(got, c.field+":") || !strings.Contains(got, "pod sandbox "+c.pod) {
+				t.Fatalf("error %q; want it to name %s and pod sandbox %s", got, c.field, c.pod)
+			}
+		})
+	}
+	release()
+	if rel, err := s.claimHostIDs("again", usernsPodConfig(idMaps([3]uint32{0, 500000, 1}), free)); err != nil {
+		t.Fatalf("a released claim still refuses: %v", err)
+	} else {
+		rel()
+	}
+}
+
+func TestUnsearchableAbove(t *testing.T) {
+	top := t.TempDir()
+	open := filepath.Join(top, "open")
+	closed := filepath.Join(top, "closed")
+	for dir, mode := range map[string]os.FileMode{top: 0o711, open: 0o755, closed: 0o700} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// t.TempDir's parents: /tmp and the test's own dir, which Go makes 0700.
+	if err := os.Chmod(filepath.Dir(top), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if got := unsearchableAbove(filepath.Join(open, "stage")); got != "" {
+		t.Errorf("below searchable dirs: %q, want none", got)
+	}
+	if got := unsearchableAbove(filepath.Join(closed, "stage")); got != closed {
+		t.Errorf("below a 0700 dir: %q, want %s", got, closed)
+	}
+}

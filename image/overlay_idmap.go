@@ -62,7 +62,7 @@ func mountOverlayIDMapped(lowers []string, upper, work, target string, idmap IDM
 	if err := os.Lchown(upper, idmap.RootUID, idmap.RootGID); err != nil {
 		return fmt.Errorf("chown upper dir to the user namespace's root: %w", err)
 	}
-	return onPrivateMountThread(func(hostNS int) error {
+	return osthread.PrivateMountNS(func(hostNS int) error {
 		mfd, err := makeIDMappedOverlay(lowers, upper, work, target, idmap.UserNS)
 		if err != nil {
 			return err
@@ -144,27 +144,4 @@ func attachIDMapped(dir, target string, usernsFD int) error {
 		return fmt.Errorf("attach idmapped %s: %w", dir, err)
 	}
 	return nil
-}
-
-// onPrivateMountThread runs fn on a throwaway OS thread (osthread.Throwaway)
-// in a private mount namespace of its own (every mount private, so nothing
-// made there reaches the host), with an fd of the host's mount namespace to
-// return to.
-func onPrivateMountThread(fn func(hostNS int) error) error {
-	return osthread.Throwaway(func() error { return inPrivateMountNS(fn) })
-}
-
-func inPrivateMountNS(fn func(hostNS int) error) error {
-	hostNS, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open the host's mount namespace: %w", err)
-	}
-	defer unix.Close(hostNS)
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("private mount namespace: %w", err)
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("private mount namespace: make mounts private: %w", err)
-	}
-	return fn(hostNS)
 }

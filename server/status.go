@@ -106,7 +106,9 @@ func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {
 
 // handlerFeatures reports a feature only when the handler's runtime has it;
 // a runtime that cannot say has none. Each runtime ran `features` once (the
-// candidates for the default at start, the others at first use).
+// candidates for the default at start, the others at first use). User
+// namespaces need the kernel too (kernelUserNamespaces): the kubelet sends
+// hostUsers: false pods only where Status says they can run.
 func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures {
 	rt, err := s.runtimes.Get(handler)
 	if err != nil {
@@ -115,7 +117,7 @@ func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures
 	f, _ := rt.Features()
 	return &runtime.RuntimeHandlerFeatures{
 		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
-		UserNamespaces:          f.IDMappedMounts && userNamespacesSupported,
+		UserNamespaces:          f.IDMappedMounts && userNamespacesSupported && kernelUserNamespaces() == nil,
 	}
 }
 

@@ -183,6 +183,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		rec.Infra = infra
 		crashPoint("sandbox-after-infra")
 	}
+	s.infraLeavesDaemonCgroup(ctx, rec, cfg) // a user namespace's infra too
 	var ips []net.IP
 	if !hostNetwork(cfg) {
 		if ips, err = s.setUpNetwork(ctx, &rec, cfg); err != nil {

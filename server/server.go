@@ -69,6 +69,7 @@ type Server struct {
 	monitor        containerMonitor // starts the monitors (conmon)
 	sockets        monitorSockets   // attach and log reopening on a running monitor
 	infra          podInfra         // infra processes of pods sharing a PID namespace
+	scopes         processScopes    // systemd driver: scopes for the infra processes and monitors; nil otherwise
 	monitorPath    string
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
@@ -107,6 +108,9 @@ func New(opts Options) (*Server, error) {
 		pins:           hostPins{},
 	}
 	s.useMonitor(conmonMonitor{})
+	if cfg.CgroupDriver == "systemd" {
+		s.scopes = &oci.SystemdScopes{}
+	}
 	s.useCNI(network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")))
 	var err error
 	if s.pinned, err = pinnedImages(cfg.Image); err != nil {
@@ -281,6 +285,9 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 // streams end.
 func (s *Server) Close() error {
 	s.nri.Stop()
+	if c, ok := s.scopes.(interface{ Close() }); ok {
+		c.Close()
+	}
 	if s.streams != nil {
 		return s.streams.Close()
 	}

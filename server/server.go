@@ -20,6 +20,7 @@ import (
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/internal/broadcast"
+	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/nri"
@@ -121,6 +122,10 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.useImages(images)
+	// Every kernel probe once, now (the image store named the layers'
+	// filesystem): the answers are in the log from the start, and no CRI
+	// call waits for one.
+	opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features")
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}

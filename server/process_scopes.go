@@ -57,6 +57,19 @@ func podSlice(cfg *runtime.PodSandboxConfig) (string, error) {
 	return oci.SystemdSlice(parent)
 }
 
+// validateCgroupParent refuses, under the systemd driver, a cgroup parent
+// that is no slice (or no slice's path) at RunPodSandbox, naming the field,
+// instead of at the first container.
+func (s *Server) validateCgroupParent(cfg *runtime.PodSandboxConfig) error {
+	if s.cfg.CgroupDriver != "systemd" {
+		return nil
+	}
+	if _, err := podSlice(cfg); err != nil {
+		return invalidf("config.linux.cgroup_parent", "%v", err)
+	}
+	return nil
+}
+
 // infraLeavesDaemonCgroup puts a pod's infra process, started in this call,
 // in minicri-pause-<pod ID>.scope in the pod's slice, where the kubelet
 // counts the pod (containerd's pause container is there too).

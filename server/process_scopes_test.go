@@ -3,9 +3,12 @@ package server
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
@@ -58,5 +61,19 @@ func TestInfraAndMonitorsLeaveTheDaemonsCgroup(t *testing.T) {
 				t.Errorf("scopes %q, want %q", scopes.moves, want)
 			}
 		})
+	}
+}
+
+// Under the systemd driver a pod whose cgroup parent is not a slice, or not
+// where systemd puts the slice it names, is refused at RunPodSandbox.
+func TestRunPodSandboxRefusesANonSliceParentUnderSystemd(t *testing.T) {
+	ts := newTestServer(t, func(cfg *config.Config) { cfg.CgroupDriver = "systemd" })
+	for _, parent := range []string{"/kubepods/besteffort/pod1", "/system.slice/kubepods-pod1.slice", "/kubepods.slice/../x.slice"} {
+		pod := podConfig("web")
+		pod.Linux.CgroupParent = parent
+		_, err := ts.RunPodSandbox(bg, &runtime.RunPodSandboxRequest{Config: pod})
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "config.linux.cgroup_parent") {
+			t.Errorf("cgroup parent %q: %v, want InvalidArgument naming config.linux.cgroup_parent", parent, err)
+		}
 	}
 }

@@ -92,6 +92,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	if err := s.validatePodUserNamespace(cfg, handler); err != nil {
 		return nil, toStatus(err)
 	}
+	if err := s.validateCgroupParent(cfg); err != nil {
+		return nil, toStatus(err)
+	}
 	defer s.nri.BlockSync()()
 	id := newID()
 	name := sandboxName(cfg.GetMetadata())

@@ -103,9 +103,10 @@ func New(opts Options) (*Store, error) {
 	if err := s.makeDirs(); err != nil {
 		return nil, err
 	}
-	// The idmapped-rootfs probe works on the layers' filesystem, in tmp/
-	// (swept by GC) so a crash mid-probe leaves nothing among the layers.
-	kernelfeat.SetLayerDir(s.path(tmpDir))
+	// The idmapped-rootfs probe works on the layers' filesystem: in the
+	// store's root, not tmp/, which a GC (of another process: minicri image
+	// import) may sweep under it; it removes its two empty dirs after.
+	kernelfeat.SetLayerDir(s.root)
 	if err := s.repairSearchACLs(); err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ type IDMap struct {
 // host's network and UTS namespaces, as a hostNetwork pod without a user
 // namespace does: the host's interfaces and name, which its user namespace
 // does not own and so cannot change.
-func StartPauseInUserNS(binary, podDir string, uids, gids []IDMap, hostNetwork bool) (Infra, error) {
+func StartPauseInUserNS(binary, podDir string, uids, gids []IDMap, opts PauseOptions, hostNetwork bool) (Infra, error) {
 	if err := mapsPauseID(uids, gids); err != nil {
 		return Infra{}, err
 	}
@@ -44,7 +44,7 @@ func StartPauseInUserNS(binary, podDir string, uids, gids []IDMap, hostNetwork b
 		// the owner of the host's root files).
 		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 	}
-	return startPause(binary, podDir, attr)
+	return startPause(binary, podDir, opts, attr)
 }
 
 // PauseID is the uid and gid the infra process runs as (cmd/minicri-pause),

@@ -17,6 +17,7 @@ import (
 
 	"github.com/minicri/minicri/internal/atomicfile"
 	"github.com/minicri/minicri/internal/defaults"
+	"github.com/minicri/minicri/internal/kernelfeat"
 )
 
 // The layout of the store's root directory.
@@ -100,6 +101,10 @@ func New(opts Options) (*Store, error) {
 	if err := s.makeDirs(); err != nil {
 		return nil, err
 	}
+	// The idmapped-rootfs probe works on the layers' filesystem: in the
+	// store's root, not tmp/, which a GC (of another process: minicri image
+	// import) may sweep under it; it removes its two empty dirs after.
+	kernelfeat.SetLayerDir(s.root)
 	if err := s.removeSearchACLs(); err != nil {
 		return nil, err
 	}

@@ -62,7 +62,9 @@ func (r *Runtime) probeFeatures() (Features, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), featuresTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "features").Output()
+	cmd := exec.CommandContext(ctx, path, "features")
+	cmd.Env = runtimeEnv()
+	out, err := cmd.Output()
 	if err != nil {
 		// runc before 1.1 has no `features`, nor the fixes; its version
 		// says which it is.

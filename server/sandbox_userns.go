@@ -25,9 +25,9 @@ import (
 // (containerNamespaces) and see the host's /sys (oci.sysMount).
 // validatePodUserNamespace has refused the host's IPC and PID namespaces
 // for such a pod.
-func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, cfg *runtime.PodSandboxConfig) error {
+func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, cfg *runtime.PodSandboxConfig, opts conmon.PauseOptions) error {
 	hostNet := hostNetwork(cfg)
-	infra, err := conmon.StartPauseInUserNS(s.monitorPath, r.Dir, conmonIDMaps(u.GetUids()), conmonIDMaps(u.GetGids()), hostNet)
+	infra, err := conmon.StartPauseInUserNS(s.monitorPath, r.Dir, conmonIDMaps(u.GetUids()), conmonIDMaps(u.GetGids()), opts, hostNet)
 	if err != nil {
 		return fmt.Errorf("start the pod's user namespace: %w", err)
 	}

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/network"
 )
 
@@ -181,5 +183,67 @@ func TestStatusFeaturesFollowTheDefaultHandler(t *testing.T) {
 				t.Errorf("the handler without nodev: %+v, want no mount options", h)
 			}
 		})
+	}
+}
+
+// Status's verbose info tells what the kernel probes found, so an operator
+// sees why (say) user namespaces are off: on the guest's 6.1 the idmapped
+// tmpfs is a "no", on this host a "yes"; both forced here.
+func TestStatusReportsKernelFeatures(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		supported bool
+		want      string
+	}{
+		{"kernel 6.3 and later", true, `"yes"`},
+		{"kernel before 6.3", false, `"no: MOUNT_ATTR_IDMAP: invalid argument"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer kernelfeat.IDMappedTmpfs.Force(c.supported, "MOUNT_ATTR_IDMAP: invalid argument")()
+			s := newRuntimeConfigServer(t, t.TempDir(), t.TempDir(), "")
+			resp, err := s.Status(context.Background(), &runtime.StatusRequest{Verbose: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var feats map[string]string
+			if err := json.Unmarshal([]byte(resp.GetInfo()["kernelFeatures"]), &feats); err != nil {
+				t.Fatalf("Status info kernelFeatures %q: %v", resp.GetInfo()["kernelFeatures"], err)
+			}
+			if got, _ := json.Marshal(feats[kernelfeat.IDMappedTmpfs.Name]); string(got) != c.want {
+				t.Errorf("kernelFeatures[%s] = %s, want %s (all: %v)", kernelfeat.IDMappedTmpfs.Name, got, c.want, feats)
+			}
+		})
+	}
+}
+
+// Status lists a configured handler only when its runtime is installed:
+// the default config names crun, which the guest (like most nodes) lacks,
+// and listed it read as a handler with no features. One installed later
+// shows up at the next Status.
+func TestStatusListsOnlyInstalledHandlers(t *testing.T) {
+	dir := t.TempDir()
+	s := newRecordsServer(t)
+	s.cfg = config.Default()
+	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{
+		"runc": {Path: runtimeScript(t)},
+		"crun": {Path: filepath.Join(dir, "crun")},
+	}
+	s.cfg.Runtime.DefaultHandler = "runc"
+	s.useRuntimes()
+	names := func() []string {
+		var out []string
+		for _, h := range s.runtimeHandlers() {
+			out = append(out, h.GetName())
+		}
+		return out
+	}
+	if got := names(); !slices.Equal(got, []string{"", "runc"}) {
+		t.Errorf("handlers %q, want the default and runc (crun is not installed)", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "crun"), []byte("#!/bin/sh\necho '{}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !slices.Equal(got, []string{"", "crun", "runc"}) {
+		t.Errorf("handlers %q after crun was installed, want it listed", got)
 	}
 }

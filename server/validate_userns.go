@@ -135,7 +135,7 @@ func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler
 		// The host's /sys must reach the pod read-only, its submounts too.
 		return invalidf(field+".network", "runtime handler %q cannot bind the host's /sys recursively read-only (rro) for a pod in a user namespace on the host's network", handler)
 	}
-	return nil
+	return kernelUserNamespaces()
 }
 
 // validateContainerUserNamespace: a container runs in its pod's user
@@ -153,6 +153,12 @@ func validateContainerUserNamespace(sbCfg *runtime.PodSandboxConfig, c *runtime.
 	}
 	if ctr != nil && ctr.GetMode() == runtime.NamespaceMode_POD && (!sameIDMappings(ctr.GetUids(), pod.GetUids()) || !sameIDMappings(ctr.GetGids(), pod.GetGids())) {
 		return invalidf(field, "the container's mappings differ from its pod's: a container shares its pod's user namespace")
+	}
+	if pod != nil {
+		// A pod made before a reboot into an older kernel.
+		if err := kernelUserNamespaces(); err != nil {
+			return err
+		}
 	}
 	for _, m := range c.GetMounts() {
 		if len(m.GetUidMappings()) == 0 && len(m.GetGidMappings()) == 0 {

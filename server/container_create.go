@@ -271,7 +271,7 @@ func imageRef(img image.Image) string {
 func (s *Server) discardContainer(ctx context.Context, rec containerRecord) error {
 	var errs []error
 	if rt, err := s.runtimes.Get(rec.Handler); err == nil {
-		if err := rt.Delete(ctx, rec.ID, true); err != nil {
+		if err := rt.Delete(ctx, rec.ID, true, containerCgroup(rec)); err != nil {
 			errs = append(errs, fmt.Errorf("delete from runtime: %w", err))
 		}
 	}
@@ -297,6 +297,26 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	// after it (see encodedContainers).
 	s.encodedContainers.removed(s.containers.Version())
 	return err
+}
+
+// containerCgroup is the cgroup minicri's spec gave the container: the
+// record's, or, for a create cut short before the record had it, the
+// bundle's config.json, which is written before the runtime starts.
+func containerCgroup(rec containerRecord) string {
+	if rec.CgroupsPath != "" {
+		return rec.CgroupsPath
+	}
+	return bundleCgroup(rec.Bundle)
+}
+
+// bundleCgroup is the cgroup named in the spec of a bundle minicri wrote;
+// "" when there is none.
+func bundleCgroup(bundle string) string {
+	spec, err := oci.ReadSpec(bundle)
+	if err != nil || spec.Linux == nil {
+		return ""
+	}
+	return spec.Linux.CgroupsPath
 }
 
 // waitMonitorDone waits, for killGrace at most, until the container's

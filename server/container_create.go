@@ -275,19 +275,23 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 			errs = append(errs, fmt.Errorf("delete from runtime: %w", err))
 		}
 	}
+	phaseDone(ctx, "container_runtime_delete")
 	// The monitor writes its exit file into the bundle once the container
 	// is gone; removing the bundle under it could fail or leave that file.
 	s.waitMonitorDone(rec)
 	s.releaseMonitor(s.ctr(rec.ID))
+	phaseDone(ctx, "container_monitor")
 	if err := s.rootfs.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
 	if err := s.removeImageVolumes(rec.ImageVolumes); err != nil {
 		errs = append(errs, err)
 	}
+	phaseDone(ctx, "container_rootfs")
 	if err := os.RemoveAll(rec.Bundle); err != nil {
 		errs = append(errs, fmt.Errorf("remove bundle: %w", err))
 	}
+	phaseDone(ctx, "container_bundle")
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
@@ -296,6 +300,7 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	// After the delete: no ListContainers answer made before it is kept
 	// after it (see encodedContainers).
 	s.encodedContainers.removed(s.containers.Version())
+	phaseDone(ctx, "container_record")
 	return err
 }
 

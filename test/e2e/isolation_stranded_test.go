@@ -60,13 +60,15 @@ func TestPodHoldingManyFdsDoesNotSlowRestartOrRollback(t *testing.T) {
 	d.pull(t, ref)
 	hog := buildStaticC(t, "fdhog")
 	cfg := d.hostNetworkPod("fds")
+	cfg.Linux.SecurityContext.NamespaceOptions.Pid = runtime.NamespaceMode_CONTAINER
 	pod := d.runPod(t, cfg)
 	ctr := containerConfig("hog", ref, "/hog/fdhog", strconv.Itoa(fdHogProcs))
 	ctr.Mounts = []*runtime.Mount{{ContainerPath: "/hog", HostPath: hog, Readonly: true}}
 	id := d.startContainer(t, pod, cfg, ctr)
 	// The descriptors go before anything that reads every process's (the
 	// leak checks), and whether or not the daemon still answers: killing
-	// the container's init ends its PID namespace.
+	// the container's init ends its PID namespace, and the hog's children
+	// die with their parent.
 	hogPID := d.containerPID(t, id)
 	stopHog := func() {
 		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", hogPID)); strings.Contains(string(cmdline), "fdhog") {

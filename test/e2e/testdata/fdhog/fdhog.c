@@ -4,8 +4,10 @@
  * not exec'd: the processes share their pages, and cost the kernel little
  * more than their descriptor tables (8 bytes a descriptor). */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -20,8 +22,11 @@ int main(int argc, char **argv) {
 	if (fd < 0)
 		return 1;
 	for (int i = 1; i < procs; i++)
-		if (fork() == 0)
+		if (fork() == 0) {
+			/* Gone with the first, whatever PID namespace they share. */
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			break;
+		}
 	long held = 0;
 	for (long n = fd + 1; n < (long)rl.rlim_cur; n++)
 		if (dup2(fd, (int)n) >= 0)

@@ -313,6 +313,7 @@ type logger struct{ e *logrus.Entry }
 func (l logger) Debugf(_ context.Context, f string, a ...any) { l.e.Debugf(f, a...) }
 func (l logger) Infof(_ context.Context, f string, a ...any)  { l.e.Infof(f, a...) }
 func (l logger) Warnf(_ context.Context, f string, a ...any)  { l.e.Warnf(f, a...) }
+
 // Errorf logs the library's errors, but for the one it logs at every start
 // of a build without its WASM plugin runtime (the default, see docs/nri.md):
 // that is a choice, not a failure.

@@ -211,6 +211,9 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 // runtime that did not know the container leaves in it (a stranded init,
 // see stranded_init.go) is killed, and the cgroup removed.
 func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath string) error {
+	if err := r.deleteStopped(id, cgroupsPath); !errors.Is(err, errNoOwnDelete) {
+		return err
+	}
 	args := []string{"delete"}
 	if force {
 		args = append(args, "--force")
@@ -242,7 +245,7 @@ func (r *Runtime) cgroupDriver() CgroupDriver {
 // delete does not kill (see stranded_init.go). Only then is it worth
 // looking in the container's cgroup for that init.
 func (r *Runtime) unknown(id string) bool {
-	if r.Root == "" || id == "" || strings.ContainsRune(id, '/') {
+	if r.Root == "" || !validStateName(id) {
 		return false
 	}
 	_, err := os.Lstat(filepath.Join(r.Root, id, "state.json"))
@@ -259,7 +262,7 @@ func (r *Runtime) unknown(id string) bool {
 // detached, then the directory goes. Only with Root set: the runtime's own
 // default is not ours to clean.
 func (r *Runtime) removeAbortedState(id string) error {
-	if r.Root == "" || id == "" || strings.ContainsRune(id, '/') || id == "." || id == ".." {
+	if r.Root == "" || !validStateName(id) {
 		return nil
 	}
 	dir := filepath.Join(r.Root, id)

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -178,5 +179,63 @@ func TestParseCgroupMounts(t *testing.T) {
 	}
 	if !got[0].serves("cpu,cpuacct") || got[0].serves("memory") || !got[1].serves("name=systemd") || !got[2].serves("") || got[0].serves("") {
 		t.Errorf("serves: %+v", got)
+	}
+}
+
+// TestDeleteOfStoppedContainerSparesTheRuntime: a container runc created
+// whose init exited is deleted without a runtime process (the runtime here
+// is a fake that records being run): runc's state, and the container's
+// cgroup in every hierarchy, are gone. A running one is left to runc.
+func TestDeleteOfStoppedContainerSparesTheRuntime(t *testing.T) {
+	rt := testRuntime(t, "runc")
+	if currentHost().cgroup2 {
+		t.Skip("checks the v1 hierarchies of this host")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := baseSpec(t, "/bin/true")
+	tc := createContainer(t, rt, c)
+	if err := rt.Start(ctx, c.ID); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if code, err := tc.wait(5 * time.Second); err != nil || code != 0 {
+		t.Fatalf("exit = %d, %v; want 0", code, err)
+	}
+	cgroupsPath, err := CgroupsPath(c.CgroupParent, c.ID, CgroupfsDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := filepath.Join(cgroupRoot, "pids", cgroupsPath)
+	if _, err := os.Stat(pids); err != nil {
+		t.Fatalf("the stopped container's cgroup: %v", err)
+	}
+	ran := filepath.Join(t.TempDir(), "ran")
+	fake := filepath.Join(t.TempDir(), "fake-runc")
+	writeFile(t, fake, "#!/bin/sh\necho \"$@\" >> "+ran+"\nexit 1\n")
+	if err := os.Chmod(fake, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spared := &Runtime{Path: fake, Root: rt.Root}
+	if err := spared.Delete(ctx, c.ID, true, cgroupsPath); err != nil {
+		t.Fatalf("Delete of a stopped container: %v", err)
+	}
+	if b, err := os.ReadFile(ran); err == nil {
+		t.Errorf("the runtime ran for the delete of a stopped container: %s", b)
+	}
+	if _, err := os.Stat(filepath.Join(rt.Root, c.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("runc's state after Delete: %v, want it gone", err)
+	}
+	for _, h := range cgroupHierarchies() {
+		if _, err := os.Stat(filepath.Join(h.point, cgroupsPath)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the container's cgroup in %s after Delete: %v, want it gone", h.point, err)
+		}
+	}
+
+	running := createContainer(t, rt, baseSpec(t, "/bin/sleep", "60"))
+	if err := spared.Delete(ctx, running.id, true, "/x/"+running.id); err == nil {
+		t.Error("Delete of a created container did not ask the runtime (the fake fails)")
+	}
+	if _, err := os.Stat(filepath.Join(rt.Root, running.id, runcStateFile)); err != nil {
+		t.Errorf("runc's state of the created container: %v, want it kept", err)
 	}
 }

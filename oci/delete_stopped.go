@@ -24,7 +24,8 @@ var errNoOwnDelete = errors.New("no delete without the runtime")
 // Anything else returns errNoOwnDelete having done nothing: another runtime
 // (no runc state.json), an init still there, poststop hooks (runc runs them
 // at delete), the systemd driver (runc's delete stops the container's scope
-// unit), or no cgroups path from minicri's spec.
+// unit), or no cgroups path from minicri's spec, or one not named after
+// the container (an NRI plugin moved it).
 func (r *Runtime) deleteStopped(id, cgroupsPath string) error {
 	if r.Root == "" || r.SystemdCgroup || cgroupsPath == "" || !validStateName(id) {
 		return errNoOwnDelete
@@ -34,7 +35,11 @@ func (r *Runtime) deleteStopped(id, cgroupsPath string) error {
 	if err != nil || st.InitPID <= 0 || hasHook(st.Config.Hooks, "poststop") || !initGone(st.InitPID, st.InitStart) {
 		return errNoOwnDelete
 	}
-	if err := removeStranded(cgroupsPath, CgroupfsDriver); err != nil {
+	rel, err := containerCgroup(id, cgroupsPath, CgroupfsDriver)
+	if err != nil || rel == "" {
+		return errNoOwnDelete // not the container's own cgroup: runc decides
+	}
+	if err := killCgroup(cgroupHierarchies(), rel, strandedInitWait); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {

@@ -225,7 +225,7 @@ func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath
 		// whatever it could not remove.
 		err = r.removeAbortedState(id)
 		if stranded {
-			err = errors.Join(err, removeStranded(cgroupsPath, r.cgroupDriver()))
+			err = errors.Join(err, removeStranded(id, cgroupsPath, r.cgroupDriver()))
 		}
 		return err
 	}

@@ -36,23 +36,44 @@ import (
 // their cgroup to be removable.
 const strandedInitWait = 5 * time.Second
 
-// removeStranded kills what is left in the container's cgroup (the spec's
+// removeStranded kills what is left in container id's cgroup (the spec's
 // cgroupsPath under driver) once the runtime's delete is done with a
 // container it did not know, and removes that cgroup in every hierarchy.
 // A cgroup that is not there (the runtime removed it, or never made it)
-// costs a failed open per hierarchy.
-func removeStranded(cgroupsPath string, driver CgroupDriver) error {
+// costs a failed open per hierarchy. A cgroup that is not the container's
+// own, as CgroupsPath names it (an NRI plugin may have moved the container
+// into a shared one), is not emptied: its other processes are not the
+// container's.
+func removeStranded(id, cgroupsPath string, driver CgroupDriver) error {
 	if cgroupsPath == "" {
 		return nil
 	}
-	rel, err := cgroupRelPath(cgroupsPath, driver)
-	if err != nil {
+	rel, err := containerCgroup(id, cgroupsPath, driver)
+	if err != nil || rel == "" {
 		return err
 	}
-	if rel == "/" || rel == "." {
-		return fmt.Errorf("%w: cgroups path %q is a hierarchy's root", ErrInvalid, cgroupsPath)
-	}
 	return killCgroup(cgroupHierarchies(), rel, strandedInitWait)
+}
+
+// containerCgroup is the path under each hierarchy's root of container
+// id's cgroup (cgroupsPath under driver); "" when that cgroup is not named
+// after the container, as CgroupsPath names it.
+func containerCgroup(id, cgroupsPath string, driver CgroupDriver) (string, error) {
+	rel, err := cgroupRelPath(cgroupsPath, driver)
+	if err != nil {
+		return "", err
+	}
+	if rel == "/" || rel == "." {
+		return "", fmt.Errorf("%w: cgroups path %q is a hierarchy's root", ErrInvalid, cgroupsPath)
+	}
+	own := id
+	if driver == SystemdDriver {
+		own = systemdScopePrefix + "-" + id + ".scope"
+	}
+	if id == "" || filepath.Base(rel) != own {
+		return "", nil
+	}
+	return rel, nil
 }
 
 // killCgroup SIGKILLs every process of the cgroup at rel in the given

@@ -137,15 +137,32 @@ func TestKillCgroupOfNoCgroup(t *testing.T) {
 	}
 }
 
-// TestRemoveStrandedRefusesRootCgroup: a cgroups path that names a
-// hierarchy's root, where every process of the host is, is refused.
-func TestRemoveStrandedRefusesRootCgroup(t *testing.T) {
-	for _, p := range []string{"/", "/a/.."} {
-		if err := removeStranded(p, CgroupfsDriver); !errors.Is(err, ErrInvalid) {
-			t.Errorf("removeStranded(%q) = %v, want ErrInvalid", p, err)
+// TestContainerCgroup: only a cgroup named after the container, as
+// CgroupsPath names it, is the container's to empty; a hierarchy's root,
+// where every process of the host is, is refused.
+func TestContainerCgroup(t *testing.T) {
+	id := strings.Repeat("cd", 32)
+	for _, tc := range []struct {
+		path   string
+		driver CgroupDriver
+		want   string
+		err    error
+	}{
+		{"/kubepods/pod1/" + id, CgroupfsDriver, "/kubepods/pod1/" + id, nil},
+		{"kubepods-pod1.slice:minicri:" + id, SystemdDriver, "/kubepods.slice/kubepods-pod1.slice/minicri-" + id + ".scope", nil},
+		// Moved by an NRI plugin into a shared cgroup: not emptied.
+		{"/kubepods/pod1", CgroupfsDriver, "", nil},
+		{"/kubepods/pod1/x-" + id, CgroupfsDriver, "", nil},
+		{"kubepods.slice:other:" + id, SystemdDriver, "", nil},
+		{"/", CgroupfsDriver, "", ErrInvalid},
+		{"/a/..", CgroupfsDriver, "", ErrInvalid},
+	} {
+		got, err := containerCgroup(id, tc.path, tc.driver)
+		if got != tc.want || !errors.Is(err, tc.err) {
+			t.Errorf("containerCgroup(%q, %s) = %q, %v; want %q, %v", tc.path, tc.driver, got, err, tc.want, tc.err)
 		}
 	}
-	if err := removeStranded("", CgroupfsDriver); err != nil {
+	if err := removeStranded(id, "", CgroupfsDriver); err != nil {
 		t.Errorf("removeStranded of no cgroup = %v, want nil", err)
 	}
 }

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -26,7 +27,7 @@ var errNoOwnDelete = errors.New("no delete without the runtime")
 // at delete), the systemd driver (runc's delete stops the container's scope
 // unit), or no cgroups path from minicri's spec, or one not named after
 // the container (an NRI plugin moved it).
-func (r *Runtime) deleteStopped(id, cgroupsPath string) error {
+func (r *Runtime) deleteStopped(ctx context.Context, id, cgroupsPath string) error {
 	if r.Root == "" || r.SystemdCgroup || cgroupsPath == "" || !validStateName(id) {
 		return errNoOwnDelete
 	}
@@ -39,7 +40,7 @@ func (r *Runtime) deleteStopped(id, cgroupsPath string) error {
 	if err != nil || rel == "" {
 		return errNoOwnDelete // not the container's own cgroup: runc decides
 	}
-	if err := killCgroup(cgroupHierarchies(), rel, strandedInitWait); err != nil {
+	if err := killCgroup(cgroupHierarchies(), rel, strandedWait(ctx)); err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {

@@ -211,7 +211,7 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 // runtime that did not know the container leaves in it (a stranded init,
 // see stranded_init.go) is killed, and the cgroup removed.
 func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath string) error {
-	if err := r.deleteStopped(id, cgroupsPath); !errors.Is(err, errNoOwnDelete) {
+	if err := r.deleteStopped(ctx, id, cgroupsPath); !errors.Is(err, errNoOwnDelete) {
 		return err
 	}
 	args := []string{"delete"}
@@ -225,7 +225,7 @@ func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath
 		// whatever it could not remove.
 		err = r.removeAbortedState(id)
 		if stranded {
-			err = errors.Join(err, removeStranded(id, cgroupsPath, r.cgroupDriver()))
+			err = errors.Join(err, removeStranded(ctx, id, cgroupsPath, r.cgroupDriver()))
 		}
 		return err
 	}

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -44,7 +45,7 @@ const strandedInitWait = 5 * time.Second
 // own, as CgroupsPath names it (an NRI plugin may have moved the container
 // into a shared one), is not emptied: its other processes are not the
 // container's.
-func removeStranded(id, cgroupsPath string, driver CgroupDriver) error {
+func removeStranded(ctx context.Context, id, cgroupsPath string, driver CgroupDriver) error {
 	if cgroupsPath == "" {
 		return nil
 	}
@@ -52,7 +53,17 @@ func removeStranded(id, cgroupsPath string, driver CgroupDriver) error {
 	if err != nil || rel == "" {
 		return err
 	}
-	return killCgroup(cgroupHierarchies(), rel, strandedInitWait)
+	return killCgroup(cgroupHierarchies(), rel, strandedWait(ctx))
+}
+
+// strandedWait is how long killed processes may take to be gone: at most
+// strandedInitWait, and never past ctx's deadline (a restart's recovery
+// has one for all its work).
+func strandedWait(ctx context.Context) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok {
+		return max(min(strandedInitWait, time.Until(deadline)), 0)
+	}
+	return strandedInitWait
 }
 
 // containerCgroup is the path under each hierarchy's root of container
@@ -200,7 +211,7 @@ func waitExited(pidfds []int, deadline time.Time) error {
 		for {
 			left := time.Until(deadline)
 			if left <= 0 {
-				return fmt.Errorf("a process is still there %s after SIGKILL", strandedInitWait)
+				return errors.New("a process is still there after SIGKILL")
 			}
 			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 			n, err := unix.Poll(fds, int(left/time.Millisecond)+1)

@@ -162,7 +162,7 @@ func TestContainerCgroup(t *testing.T) {
 			t.Errorf("containerCgroup(%q, %s) = %q, %v; want %q, %v", tc.path, tc.driver, got, err, tc.want, tc.err)
 		}
 	}
-	if err := removeStranded(id, "", CgroupfsDriver); err != nil {
+	if err := removeStranded(context.Background(), id, "", CgroupfsDriver); err != nil {
 		t.Errorf("removeStranded of no cgroup = %v, want nil", err)
 	}
 }

@@ -313,4 +313,16 @@ type logger struct{ e *logrus.Entry }
 func (l logger) Debugf(_ context.Context, f string, a ...any) { l.e.Debugf(f, a...) }
 func (l logger) Infof(_ context.Context, f string, a ...any)  { l.e.Infof(f, a...) }
 func (l logger) Warnf(_ context.Context, f string, a ...any)  { l.e.Warnf(f, a...) }
-func (l logger) Errorf(_ context.Context, f string, a ...any) { l.e.Errorf(f, a...) }
+
+// Errorf logs the library's errors, but for the one it logs at every start
+// of a build without its WASM plugin runtime (the default, see docs/nri.md):
+// that is a choice, not a failure.
+func (l logger) Errorf(_ context.Context, f string, a ...any) {
+	for _, v := range a {
+		if err, ok := v.(error); ok && errors.Is(err, adaptation.ErrWasmDisabled) {
+			l.e.Debug("nri: this build has no WASM plugin runtime (make build NRI_WASM=1 adds it)")
+			return
+		}
+	}
+	l.e.Errorf(f, a...)
+}

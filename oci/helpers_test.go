@@ -284,7 +284,7 @@ func (tc *testContainer) destroy() {
 		_ = unix.Kill(tc.pid, unix.SIGKILL)
 		_, _ = tc.wait(5 * time.Second)
 	}
-	_ = tc.rt.Delete(ctx, tc.id, true)
+	_ = tc.rt.Delete(ctx, tc.id, true, "")
 }
 
 // wait reaps the container's init (we are its subreaper) and returns its exit

@@ -241,13 +241,13 @@ func TestRuntimeLifecycle(t *testing.T) {
 	if st, err = rt.State(ctx, c.ID); err != nil || st.Status != StatusStopped {
 		t.Errorf("state after kill = %+v, %v; want stopped", st, err)
 	}
-	if err := rt.Delete(ctx, c.ID, false); err != nil {
+	if err := rt.Delete(ctx, c.ID, false, ""); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	if _, err := rt.State(ctx, c.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("State after delete: %v, want ErrNotFound", err)
 	}
-	if err := rt.Delete(ctx, c.ID, false); err != nil {
+	if err := rt.Delete(ctx, c.ID, false, ""); err != nil {
 		t.Errorf("second Delete: %v, want nil", err)
 	}
 	if _, err := os.Stat(filepath.Join(cgroupRoot, "memory", c.CgroupParent, c.ID)); !os.IsNotExist(err) {
@@ -276,7 +276,7 @@ func TestRuntimeReportsItsOwnErrors(t *testing.T) {
 				}
 			}
 			for _, force := range []bool{false, true} {
-				if err := rt.Delete(ctx, "ghost", force); err != nil {
+				if err := rt.Delete(ctx, "ghost", force, ""); err != nil {
 					t.Errorf("Delete(force=%v) of an unknown container: %v", force, err)
 				}
 			}
@@ -289,7 +289,7 @@ func TestRuntimeReportsItsOwnErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), "config.json") {
 				t.Errorf("create error %q does not mention the missing config.json", err)
 			}
-			_ = rt.Delete(ctx, "broken", true)
+			_ = rt.Delete(ctx, "broken", true, "")
 		})
 	}
 }
@@ -313,7 +313,7 @@ func TestDeleteForceRemovesARunningContainer(t *testing.T) {
 	if err := rt.Start(ctx, c.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Delete(ctx, c.ID, true); err != nil {
+	if err := rt.Delete(ctx, c.ID, true, ""); err != nil {
 		t.Fatalf("Delete(force) of a running container: %v", err)
 	}
 	if _, err := rt.State(ctx, c.ID); !errors.Is(err, ErrNotFound) {

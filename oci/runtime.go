@@ -207,8 +207,14 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 
 // Delete removes the container's runtime state and cgroup; force kills it
 // first if it still runs. Deleting an unknown container succeeds, so that a
-// retry after a partial failure is safe.
-func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
+// retry after a partial failure is safe. cgroupsPath is the cgroup the
+// container's spec names ("" when none was written): with force, what a
+// runtime that did not know the container leaves in it (a stranded init,
+// see stranded_init.go) is killed, and the cgroup removed.
+func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath string) error {
+	if err := r.deleteStopped(ctx, id, cgroupsPath); !errors.Is(err, errNoOwnDelete) {
+		return err
+	}
 	args := []string{"delete"}
 	if force {
 		args = append(args, "--force")
@@ -220,19 +226,27 @@ func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
 		// whatever it could not remove.
 		err = r.removeAbortedState(id)
 		if stranded {
-			err = errors.Join(err, killStrandedInits(r.Root, id))
+			err = errors.Join(err, removeStranded(ctx, id, cgroupsPath, r.cgroupDriver()))
 		}
 		return err
 	}
 	return err
 }
 
+// cgroupDriver is the driver the runtime's cgroup paths are written for.
+func (r *Runtime) cgroupDriver() CgroupDriver {
+	if r.SystemdCgroup {
+		return SystemdDriver
+	}
+	return CgroupfsDriver
+}
+
 // unknown reports whether the runtime has no state.json for id under our
 // root: a create that never ran, or one cut short, whose init the runtime's
 // delete does not kill (see stranded_init.go). Only then is it worth
-// looking for that init.
+// looking in the container's cgroup for that init.
 func (r *Runtime) unknown(id string) bool {
-	if r.Root == "" || id == "" || strings.ContainsRune(id, '/') {
+	if r.Root == "" || !validStateName(id) {
 		return false
 	}
 	_, err := os.Lstat(filepath.Join(r.Root, id, "state.json"))
@@ -249,7 +263,7 @@ func (r *Runtime) unknown(id string) bool {
 // detached, then the directory goes. Only with Root set: the runtime's own
 // default is not ours to clean.
 func (r *Runtime) removeAbortedState(id string) error {
-	if r.Root == "" || id == "" || strings.ContainsRune(id, '/') || id == "." || id == ".." {
+	if r.Root == "" || !validStateName(id) {
 		return nil
 	}
 	dir := filepath.Join(r.Root, id)

@@ -159,7 +159,7 @@ func TestDeleteRemovesAnAbortedCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Unmount(target, unix.MNT_DETACH) })
-	if err := rt.Delete(context.Background(), id, true); err != nil {
+	if err := rt.Delete(context.Background(), id, true, ""); err != nil {
 		t.Fatalf("Delete of an aborted create: %v", err)
 	}
 	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {

@@ -97,7 +97,7 @@ func TestStartContainerWhoseInitDied(t *testing.T) {
 			t.Fatal(err)
 		}
 		tc.pid = 0
-		if err := rt.Delete(ctx, c.ID, true); err != nil {
+		if err := rt.Delete(ctx, c.ID, true, ""); err != nil {
 			t.Fatalf("Delete after the failed start: %v", err)
 		}
 		if _, err := os.Stat(filepath.Join(rt.Root, c.ID)); !os.IsNotExist(err) {

@@ -2,12 +2,14 @@ package oci
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,169 +24,224 @@ import (
 // container's exec fifo for a start that never comes, in the container's
 // cgroup under its pod's and in the pod's namespaces; the runtime does not
 // know the container, and its delete --force removes the state directory
-// but not the process. Its command line names nothing; the exec fifo it
-// holds open, ROOT/ID/exec.fifo (runc's and crun's), names the container
-// and the runtime root, so the daemon that owns that root can find it.
+// but not the process.
+//
+// It is found where the runtime put it: the cgroup that minicri wrote into
+// the container's spec. That cgroup's cgroup.procs lists the container's
+// own processes and nothing else, so finding the init costs what the
+// container is, never what the node's other processes hold (their fds, a
+// fifo named like the runtime's, a cgroup named like the container): none
+// of that is read, and nothing is killed or removed by a name.
 
-// strandedInitWait bounds the wait for a killed init to be gone.
+// strandedInitWait bounds the wait for killed processes to be gone and
+// their cgroup to be removable.
 const strandedInitWait = 5 * time.Second
 
-// execFifo is the name of the fifo a created container's init opens for
-// writing, which blocks until the runtime's start opens it for reading.
-const execFifo = "exec.fifo"
-
-// WaitingInits lists, by container ID, the processes that hold the exec
-// fifo of a container under the state root root open: the inits of the
-// containers created and not started, stranded or not. The caller tells
-// them apart by its records.
-func WaitingInits(root string) map[string][]int {
-	found := map[string][]int{}
-	if root == "" {
-		return found
-	}
-	prefix := filepath.Clean(root) + "/"
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		if id, ok := waitingOn(pid, prefix); ok {
-			found[id] = append(found[id], pid)
-		}
-	}
-	return found
-}
-
-// waitingOn reports the container whose exec fifo under prefix (a runtime
-// root and a slash) pid has open.
-func waitingOn(pid int, prefix string) (string, bool) {
-	fdDir := "/proc/" + strconv.Itoa(pid) + "/fd"
-	fds, _ := os.ReadDir(fdDir)
-	for _, fd := range fds {
-		target, err := os.Readlink(fdDir + "/" + fd.Name())
-		if err != nil {
-			continue
-		}
-		// The runtime's delete removed the fifo under it: the link says so.
-		target = strings.TrimSuffix(target, " (deleted)")
-		rest, ok := strings.CutPrefix(target, prefix)
-		if !ok {
-			continue
-		}
-		id, name, ok := strings.Cut(rest, "/")
-		if ok && name == execFifo && id != "" {
-			return id, true
-		}
-	}
-	return "", false
-}
-
-// KillStrandedInits kills, for each container ID of the state root root
-// for which keep is false, the inits waiting on its exec fifo, waits for
-// them to be gone and removes their cgroups. It returns the IDs it
-// killed inits of.
-func KillStrandedInits(root string, keep func(id string) bool) ([]string, error) {
-	var killed []string
-	var errs []error
-	for id, pids := range WaitingInits(root) {
-		if keep(id) {
-			continue
-		}
-		for _, pid := range pids {
-			if err := killStrandedInit(pid, root, id); err != nil {
-				errs = append(errs, fmt.Errorf("stranded init %d of %s: %w", pid, id, err))
-			}
-		}
-		killed = append(killed, id)
-	}
-	return killed, errors.Join(errs...)
-}
-
-// killStrandedInits kills the stranded inits of one container: what its
-// delete --force left.
-func killStrandedInits(root, id string) error {
-	_, err := KillStrandedInits(root, func(other string) bool { return other != id })
-	return err
-}
-
-// killStrandedInit SIGKILLs pid through a pidfd, once that pidfd shows it
-// still waits on id's exec fifo (not a process that reused the pid), then
-// removes the cgroups it was in once it is gone.
-func killStrandedInit(pid int, root, id string) error {
-	pidfd, err := unix.PidfdOpen(pid, 0)
-	if errors.Is(err, unix.ESRCH) {
+// removeStranded kills what is left in container id's cgroup (the spec's
+// cgroupsPath under driver) once the runtime's delete is done with a
+// container it did not know, and removes that cgroup in every hierarchy.
+// A cgroup that is not there (the runtime removed it, or never made it)
+// costs a failed open per hierarchy. A cgroup that is not the container's
+// own, as CgroupsPath names it (an NRI plugin may have moved the container
+// into a shared one), is not emptied: its other processes are not the
+// container's.
+func removeStranded(ctx context.Context, id, cgroupsPath string, driver CgroupDriver) error {
+	if cgroupsPath == "" {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("pidfd: %w", err)
+	rel, err := containerCgroup(id, cgroupsPath, driver)
+	if err != nil || rel == "" {
+		return err
 	}
-	defer unix.Close(pidfd)
-	if got, ok := waitingOn(pid, filepath.Clean(root)+"/"); !ok || got != id {
-		return nil // gone, or another process now
-	}
-	// Only the container's own cgroups, named after it (cgroupfs: ID;
-	// systemd: PREFIX-ID.scope): never a pod's or the host's a process
-	// that holds such a fifo happens to be in.
-	var cgroups []string
-	for _, dir := range cgroupDirs(pid) {
-		if strings.Contains(filepath.Base(dir), id) {
-			cgroups = append(cgroups, dir)
-		}
-	}
-	if err := unix.PidfdSendSignal(pidfd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("kill: %w", err)
-	}
-	// The pidfd turns readable when the process exits.
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	if n, err := unix.Poll(fds, int(strandedInitWait/time.Millisecond)); err != nil || n == 0 {
-		return fmt.Errorf("still there %s after SIGKILL (%v)", strandedInitWait, err)
-	}
-	return removeCgroups(cgroups)
+	return killCgroup(cgroupHierarchies(), rel, strandedWait(ctx))
 }
 
-// removeCgroups removes the given cgroup directories, retrying while the
-// kernel still counts a process that just exited in them.
-func removeCgroups(dirs []string) error {
-	deadline := time.Now().Add(strandedInitWait)
-	for _, dir := range dirs {
-		for {
-			err := unix.Rmdir(dir)
-			if err == nil || errors.Is(err, unix.ENOENT) {
-				break
+// strandedWait is how long killed processes may take to be gone: at most
+// strandedInitWait, and never past ctx's deadline (a restart's recovery
+// has one for all its work).
+func strandedWait(ctx context.Context) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok {
+		return max(min(strandedInitWait, time.Until(deadline)), 0)
+	}
+	return strandedInitWait
+}
+
+// containerCgroup is the path under each hierarchy's root of container
+// id's cgroup (cgroupsPath under driver); "" when that cgroup is not named
+// after the container, as CgroupsPath names it.
+func containerCgroup(id, cgroupsPath string, driver CgroupDriver) (string, error) {
+	rel, err := cgroupRelPath(cgroupsPath, driver)
+	if err != nil {
+		return "", err
+	}
+	if rel == "/" || rel == "." {
+		return "", fmt.Errorf("%w: cgroups path %q is a hierarchy's root", ErrInvalid, cgroupsPath)
+	}
+	own := id
+	if driver == SystemdDriver {
+		own = systemdScopePrefix + "-" + id + ".scope"
+	}
+	if id == "" || filepath.Base(rel) != own {
+		return "", nil
+	}
+	return rel, nil
+}
+
+// killCgroup SIGKILLs every process of the cgroup at rel in the given
+// hierarchies, waits for them to exit, and removes the cgroup's
+// directories. Each process is signalled through a pidfd opened before its
+// /proc/PID/cgroup is checked to be that cgroup, so that a process that
+// reused the pid of one that just exited is never signalled. A fork
+// between the read of cgroup.procs and the kill is found by the next read.
+func killCgroup(hierarchies []cgroupMount, rel string, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	var pidfds []int
+	defer func() {
+		for _, fd := range pidfds {
+			unix.Close(fd)
+		}
+	}()
+	killed := map[int]bool{}
+	for {
+		var pids []int
+		for _, h := range hierarchies {
+			pids = append(pids, cgroupProcs(filepath.Join(h.point, rel))...)
+		}
+		fresh := 0
+		for _, pid := range pids {
+			if killed[pid] {
+				continue
 			}
-			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-				return fmt.Errorf("remove cgroup %s: %w", dir, err)
+			killed[pid] = true
+			fd, err := killInCgroup(pid, hierarchies, rel)
+			if err != nil {
+				return err
 			}
-			time.Sleep(10 * time.Millisecond)
+			if fd >= 0 {
+				pidfds = append(pidfds, fd)
+				fresh++
+			}
+		}
+		if fresh == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: processes still forking after %s", rel, wait)
+		}
+	}
+	if err := waitExited(pidfds, deadline); err != nil {
+		return fmt.Errorf("cgroup %s: %w", rel, err)
+	}
+	for _, h := range hierarchies {
+		if err := removeCgroupDir(filepath.Join(h.point, rel), deadline); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// cgroupDirs lists the directories of pid's cgroups, in every hierarchy
-// mounted in the daemon's mount namespace (one on cgroup v2; one per
-// controller mount on v1, and the unified one of a hybrid host). A
-// process in a hierarchy's root has nothing to remove there.
-func cgroupDirs(pid int) []string {
+// killInCgroup SIGKILLs pid if it is in the cgroup at rel, and returns its
+// pidfd to wait on; -1 when it is gone or is not in that cgroup.
+func killInCgroup(pid int, hierarchies []cgroupMount, rel string) (int, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("pidfd of %d: %w", pid, err)
+	}
+	// Read after the pidfd is open: if pid now names a later process,
+	// the pidfd's own is gone and the signal below reaches nobody.
+	if !inCgroup(pid, hierarchies, rel) {
+		unix.Close(fd)
+		return -1, nil
+	}
+	err = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+	if errors.Is(err, unix.ESRCH) {
+		unix.Close(fd)
+		return -1, nil
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("kill %d: %w", pid, err)
+	}
+	return fd, nil
+}
+
+// inCgroup reports whether /proc/PID/cgroup puts pid in the cgroup at rel
+// in one of the hierarchies.
+func inCgroup(pid int, hierarchies []cgroupMount, rel string) bool {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
-		return nil
+		return false
 	}
-	mounts := cgroupMounts()
-	var dirs []string
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 || parts[2] == "/" || !filepath.IsAbs(parts[2]) {
+	for line := range strings.Lines(string(data)) {
+		parts := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(parts) != 3 || parts[2] != rel {
 			continue
 		}
-		for _, m := range mounts {
-			if m.serves(parts[1]) {
-				dirs = append(dirs, filepath.Join(m.point, filepath.Clean(parts[2])))
+		for _, h := range hierarchies {
+			if h.serves(parts[1]) {
+				return true
 			}
 		}
 	}
-	return dirs
+	return false
+}
+
+// cgroupProcs lists the processes of the cgroup directory dir; none when
+// it is not there.
+func cgroupProcs(dir string) []int {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for line := range strings.Lines(string(data)) {
+		if pid, err := strconv.Atoi(strings.TrimSpace(line)); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitExited waits until every pidfd is readable: its process exited.
+func waitExited(pidfds []int, deadline time.Time) error {
+	for _, fd := range pidfds {
+		for {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return errors.New("a process is still there after SIGKILL")
+			}
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(fds, int(left/time.Millisecond)+1)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("wait for a killed process: %w", err)
+			}
+			if n > 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// removeCgroupDir removes a cgroup directory, retrying while the kernel
+// still counts a process that just exited in it.
+func removeCgroupDir(dir string, deadline time.Time) error {
+	for {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+			return fmt.Errorf("remove cgroup %s: %w", dir, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // cgroupMount is a mounted cgroup hierarchy.
@@ -211,13 +268,23 @@ func (m cgroupMount) serves(controllers string) bool {
 	return true
 }
 
-// cgroupMounts lists the cgroup hierarchies mounted at their roots.
-func cgroupMounts() []cgroupMount {
+// cgroupHierarchies are the cgroup hierarchies mounted at their roots under
+// the cgroup root, where the runtime makes a container's cgroups (one on
+// cgroup v2; one per controller mount on v1, and the unified one of a
+// hybrid host). Read once: the host's cgroup mounts do not change under a
+// running daemon.
+var cgroupHierarchies = sync.OnceValue(func() []cgroupMount {
 	f, err := os.Open(mountinfo.Path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
+	return parseCgroupMounts(f, cgroupRoot)
+})
+
+// parseCgroupMounts reads a mountinfo file for the cgroup hierarchies
+// mounted at their roots at or under root.
+func parseCgroupMounts(f *os.File, root string) []cgroupMount {
 	var mounts []cgroupMount
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -228,6 +295,9 @@ func cgroupMounts() []cgroupMount {
 		fields := strings.Fields(line)
 		tail := strings.Fields(after)
 		if !ok || !found || len(fields) < 4 || fields[3] != "/" || len(tail) < 3 {
+			continue
+		}
+		if m.Point != root && !strings.HasPrefix(m.Point, root+"/") {
 			continue
 		}
 		switch tail[0] {

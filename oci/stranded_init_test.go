@@ -1,68 +1,258 @@
 package oci
 
 import (
+	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// TestKillStrandedInits: a process that holds a container's exec fifo under
-// the runtime root open, as a stranded `runc init` does, is found by that
-// fifo and killed, also once the runtime's delete removed the fifo; one of
-// a container the caller keeps is left alone.
-func TestKillStrandedInits(t *testing.T) {
-	root := t.TempDir()
-	hold := func(id string) *exec.Cmd {
-		t.Helper()
-		dir := filepath.Join(root, id)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		fifo := filepath.Join(dir, execFifo)
-		if err := unix.Mkfifo(fifo, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		// O_PATH, as runc hands it to its init.
-		f, err := os.OpenFile(fifo, unix.O_PATH, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		cmd := exec.Command("sleep", "60")
-		cmd.ExtraFiles = []*os.File{f}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		return cmd
+// testHierarchy is a cgroup hierarchy the tests may make cgroups in: the
+// pids one of a v1 host, or the v2 tree of a v2 host. Never the memory
+// one, whose cgroups would take the test's processes out of the memory
+// accounting they run under.
+func testHierarchy(t *testing.T) cgroupMount {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
 	}
-	stranded, kept := hold("stranded"), hold("kept")
-	// The runtime's delete --force of a container it does not know
-	// removes the state dir, fifo and all.
-	if err := os.RemoveAll(filepath.Join(root, "stranded")); err != nil {
+	for _, h := range cgroupHierarchies() {
+		if h.options["pids"] || (h.v2 && h.point == cgroupRoot) {
+			return h
+		}
+	}
+	t.Skip("no pids hierarchy and no v2 tree under " + cgroupRoot)
+	return cgroupMount{}
+}
+
+// makeCgroup makes the cgroup rel in h, removed at the end of the test.
+func makeCgroup(t *testing.T, h cgroupMount, rel string) string {
+	t.Helper()
+	dir := filepath.Join(h.point, rel)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	found := WaitingInits(root)
-	if !slices.Equal(found["stranded"], []int{stranded.Process.Pid}) || !slices.Equal(found["kept"], []int{kept.Process.Pid}) {
-		t.Fatalf("WaitingInits = %v, want stranded %d and kept %d", found, stranded.Process.Pid, kept.Process.Pid)
+	t.Cleanup(func() {
+		for d := dir; d != h.point; d = filepath.Dir(d) {
+			_ = unix.Rmdir(d)
+		}
+	})
+	return dir
+}
+
+// startIn starts sleep in the cgroup directory dir, or where the test runs
+// when dir is "".
+func startIn(t *testing.T, dir string, files ...*os.File) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	cmd.ExtraFiles = files
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
 	}
-	killed, err := KillStrandedInits(root, func(id string) bool { return id == "kept" })
-	if err != nil || !slices.Equal(killed, []string{"stranded"}) {
-		t.Fatalf("KillStrandedInits = %v, %v; want [stranded]", killed, err)
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+			t.Fatalf("move %d into %s: %v", cmd.Process.Pid, dir, err)
+		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- stranded.Wait() }()
+	return cmd
+}
+
+func exited(cmd *exec.Cmd, within time.Duration) bool {
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the stranded init still runs")
+		return true
+	case <-time.After(within):
+		return false
 	}
-	if err := kept.Process.Signal(unix.Signal(0)); err != nil {
-		t.Errorf("the init of a kept container was killed: %v", err)
+}
+
+// TestKillCgroupKillsOnlyTheContainersCgroup: the processes of the
+// container's own cgroup are killed and the cgroup removed; a process that
+// forges what the old search trusted (an exec.fifo under ROOT/ID/, a
+// cgroup whose name contains the ID, a child cgroup of another name) keeps
+// running, and its cgroups stay.
+func TestKillCgroupKillsOnlyTheContainersCgroup(t *testing.T) {
+	h := testHierarchy(t)
+	base := "minicri-test-" + strconv.Itoa(os.Getpid())
+	id := strings.Repeat("ab", 32)
+	rel := "/" + base + "/pod/" + id
+	ctr := makeCgroup(t, h, rel)
+	forgedCgroup := makeCgroup(t, h, "/"+base+"/pod/x-"+id+"-x.scope")
+
+	// The forger holds ROOT/ID/exec.fifo open, as a waiting init does.
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(root, id, runcExecFifo)
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(fifo, unix.O_PATH, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	forger := startIn(t, forgedCgroup, f)
+	bystander := startIn(t, "")
+	stranded := []*exec.Cmd{startIn(t, ctr), startIn(t, ctr)}
+
+	if err := killCgroup([]cgroupMount{h}, rel, 5*time.Second); err != nil {
+		t.Fatalf("killCgroup: %v", err)
+	}
+	for _, cmd := range stranded {
+		if !exited(cmd, 5*time.Second) {
+			t.Errorf("process %d of the container's cgroup still runs", cmd.Process.Pid)
+		}
+	}
+	if _, err := os.Stat(ctr); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the container's cgroup %s is still there (%v)", ctr, err)
+	}
+	for _, cmd := range []*exec.Cmd{forger, bystander} {
+		if err := cmd.Process.Signal(unix.Signal(0)); err != nil {
+			t.Errorf("process %d outside the container's cgroup was killed: %v", cmd.Process.Pid, err)
+		}
+	}
+	if _, err := os.Stat(forgedCgroup); err != nil {
+		t.Errorf("a cgroup whose name contains the ID was removed: %v", err)
+	}
+}
+
+// TestKillCgroupOfNoCgroup: a container whose cgroup is not there (the
+// runtime removed it) costs nothing and is no error.
+func TestKillCgroupOfNoCgroup(t *testing.T) {
+	h := cgroupMount{point: t.TempDir(), v2: true}
+	if err := killCgroup([]cgroupMount{h}, "/pod/gone", time.Second); err != nil {
+		t.Fatalf("killCgroup of a cgroup that is not there: %v", err)
+	}
+}
+
+// TestContainerCgroup: only a cgroup named after the container, as
+// CgroupsPath names it, is the container's to empty; a hierarchy's root,
+// where every process of the host is, is refused.
+func TestContainerCgroup(t *testing.T) {
+	id := strings.Repeat("cd", 32)
+	for _, tc := range []struct {
+		path   string
+		driver CgroupDriver
+		want   string
+		err    error
+	}{
+		{"/kubepods/pod1/" + id, CgroupfsDriver, "/kubepods/pod1/" + id, nil},
+		{"kubepods-pod1.slice:minicri:" + id, SystemdDriver, "/kubepods.slice/kubepods-pod1.slice/minicri-" + id + ".scope", nil},
+		// Moved by an NRI plugin into a shared cgroup: not emptied.
+		{"/kubepods/pod1", CgroupfsDriver, "", nil},
+		{"/kubepods/pod1/x-" + id, CgroupfsDriver, "", nil},
+		{"kubepods.slice:other:" + id, SystemdDriver, "", nil},
+		{"/", CgroupfsDriver, "", ErrInvalid},
+		{"/a/..", CgroupfsDriver, "", ErrInvalid},
+	} {
+		got, err := containerCgroup(id, tc.path, tc.driver)
+		if got != tc.want || !errors.Is(err, tc.err) {
+			t.Errorf("containerCgroup(%q, %s) = %q, %v; want %q, %v", tc.path, tc.driver, got, err, tc.want, tc.err)
+		}
+	}
+	if err := removeStranded(context.Background(), id, "", CgroupfsDriver); err != nil {
+		t.Errorf("removeStranded of no cgroup = %v, want nil", err)
+	}
+}
+
+// TestParseCgroupMounts: only the hierarchies mounted at their roots under
+// the cgroup root count, v1 with their controllers.
+func TestParseCgroupMounts(t *testing.T) {
+	const mountinfo = `31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+50 31 0:29 /sub /mnt/cpu rw,relatime - cgroup cgroup rw,cpu,cpuacct
+51 31 0:38 / /tmp/attacker/cgroup rw,relatime - cgroup2 cgroup2 rw
+`
+	path := filepath.Join(t.TempDir(), "mountinfo")
+	if err := os.WriteFile(path, []byte(mountinfo), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := parseCgroupMounts(f, "/sys/fs/cgroup")
+	var points []string
+	for _, m := range got {
+		points = append(points, m.point)
+	}
+	if want := "/sys/fs/cgroup/cpu,cpuacct /sys/fs/cgroup/systemd /sys/fs/cgroup/unified"; strings.Join(points, " ") != want {
+		t.Fatalf("hierarchies = %v, want %s", points, want)
+	}
+	if !got[0].serves("cpu,cpuacct") || got[0].serves("memory") || !got[1].serves("name=systemd") || !got[2].serves("") || got[0].serves("") {
+		t.Errorf("serves: %+v", got)
+	}
+}
+
+// TestDeleteOfStoppedContainerSparesTheRuntime: a container runc created
+// whose init exited is deleted without a runtime process (the runtime here
+// is a fake that records being run): runc's state, and the container's
+// cgroup in every hierarchy, are gone. A running one is left to runc.
+func TestDeleteOfStoppedContainerSparesTheRuntime(t *testing.T) {
+	rt := testRuntime(t, "runc")
+	if currentHost().cgroup2 {
+		t.Skip("checks the v1 hierarchies of this host")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := baseSpec(t, "/bin/true")
+	tc := createContainer(t, rt, c)
+	if err := rt.Start(ctx, c.ID); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if code, err := tc.wait(5 * time.Second); err != nil || code != 0 {
+		t.Fatalf("exit = %d, %v; want 0", code, err)
+	}
+	cgroupsPath, err := CgroupsPath(c.CgroupParent, c.ID, CgroupfsDriver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := filepath.Join(cgroupRoot, "pids", cgroupsPath)
+	if _, err := os.Stat(pids); err != nil {
+		t.Fatalf("the stopped container's cgroup: %v", err)
+	}
+	ran := filepath.Join(t.TempDir(), "ran")
+	fake := filepath.Join(t.TempDir(), "fake-runc")
+	writeFile(t, fake, "#!/bin/sh\necho \"$@\" >> "+ran+"\nexit 1\n")
+	if err := os.Chmod(fake, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spared := &Runtime{Path: fake, Root: rt.Root}
+	if err := spared.Delete(ctx, c.ID, true, cgroupsPath); err != nil {
+		t.Fatalf("Delete of a stopped container: %v", err)
+	}
+	if b, err := os.ReadFile(ran); err == nil {
+		t.Errorf("the runtime ran for the delete of a stopped container: %s", b)
+	}
+	if _, err := os.Stat(filepath.Join(rt.Root, c.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("runc's state after Delete: %v, want it gone", err)
+	}
+	for _, h := range cgroupHierarchies() {
+		if _, err := os.Stat(filepath.Join(h.point, cgroupsPath)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the container's cgroup in %s after Delete: %v, want it gone", h.point, err)
+		}
+	}
+
+	running := createContainer(t, rt, baseSpec(t, "/bin/sleep", "60"))
+	if err := spared.Delete(ctx, running.id, true, "/x/"+running.id); err == nil {
+		t.Error("Delete of a created container did not ask the runtime (the fake fails)")
+	}
+	if _, err := os.Stat(filepath.Join(rt.Root, running.id, runcStateFile)); err != nil {
+		t.Errorf("runc's state of the created container: %v, want it kept", err)
 	}
 }

@@ -289,23 +289,27 @@ func imageRef(img image.Image) string {
 func (s *Server) discardContainer(ctx context.Context, rec containerRecord) error {
 	var errs []error
 	if rt, err := s.runtimes.Get(rec.Handler); err == nil {
-		if err := rt.Delete(ctx, rec.ID, true); err != nil {
+		if err := rt.Delete(ctx, rec.ID, true, containerCgroup(rec)); err != nil {
 			errs = append(errs, fmt.Errorf("delete from runtime: %w", err))
 		}
 	}
+	phaseDone(ctx, "container_runtime_delete")
 	// The monitor writes its exit file into the bundle once the container
 	// is gone; removing the bundle under it could fail or leave that file.
 	s.waitMonitorDone(rec)
 	s.releaseMonitor(s.ctr(rec.ID))
+	phaseDone(ctx, "container_monitor")
 	if err := s.rootfs.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
 	if err := s.removeImageVolumes(rec.ImageVolumes); err != nil {
 		errs = append(errs, err)
 	}
+	phaseDone(ctx, "container_rootfs")
 	if err := os.RemoveAll(rec.Bundle); err != nil {
 		errs = append(errs, fmt.Errorf("remove bundle: %w", err))
 	}
+	phaseDone(ctx, "container_bundle")
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
@@ -314,7 +318,28 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	// After the delete: no ListContainers answer made before it is kept
 	// after it (see encodedContainers).
 	s.encodedContainers.removed(s.containers.Version())
+	phaseDone(ctx, "container_record")
 	return err
+}
+
+// containerCgroup is the cgroup minicri's spec gave the container: the
+// record's, or, for a create cut short before the record had it, the
+// bundle's config.json, which is written before the runtime starts.
+func containerCgroup(rec containerRecord) string {
+	if rec.CgroupsPath != "" {
+		return rec.CgroupsPath
+	}
+	return bundleCgroup(rec.Bundle)
+}
+
+// bundleCgroup is the cgroup named in the spec of a bundle minicri wrote;
+// "" when there is none.
+func bundleCgroup(bundle string) string {
+	spec, err := oci.ReadSpec(bundle)
+	if err != nil || spec.Linux == nil {
+		return ""
+	}
+	return spec.Linux.CgroupsPath
 }
 
 // waitMonitorDone waits, for killGrace at most, until the container's

@@ -22,7 +22,7 @@ type containerRuntime interface {
 	Start(ctx context.Context, id string) error
 	State(ctx context.Context, id string) (oci.State, error)
 	Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error
-	Delete(ctx context.Context, id string, force bool) error
+	Delete(ctx context.Context, id string, force bool, cgroupsPath string) error
 }
 
 // killGrace bounds the waits for a monitor to finish with a container that

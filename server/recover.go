@@ -208,7 +208,6 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 			s.sweep("container bundle", id, s.discardOrphanContainer(ctx, id))
 		}
 	}
-	s.sweepStrandedInits()
 	for _, id := range s.rootfs.Rootfses() {
 		// An image volume's rootfs is its container's (rootfsOwner).
 		if !knownContainer(rootfsOwner(id)) {
@@ -233,27 +232,6 @@ func (s *Server) sweepInfraProcesses(ctx context.Context) {
 			continue
 		}
 		s.sweep("pod infra process", id, conmon.StopPause(ctx, infra))
-	}
-}
-
-// sweepStrandedInits kills the container inits that wait, in this daemon's
-// runtime roots, for the start of a container no record names: a create
-// cut short after the runtime started the init but before it wrote its
-// state (the runtime's delete then leaves the init), found by the exec
-// fifo it holds (oci.WaitingInits). Their cgroups go with them.
-func (s *Server) sweepStrandedInits() {
-	for _, name := range s.runtimes.Names() {
-		rt, err := s.runtimes.Get(name)
-		if err != nil || rt.StateRoot() == "" {
-			continue
-		}
-		ids, err := oci.KillStrandedInits(rt.StateRoot(), s.hasContainerRecord)
-		for _, id := range ids {
-			s.sweep("stranded container init", id, nil)
-		}
-		if err != nil {
-			s.log.WithError(err).Warn("remove stranded container inits")
-		}
 	}
 }
 
@@ -291,22 +269,24 @@ func hasRecord[T any, O store.Object[T]](t *store.Table[T, O], dir, id string) b
 // is unknown, so every runtime is asked to forget it.
 func (s *Server) discardOrphanContainer(ctx context.Context, id string) error {
 	var errs []error
-	if err := conmon.StopCreate(filepath.Join(s.cfg.RunDir, "containers", id)); err != nil {
+	bundle := filepath.Join(s.cfg.RunDir, "containers", id)
+	if err := conmon.StopCreate(bundle); err != nil {
 		errs = append(errs, err)
 	}
+	cgroup := bundleCgroup(bundle)
 	for _, name := range s.runtimes.Names() {
 		rt, err := s.runtimes.Get(name)
 		if err != nil {
 			continue
 		}
-		if err := rt.Delete(ctx, id, true); err != nil {
+		if err := rt.Delete(ctx, id, true, cgroup); err != nil {
 			errs = append(errs, fmt.Errorf("delete from runtime %s: %w", name, err))
 		}
 	}
 	if err := s.rootfs.RemoveRootfs(id); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
-	if err := os.RemoveAll(filepath.Join(s.cfg.RunDir, "containers", id)); err != nil {
+	if err := os.RemoveAll(bundle); err != nil {
 		errs = append(errs, fmt.Errorf("remove bundle: %w", err))
 	}
 	return errors.Join(errs...)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
@@ -21,22 +20,7 @@ import (
 // buildPtraceProbe builds testdata/ptraceprobe, static, into a temp dir of
 // its own that a container can bind-mount and a pod's user namespace can
 // reach.
-func buildPtraceProbe(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", tmpPrefix+"ptrace-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cc := exec.Command("cc", "-static", "-O2", "-Wall", "-Wextra", "-o", filepath.Join(dir, "ptraceprobe"), "testdata/ptraceprobe/ptraceprobe.c")
-	if out, err := cc.CombinedOutput(); err != nil {
-		t.Fatalf("build the ptrace probe: %v\n%s", err, out)
-	}
-	return dir
-}
+func buildPtraceProbe(t *testing.T) string { return buildStaticC(t, "ptraceprobe") }
 
 // The infra process of a PID-sharing pod (PID 1 of its containers) holds
 // nothing worth taking (docs/security.md, "The pod infra process"): a

@@ -83,7 +83,7 @@ func (r *Runtime) Kills() []syscall.Signal {
 	return append([]syscall.Signal(nil), r.kills...)
 }
 
-func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
+func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath string) error {
 	return r.locked("Delete", &r.mu, func() {
 		delete(r.running, id)
 		r.deleted[id]++

@@ -134,7 +134,8 @@ func (s *Server) userNamespaceHandlers() []string {
 // them. Besides the config, like containerd: lastCNILoadStatus ("OK" or why
 // the network config does not load), and podCIDR, the node's pod CIDR as
 // UpdateRuntimeConfig last gave it (containerd shows it only inside the
-// config it writes from its template).
+// config it writes from its template); and checkpoint, whether
+// CheckpointContainer can work here (checkpointSupport).
 func (s *Server) statusInfo() (map[string]string, error) {
 	cniStatus := "OK"
 	if err := s.networkReady(); err != nil {
@@ -147,6 +148,7 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		// The handler of pods without a RuntimeClass, as chosen at start
 		// when runtime.default_handler is empty.
 		"defaultRuntimeHandler": s.cfg.Runtime.DefaultHandler,
+		"checkpoint":            s.checkpointSupport(),
 	}
 	out := make(map[string]string, len(info))
 	for k, v := range info {
@@ -157,4 +159,24 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		out[k] = string(data)
 	}
 	return out, nil
+}
+
+// checkpointInfo is Status's verbose "checkpoint": whether CRIU works here,
+// which one, and if not, why (what CheckpointContainer answers then).
+type checkpointInfo struct {
+	Available   bool   `json:"available"`
+	CRIU        string `json:"criu,omitempty"`
+	CRIUVersion string `json:"criuVersion,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// checkpointSupport probes CRIU the first time (a dump of a process of its
+// own) and then while its binary is the same file, answers what it found.
+func (s *Server) checkpointSupport() checkpointInfo {
+	st := s.criu.Check()
+	info := checkpointInfo{Available: st.Err == nil, CRIU: st.Path, CRIUVersion: st.VersionString()}
+	if st.Err != nil {
+		info.Reason = st.Err.Error()
+	}
+	return info
 }

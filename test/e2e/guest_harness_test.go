@@ -502,7 +502,7 @@ func (g *Guest) fillShare(t *testing.T) error {
 		return fmt.Errorf("hack/build-runc.sh --path: %v", err)
 	}
 	copies := map[string]string{
-		strings.TrimSpace(string(runc)):                              "runc",
+		strings.TrimSpace(string(runc)):                               "runc",
 		filepath.Join(root, "contrib/cni/10-minicri-bridge.conflist"): "10-minicri-bridge.conflist",
 	}
 	if k := os.Getenv(kubeletEnv); k != "" {

@@ -508,6 +508,9 @@ func (g *Guest) fillShare(t *testing.T) error {
 	if k := os.Getenv(kubeletEnv); k != "" {
 		copies[k] = "kubelet"
 	}
+	if c := os.Getenv(critestEnv); c != "" {
+		copies[c] = "critest"
+	}
 	for src, name := range copies {
 		if _, err := os.Stat(src); err != nil {
 			return fmt.Errorf("%v (make deps builds runc, make kubelet the kubelet)", err)

@@ -457,14 +457,19 @@ func Default() Config {
 			Enabled:  true,
 			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
 		},
-		// containerd's and cri-o's defaults (the NRI library's).
+		// containerd's and cri-o's defaults (the NRI library's), but for
+		// the request timeout: 5s, not 2s. It bounds a plugin's Synchronize
+		// too, and a plugin dropped there misses every pod and container made
+		// meanwhile (they wait for the synchronization, then are told to
+		// the plugins that remain); cri-tools' NRI synchronization specs
+		// hold a Synchronize open for 2s and fail on 2s.
 		NRI: NRIConfig{
 			Enabled:                   true,
 			SocketPath:                "/var/run/nri/nri.sock",
 			PluginPath:                "/opt/nri/plugins",
 			PluginConfigPath:          "/etc/nri/conf.d",
 			PluginRegistrationTimeout: Duration(5 * time.Second),
-			PluginRequestTimeout:      Duration(2 * time.Second),
+			PluginRequestTimeout:      Duration(5 * time.Second),
 		},
 	}
 }

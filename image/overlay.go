@@ -32,7 +32,7 @@ func (s *Store) layerDir(chainID string) string {
 
 // mountOverlay mounts lowers (top first) under upper at target. With no
 // upper dir (upper == "") the overlay is an image volume: read-only,
-// nosuid, nodev and noexec, as the container gets it (ociMounts).
+// nosuid and nodev, as the container gets it (ociMounts).
 func (s *Store) mountOverlay(lowers []string, upper, work, target string) error {
 	if !forceLegacyMount {
 		err := mountOverlayFsconfig(lowers, upper, work, target)
@@ -77,7 +77,7 @@ func mountOverlayFsconfig(lowers []string, upper, work, target string) error {
 	}
 	var attrs int
 	if upper == "" {
-		attrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC
+		attrs = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
 	}
 	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, attrs)
 	if err != nil {
@@ -113,7 +113,7 @@ func mountOverlayLegacy(lowers []string, upper, work, target string) error {
 	if upper != "" {
 		data += ",upperdir=" + upper + ",workdir=" + work
 	} else {
-		flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+		flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 	}
 	if len(data) >= os.Getpagesize() {
 		return fmt.Errorf("overlay: %d layers need %d bytes of mount options, the kernel takes %d (a kernel of 6.8 or later has no such limit)",

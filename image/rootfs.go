@@ -239,7 +239,7 @@ func bindReadOnly(source, target, id string) error {
 	if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("mount image volume %s: %w", id, err)
 	}
-	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		_ = unix.Unmount(target, unix.MNT_DETACH)
 		return fmt.Errorf("mount image volume %s read-only: %w", id, err)
 	}

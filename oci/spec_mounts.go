@@ -141,7 +141,7 @@ func bindMount(m Mount) (specs.Mount, error) {
 	}
 	options := []string{"rbind", propagation, mode}
 	if m.Inert {
-		options = append(options, "nosuid", "nodev", "noexec")
+		options = append(options, "nosuid", "nodev")
 	}
 	return specs.Mount{
 		Destination: path.Clean(m.ContainerPath),

@@ -103,8 +103,10 @@ type Mount struct {
 	// (the runtime's "rro" option); it needs Readonly and private
 	// propagation, and a runtime whose features list "rro".
 	RecursiveReadOnly bool
-	// Inert mounts it nosuid, nodev and noexec: files to read, never to
-	// run or open as devices (an image volume).
+	// Inert mounts it nosuid and nodev (an image volume): its binaries
+	// run, but a setuid one raises no privileges, and its device nodes
+	// open nothing. Not noexec: KEP-4639 lets a pod run what an image
+	// volume ships.
 	Inert       bool
 	Propagation Propagation
 	// SelinuxRelabel is accepted and ignored: minicri does not run with SELinux.

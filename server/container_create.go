@@ -29,6 +29,13 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if err != nil {
 		return nil, toStatus(fmt.Errorf("pod sandbox %.80q: %w", req.GetPodSandboxId(), err))
 	}
+	// A sandbox still being made is not ready: its RunPodSandbox, which
+	// holds the sandbox's lock, has not answered (it may be waiting in an
+	// NRI plugin's RunPodSandbox hook, which knows the ID). Refused at once
+	// rather than waited for, before anything of the container is made.
+	if sb, err := s.sandboxes.Get(sbID); err == nil && !madeRecord(sb.State) {
+		return nil, toStatus(sandboxNotReady(sb))
+	}
 	// The sandbox's lock keeps it from being stopped or removed under us.
 	_, unlockSandbox := s.lockPod(sbID)
 	defer unlockSandbox()

@@ -33,8 +33,8 @@ type rootfsMounter interface {
 type imageVolume struct {
 	ID       string // the image store's rootfs ID: imageVolumeID
 	Mount    int    // the index of its mount in the container config
-	ImageID  string // the image's config digest
-	ImageRef string // the image's repo digest, or its ID: what ContainerStatus reports
+	ImageID  string // the image's config digest: PullImage's image_ref, the mount's in ContainerStatus
+	ImageRef string // the image's repo digest, or its ID: ContainerStatus' mount image
 }
 
 // imageVolumeSep joins a container ID and the index of one of its image

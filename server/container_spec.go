@@ -90,9 +90,10 @@ func resolveUser(rootfs string, img image.Image, sc *runtime.LinuxContainerSecur
 
 // ociMounts turns the CRI mounts into bind mounts; an image volume binds
 // its mounted image, from volumeSources (by mount index), read-only (as
-// validated) and inert (nosuid, nodev, noexec), as Kubernetes documents
-// image volumes: a setuid binary of the image must not run as root in a
-// container of another user.
+// validated) and inert (nosuid, nodev): a setuid binary of the image must
+// not run as root in a container of another user. Its binaries may run:
+// KEP-4639 dropped noexec from image volumes (kubernetes/enhancements#5354),
+// and cri-tools checks that a binary of the volume runs.
 func ociMounts(mounts []*runtime.Mount, volumeSources map[int]string) []oci.Mount {
 	out := make([]oci.Mount, 0, len(mounts))
 	for i, m := range mounts {

@@ -55,7 +55,7 @@ func TestSecurityProfiles(t *testing.T) {
 	}
 }
 
-// An image volume binds its mounted image inert (nosuid, nodev, noexec);
+// An image volume binds its mounted image inert (nosuid, nodev);
 // a host path mount stays as asked.
 func TestOCIMountsImageVolumeIsInert(t *testing.T) {
 	mounts := []*runtime.Mount{

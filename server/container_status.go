@@ -64,10 +64,9 @@ func containerStatus(rec containerRecord, cfg *runtime.ContainerConfig) *runtime
 }
 
 // statusMounts are the config's mounts; an image volume names the image it
-// mounted by digest, in image and in image_ref (KEP-5365: the kubelet shows
-// image_ref in the pod's volume mount status, as it shows the container's
-// own image_ref as its imageID, so both are the same form: a repo digest,
-// else the image ID).
+// mounted: image is its repo digest (else its ID), and image_ref (KEP-5365,
+// what the kubelet shows in the pod's volume mount status) is exactly what
+// PullImage answered as image_ref, the image ID, as cri-tools checks.
 func statusMounts(rec containerRecord, cfg *runtime.ContainerConfig) []*runtime.Mount {
 	if len(rec.ImageVolumes) == 0 {
 		return cfg.GetMounts()
@@ -79,7 +78,7 @@ func statusMounts(rec containerRecord, cfg *runtime.ContainerConfig) []*runtime.
 			continue
 		}
 		m := proto.Clone(mounts[v.Mount]).(*runtime.Mount)
-		m.Image = &runtime.ImageSpec{Image: v.ImageRef, ImageRef: v.ImageRef, Annotations: m.GetImage().GetAnnotations()}
+		m.Image = &runtime.ImageSpec{Image: v.ImageRef, ImageRef: v.ImageID, Annotations: m.GetImage().GetAnnotations()}
 		mounts[v.Mount] = m
 	}
 	return mounts

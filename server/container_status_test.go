@@ -6,8 +6,9 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// The kubelet (KEP-5365) reports an image volume's digest from the
-// mount's image_ref; the config's mount itself stays as the kubelet sent it.
+// The kubelet (KEP-5365) reports an image volume's image from the mount's
+// image_ref, which is what PullImage answered (the image ID); image names
+// it by digest; the config's mount itself stays as the kubelet sent it.
 func TestStatusMountsNameTheImageVolumesDigest(t *testing.T) {
 	const digest = "registry.local/vol@sha256:0123"
 	cfg := &runtime.ContainerConfig{Mounts: []*runtime.Mount{
@@ -20,8 +21,8 @@ func TestStatusMountsNameTheImageVolumesDigest(t *testing.T) {
 		t.Fatalf("mounts = %v, want the config's two, the first not an image", got)
 	}
 	img := got[1].GetImage()
-	if img.GetImageRef() != digest || img.GetImage() != digest || img.GetAnnotations()["a"] != "b" {
-		t.Errorf("image volume's image = %v, want image and image_ref %q and the annotations kept", img, digest)
+	if img.GetImageRef() != "sha256:0123" || img.GetImage() != digest || img.GetAnnotations()["a"] != "b" {
+		t.Errorf("image volume's image = %v, want image %q, image_ref sha256:0123 and the annotations kept", img, digest)
 	}
 	if cfg.Mounts[1].GetImage().GetImage() != "registry.local/vol:v1" || cfg.Mounts[1].GetImage().GetImageRef() != "" {
 		t.Errorf("the config's mount was changed: %v", cfg.Mounts[1])

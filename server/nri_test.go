@@ -240,3 +240,98 @@ func TestNRIResourcesRoundTrip(t *testing.T) {
 		t.Errorf("adjusted = %v, want memory 32 MiB and the rest kept", got)
 	}
 }
+
+// slowSyncPlugin joins late; its Synchronize records the containers it is
+// given, then blocks until release is closed (or its context ends); it
+// records every container it is told of by CreateContainer.
+type slowSyncPlugin struct {
+	reached chan struct{}
+	release chan struct{}
+
+	mu      sync.Mutex
+	synced  []string
+	created []string
+}
+
+func (p *slowSyncPlugin) Synchronize(ctx context.Context, _ []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	p.mu.Lock()
+	for _, c := range ctrs {
+		p.synced = append(p.synced, c.GetId())
+	}
+	p.mu.Unlock()
+	close(p.reached)
+	select {
+	case <-p.release:
+	case <-ctx.Done():
+	}
+	return nil, nil
+}
+
+func (p *slowSyncPlugin) CreateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.created = append(p.created, c.GetId())
+	return nil, nil, nil
+}
+
+func (p *slowSyncPlugin) knows(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Contains(p.synced, id) || slices.Contains(p.created, id)
+}
+
+// A container made while a late-joining plugin's Synchronize is in
+// progress reaches the plugin, in the Synchronize set or as a
+// CreateContainer event, never neither (the NRI spec; cri-tools' "NRI
+// plugin synchronization" specs), also when the plugin takes longer over
+// its Synchronize than the peers' 2s request timeout, as cri-tools' does.
+func TestNRIContainerMadeDuringLateSyncReachesThePlugin(t *testing.T) {
+	ts := newTestServer(t)
+	ts.withNRIPlugin(t, &refusingPlugin{refused: map[string]bool{}, synced: make(chan struct{})})
+	podCfg := podConfig("late")
+	podID := ts.runPod(t, podCfg)
+	before := ts.createCtr(t, podID, podCfg, ctrConfig("before"))
+
+	late := &slowSyncPlugin{reached: make(chan struct{}), release: make(chan struct{})}
+	st, err := stub.New(late, stub.WithPluginName("late"), stub.WithPluginIdx("20"), stub.WithSocketPath(ts.cfg.NRI.SocketPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	select {
+	case <-late.reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the late plugin was never synchronized")
+	}
+	created := make(chan string, 1)
+	go func() {
+		id, err := ts.CreateContainer(bg, &runtime.CreateContainerRequest{PodSandboxId: podID, Config: ctrConfig("during"), SandboxConfig: podCfg})
+		if err != nil {
+			t.Errorf("CreateContainer during the late plugin's Synchronize: %v", err)
+		}
+		created <- id.GetContainerId()
+	}()
+	// Held open a while, with the create waiting, as cri-tools holds it
+	// (2s: the peers' request timeout, which dropped the plugin here).
+	time.Sleep(2500 * time.Millisecond)
+	close(late.release)
+	during := <-created
+	after := ts.createCtr(t, podID, podCfg, ctrConfig("after"))
+	for _, id := range []string{before, during, after} {
+		if id == "" {
+			continue
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !late.knows(id) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !late.knows(id) {
+			late.mu.Lock()
+			t.Errorf("container %s never reached the late plugin: synchronized with %v, told of %v", id, late.synced, late.created)
+			late.mu.Unlock()
+		}
+	}
+}

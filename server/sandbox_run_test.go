@@ -6,10 +6,13 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/server/internal/fake"
 )
 
@@ -158,4 +161,54 @@ func TestRunPodSandboxWritesPodFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// CreateContainer on a sandbox whose RunPodSandbox has not answered (here
+// held in its network's set-up; with NRI, in a plugin's RunPodSandbox hook,
+// which knows the ID) is refused at once, sandbox not ready, and leaves
+// nothing of the container; once the pod is made, the create works.
+func TestCreateContainerInSandboxBeingMadeIsRefused(t *testing.T) {
+	ts := newTestServer(t)
+	reached, release := make(chan string, 1), make(chan struct{})
+	ts.network.OnSetup = func(pn network.PodNetwork) {
+		reached <- pn.ID
+		<-release
+	}
+	podCfg := podConfig("slow")
+	ran := make(chan error, 1)
+	go func() {
+		_, err := ts.RunPodSandbox(bg, &runtime.RunPodSandboxRequest{Config: podCfg})
+		ran <- err
+	}()
+	var podID string
+	select {
+	case podID = <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunPodSandbox never reached the network's set-up")
+	}
+	created := make(chan error, 1)
+	go func() {
+		_, err := ts.CreateContainer(bg, &runtime.CreateContainerRequest{PodSandboxId: podID, Config: ctrConfig("early"), SandboxConfig: podCfg})
+		created <- err
+	}()
+	select {
+	case err := <-created:
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "not ready") {
+			t.Errorf("CreateContainer in a sandbox being made: %v, want FailedPrecondition, not ready", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("CreateContainer in a sandbox being made waited for its RunPodSandbox instead of failing")
+	}
+	close(release)
+	if err := <-ran; err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	if n := len(ts.containers.List()); n != 0 {
+		t.Errorf("the refused create left %d container records", n)
+	}
+	if ids := idDirs(filepath.Join(ts.cfg.RunDir, "containers")); len(ids) != 0 {
+		t.Errorf("the refused create left bundles: %v", ids)
+	}
+	ts.network.OnSetup = nil
+	ts.createCtr(t, podID, podCfg, ctrConfig("early"))
 }

@@ -72,8 +72,8 @@ func TestImageVolume(t *testing.T) {
 			t.Errorf("ContainerStatus.mounts[%d].image = %q, want the image's digest %q", i, got, want)
 		}
 		// What the kubelet shows in the pod's volume mount status.
-		if got, want := m.GetImage().GetImageRef(), vol.digestRef(); got != want {
-			t.Errorf("ContainerStatus.mounts[%d].image.image_ref = %q, want the image's digest %q", i, got, want)
+		if got, want := m.GetImage().GetImageRef(), vol.id; got != want {
+			t.Errorf("ContainerStatus.mounts[%d].image.image_ref = %q, want the image ID %q", i, got, want)
 		}
 	}
 	if err := d.Images.RemoveImage(ctx, &runtime.ImageSpec{Image: vol.ref}); status.Code(err) != codes.FailedPrecondition {
@@ -90,6 +90,35 @@ func TestImageVolume(t *testing.T) {
 	}
 	if err := d.Images.RemoveImage(ctx, &runtime.ImageSpec{Image: vol.ref}); err != nil {
 		t.Fatalf("RemoveImage after the container went: %v", err)
+	}
+}
+
+// The kubelet (and cri-tools) pulls an image volume's image, then mounts it
+// by what PullImage answered; ContainerStatus reports exactly that as the
+// mount's image_ref (KEP-5365), not a repo digest.
+func TestImageVolumeStatusImageRefIsPullImageRef(t *testing.T) {
+	d, ref, vol := startImageVolumeDaemon(t)
+	pulled := d.pull(t, vol.ref)
+	podCfg := d.hostNetworkPod("imgvolref")
+	pod := d.runPod(t, podCfg)
+	cfg := containerConfig("holder", ref, "sleep", "3600")
+	cfg.Mounts = []*runtime.Mount{{ContainerPath: "/vol", Readonly: true,
+		Image: &runtime.ImageSpec{Image: pulled, UserSpecifiedImage: vol.ref}}}
+	ctx := context.Background()
+	id, err := d.Runtime.CreateContainer(ctx, pod, cfg, podCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.Runtime.ContainerStatus(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := st.GetStatus().GetMounts()
+	if len(mounts) != 1 || mounts[0].GetImage().GetImageRef() != pulled {
+		t.Fatalf("ContainerStatus mounts %v: want /vol with image_ref %q, what PullImage answered", mounts, pulled)
+	}
+	if err := d.Runtime.RemoveContainer(ctx, id); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -20,11 +20,17 @@ type Network struct {
 	attached map[string]network.PodNetwork // by pod ID
 	// Templates counts the CNI configs written from a template.
 	Templates int
+	// OnSetup, when set, runs at the start of every Setup: a test holds a
+	// RunPodSandbox there, its sandbox still being made.
+	OnSetup func(network.PodNetwork)
 }
 
 func NewNetwork() *Network { return &Network{attached: map[string]network.PodNetwork{}} }
 
 func (n *Network) Setup(ctx context.Context, pn network.PodNetwork) (network.Result, error) {
+	if n.OnSetup != nil {
+		n.OnSetup(pn)
+	}
 	if err := n.err("Setup"); err != nil {
 		return network.Result{}, err
 	}

@@ -55,10 +55,56 @@ Restart=no
 func TestGuestKubelet(t *testing.T) {
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	g.startKubelet(t, d)
+
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: default
+spec:
+  containers:
+  - name: c
+    image: %s
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo ok >/tmp/ready; exec sleep 3600"]
+    readinessProbe:
+      exec:
+        command: ["cat", "/tmp/ready"]
+      periodSeconds: 2
+`, guestBusyboxRef)
+	g.WriteFile(t, "/etc/kubernetes/manifests/web.yaml", []byte(manifest), 0o644)
+
+	pod := g.waitKubeletPod(t, "web", "Ready", g.Timeout(90*time.Second), podReady)
+	journal := g.Journal("kubelet.service", 2000)
+	if !regexp.MustCompile(`cgroupDriver="?systemd`).MatchString(journal) {
+		t.Errorf("the kubelet's journal does not say it uses the systemd cgroup driver")
+	}
+	slice := "kubepods-besteffort-pod" + strings.ReplaceAll(string(pod.UID), "-", "_") + ".slice"
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
+	defer cancel()
+	cs, err := d.Runtime.ListContainers(ctx, &runtime.ContainerFilter{
+		State:         &runtime.ContainerStateValue{State: runtime.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(pod.UID)}})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("the static pod's running containers in minicri: %v %v", cs, err)
+	}
+	if got := g.systemdProperty(t, "minicri-"+cs[0].GetId()+".scope", "Slice"); got != slice {
+		t.Errorf("the container's scope is in %q, want the kubelet's pod slice %s", got, slice)
+	}
+}
+
+// startKubelet runs the kubelet in the guest as kubelet.service with
+// guestKubeletConfig (static pods from /etc/kubernetes/manifests, its API
+// on 127.0.0.1:10250 open to anonymous callers). When the test ends it
+// removes the static pods, stops the kubelet, removes the pods it left in
+// minicri and fails the test if anything of them stayed in the guest.
+func (g *Guest) startKubelet(t *testing.T, d *Daemon) {
+	t.Helper()
 	if os.Getenv(kubeletEnv) == "" {
 		t.Fatalf("%s is not set: the guest stage runs the real kubelet (make guest-test sets it)", kubeletEnv)
 	}
-	d := g.CRI(t)
 	g.WriteFile(t, "/etc/kubernetes/kubelet.yaml", []byte(guestKubeletConfig), 0o644)
 	g.WriteFile(t, "/etc/systemd/system/kubelet.service", []byte(guestKubeletUnit), 0o644)
 	g.Run(t, "mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl start kubelet.service")
@@ -96,26 +142,14 @@ func TestGuestKubelet(t *testing.T) {
 		}
 	})
 
-	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-  namespace: default
-spec:
-  containers:
-  - name: c
-    image: %s
-    imagePullPolicy: Never
-    command: ["sh", "-c", "echo ok >/tmp/ready; exec sleep 3600"]
-    readinessProbe:
-      exec:
-        command: ["cat", "/tmp/ready"]
-      periodSeconds: 2
-`, guestBusyboxRef)
-	g.WriteFile(t, "/etc/kubernetes/manifests/web.yaml", []byte(manifest), 0o644)
+}
 
+// waitKubeletPod waits until the guest kubelet's static pod name (its
+// name without the node's suffix) meets cond, as its /pods API shows it.
+func (g *Guest) waitKubeletPod(t *testing.T, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
+	t.Helper()
 	var pod *corev1.Pod
-	waitFor(t, "the static pod to be Ready", g.Timeout(90*time.Second), func() bool {
+	waitFor(t, "the static pod "+name+" to be "+what, timeout, func() bool {
 		out, err := g.run("curl -sk --max-time 10 https://127.0.0.1:10250/pods")
 		if err != nil {
 			return false
@@ -125,27 +159,12 @@ spec:
 			return false
 		}
 		for i := range list.Items {
-			if strings.HasPrefix(list.Items[i].Name, "web-") && podReady(&list.Items[i]) {
+			if strings.HasPrefix(list.Items[i].Name, name+"-") && cond(&list.Items[i]) {
 				pod = &list.Items[i]
 				return true
 			}
 		}
 		return false
 	})
-	journal := g.Journal("kubelet.service", 2000)
-	if !regexp.MustCompile(`cgroupDriver="?systemd`).MatchString(journal) {
-		t.Errorf("the kubelet's journal does not say it uses the systemd cgroup driver")
-	}
-	slice := "kubepods-besteffort-pod" + strings.ReplaceAll(string(pod.UID), "-", "_") + ".slice"
-	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
-	defer cancel()
-	cs, err := d.Runtime.ListContainers(ctx, &runtime.ContainerFilter{
-		State:         &runtime.ContainerStateValue{State: runtime.ContainerState_CONTAINER_RUNNING},
-		LabelSelector: map[string]string{"io.kubernetes.pod.uid": string(pod.UID)}})
-	if err != nil || len(cs) != 1 {
-		t.Fatalf("the static pod's running containers in minicri: %v %v", cs, err)
-	}
-	if got := g.systemdProperty(t, "minicri-"+cs[0].GetId()+".scope", "Slice"); got != slice {
-		t.Errorf("the container's scope is in %q, want the kubelet's pod slice %s", got, slice)
-	}
+	return pod
 }

@@ -11,6 +11,7 @@ set -euo pipefail
 packages=(
 	runc                         # the default OCI runtime
 	crun                         # the optional OCI runtime (runtime handler "crun")
+	criu                         # CheckpointContainer: runc checkpoint runs it (docs/operations.md)
 	containernetworking-plugins  # bridge, host-local, loopback, portmap CNI plugins
 	iptables                     # used by the bridge and portmap plugins
 	iproute2                     # ip netns, used by tests to inspect namespaces

@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/tarfile"
 )
 
 // WriteRootfsDiff writes to w what container rootfs id changed in its
@@ -109,30 +111,8 @@ func (d *rootfsDiff) add(p string, entry fs.DirEntry, err error) error {
 	if !fi.Mode().IsRegular() {
 		return d.tw.WriteHeader(hdr)
 	}
-	return d.addRegular(p, hdr, fi)
-}
-
-// addRegular copies a regular file, opened without following a link and
-// checked to be the file that was listed.
-func (d *rootfsDiff) addRegular(p string, hdr *tar.Header, listed fs.FileInfo) error {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() || !os.SameFile(fi, listed) {
-		return fmt.Errorf("%s changed while read: pause the container first", p)
-	}
-	hdr.Size = fi.Size()
-	if err := d.tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	if _, err := io.CopyN(d.tw, f, hdr.Size); err != nil {
-		return fmt.Errorf("%s: %w", p, err)
+	if err := tarfile.AddRegular(d.tw, p, hdr, fi); err != nil {
+		return fmt.Errorf("%w (pause the container first)", err)
 	}
 	return nil
 }

@@ -11,9 +11,8 @@ import (
 	"path/filepath"
 
 	metadata "github.com/checkpoint-restore/checkpointctl/lib"
-	"golang.org/x/sys/unix"
-
 	"github.com/minicri/minicri/internal/atomicfile"
+	"github.com/minicri/minicri/internal/tarfile"
 )
 
 // A container checkpoint archive is a tar in the layout containerd and
@@ -108,27 +107,7 @@ func addTree(ctx context.Context, tw *tar.Writer, dir string) error {
 	})
 }
 
-// addFile adds the regular file at path as name, as large as it was when
-// opened (a log may grow meanwhile). A symlink in its place is refused.
+// addFile adds the regular file at path as name.
 func addFile(tw *tar.Writer, path, name string) error {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s: not a regular file", path)
-	}
-	hdr := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	if _, err := io.CopyN(tw, f, fi.Size()); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
+	return tarfile.AddRegular(tw, path, &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600}, nil)
 }

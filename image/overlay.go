@@ -8,19 +8,21 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/kernelfeat"
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // Overlay mounts. The classic mount(2) takes all options in one page
-// (4 KiB), which a hundred layer paths overflow. Kernels from 6.8 take each
-// lower dir on its own ("lowerdir+" through fsconfig), which has no such
-// limit; older kernels get the classic mount with short symlinks (l/<12 hex
-// digits of the chain ID>) in place of the layer paths.
-
-// forceLegacyMount makes mountOverlay skip the new mount API (tests).
-var forceLegacyMount = false
-
-// errNoLowerdirPlus: the kernel's overlay does not know "lowerdir+".
-var errNoLowerdirPlus = errors.New(`overlay does not support "lowerdir+"`)
+// (4 KiB), which a hundred absolute layer paths overflow. Kernels from 6.8
+// take each lower dir on its own ("lowerdir+" through fsconfig), which has
+// no such limit; whether this kernel does is asked of kernelfeat, which
+// creates such an overlay once (before 6.5 the key is accepted and only the
+// create fails, so trying the key tells nothing). Older kernels get the
+// classic mount with short relative links (l/<12 hex digits of the chain
+// ID>) in place of the layer paths, mounted from a thread whose working
+// directory is the store's root (as containerd does): 15 bytes a layer,
+// room for some 250.
 
 // shortLinkLen is how many hex digits of a chain ID name its short link.
 const shortLinkLen = 12
@@ -34,17 +36,14 @@ func (s *Store) layerDir(chainID string) string {
 // upper dir (upper == "") the overlay is an image volume: read-only,
 // nosuid and nodev, as the container gets it (ociMounts).
 func (s *Store) mountOverlay(lowers []string, upper, work, target string) error {
-	if !forceLegacyMount {
-		err := mountOverlayFsconfig(lowers, upper, work, target)
-		if !errors.Is(err, errNoLowerdirPlus) && !errors.Is(err, unix.ENOSYS) {
-			return err
-		}
+	if kernelfeat.OverlayLowerdirPlus.Supported() {
+		return mountOverlayFsconfig(lowers, upper, work, target)
 	}
 	short, err := s.shortLinks(lowers)
 	if err != nil {
 		return err
 	}
-	return mountOverlayLegacy(short, upper, work, target)
+	return mountOverlayLegacy(s.root, short, upper, work, target)
 }
 
 func mountOverlayFsconfig(lowers []string, upper, work, target string) error {
@@ -53,11 +52,8 @@ func mountOverlayFsconfig(lowers []string, upper, work, target string) error {
 		return fmt.Errorf("fsopen overlay: %w", err)
 	}
 	defer unix.Close(fd)
-	for i, dir := range lowers {
+	for _, dir := range lowers {
 		if err := unix.FsconfigSetString(fd, "lowerdir+", dir); err != nil {
-			if i == 0 && errors.Is(err, unix.EINVAL) {
-				return errNoLowerdirPlus
-			}
 			return fmt.Errorf("overlay lower dir %s: %w%s", dir, err, fsLog(fd))
 		}
 	}
@@ -107,27 +103,50 @@ func fsLog(fd int) string {
 	return " (" + strings.Join(msgs, "; ") + ")"
 }
 
-func mountOverlayLegacy(lowers []string, upper, work, target string) error {
-	data := "lowerdir=" + strings.Join(lowers, ":") + ",index=off"
+// mountOverlayLegacy mounts with mount(2), from a thread whose working
+// directory is dir: lowers may be relative to it (the short links).
+func mountOverlayLegacy(dir string, lowers []string, upper, work, target string) error {
 	var flags uintptr
-	if upper != "" {
-		data += ",upperdir=" + upper + ",workdir=" + work
-	} else {
+	if upper == "" {
 		flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV
 	}
-	if len(data) >= os.Getpagesize() {
-		return fmt.Errorf("overlay: %d layers need %d bytes of mount options, the kernel takes %d (a kernel of 6.8 or later has no such limit)",
-			len(lowers), len(data), os.Getpagesize()-1)
+	data, err := legacyOverlayOptions(lowers, upper, work)
+	if err != nil {
+		return err
 	}
-	if err := unix.Mount("overlay", target, "overlay", flags, data); err != nil {
-		return fmt.Errorf("mount overlay on %s: %w", target, err)
-	}
-	return nil
+	return osthread.Throwaway(func() error {
+		// A working directory of this thread's own: the daemon's other
+		// threads keep theirs.
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			return fmt.Errorf("overlay mount: own working directory: %w", err)
+		}
+		if err := unix.Chdir(dir); err != nil {
+			return fmt.Errorf("overlay mount: %w", err)
+		}
+		if err := unix.Mount("overlay", target, "overlay", flags, data); err != nil {
+			return fmt.Errorf("mount overlay on %s: %w", target, err)
+		}
+		return nil
+	})
 }
 
-// shortLinks returns, for each layer dir, a short symlink to it in l/. A
-// link name already taken by another layer (a prefix collision) keeps the
-// long path for that layer.
+// legacyOverlayOptions is mount(2)'s option string for an overlay, or an
+// error when it does not fit in the page the kernel copies.
+func legacyOverlayOptions(lowers []string, upper, work string) (string, error) {
+	data := "lowerdir=" + strings.Join(lowers, ":") + ",index=off"
+	if upper != "" {
+		data += ",upperdir=" + upper + ",workdir=" + work
+	}
+	if len(data) >= os.Getpagesize() {
+		return "", fmt.Errorf("overlay: %d layers need %d bytes of mount options, the kernel takes %d (a kernel of 6.8 or later has no such limit)",
+			len(lowers), len(data), os.Getpagesize()-1)
+	}
+	return data, nil
+}
+
+// shortLinks returns, for each layer dir, a short symlink to it in l/,
+// relative to the store's root. A link name already taken by another layer
+// (a prefix collision) keeps the long absolute path for that layer.
 func (s *Store) shortLinks(dirs []string) ([]string, error) {
 	out := make([]string, len(dirs))
 	for i, dir := range dirs {
@@ -148,7 +167,7 @@ func (s *Store) shortLinks(dirs []string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("short link for layer %s: %w", hex, err)
 		}
-		out[i] = link
+		out[i] = filepath.Join(linksDir, hex[:shortLinkLen]) // relative to the store's root
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/internal/osthread"
 )
 
@@ -62,8 +63,9 @@ func mountOverlayIDMapped(lowers []string, upper, work, target string, idmap IDM
 	if err := os.Lchown(upper, idmap.RootUID, idmap.RootGID); err != nil {
 		return fmt.Errorf("chown upper dir to the user namespace's root: %w", err)
 	}
-	return onPrivateMountThread(func(hostNS int) error {
-		mfd, err := makeIDMappedOverlay(lowers, upper, work, target, idmap.UserNS)
+	lowerdirPlus := kernelfeat.OverlayLowerdirPlus.Supported() // probed off the private thread
+	return osthread.PrivateMountNS(func(hostNS int) error {
+		mfd, err := makeIDMappedOverlay(lowers, upper, work, target, idmap.UserNS, lowerdirPlus)
 		if err != nil {
 			return err
 		}
@@ -81,7 +83,7 @@ func mountOverlayIDMapped(lowers []string, upper, work, target string, idmap IDM
 // makeIDMappedOverlay runs in the private mount namespace and returns the
 // detached overlay mount. scratch (target, in this namespace only) holds
 // the idmapped clones.
-func makeIDMappedOverlay(lowers []string, upper, work, scratch, userns string) (int, error) {
+func makeIDMappedOverlay(lowers []string, upper, work, scratch, userns string, lowerdirPlus bool) (int, error) {
 	usernsFD, err := unix.Open(userns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("open user namespace: %w", err)
@@ -90,18 +92,29 @@ func makeIDMappedOverlay(lowers []string, upper, work, scratch, userns string) (
 	if err := unix.Mount("tmpfs", scratch, "tmpfs", 0, "mode=0700"); err != nil {
 		return -1, fmt.Errorf("scratch tmpfs for idmapped layers: %w", err)
 	}
+	mapped := make([]string, len(lowers))
+	for i, dir := range lowers {
+		mapped[i] = strconv.Itoa(i) // relative to scratch
+		if err := attachIDMapped(dir, filepath.Join(scratch, mapped[i]), usernsFD); err != nil {
+			return -1, err
+		}
+	}
+	// This thread has a working directory of its own (a new mount
+	// namespace implies it): the classic mount's lower dirs are "0:1:…".
+	if err := unix.Chdir(scratch); err != nil {
+		return -1, err
+	}
+	if !lowerdirPlus {
+		return mountIDMappedOverlayLegacy(mapped, upper, work, scratch)
+	}
 	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return -1, fmt.Errorf("fsopen overlay: %w", err)
 	}
 	defer unix.Close(fd)
-	for i, dir := range lowers {
-		mapped := filepath.Join(scratch, strconv.Itoa(i))
-		if err := attachIDMapped(dir, mapped, usernsFD); err != nil {
-			return -1, err
-		}
-		if err := unix.FsconfigSetString(fd, "lowerdir+", mapped); err != nil {
-			return -1, fmt.Errorf("overlay idmapped lower dir %s: %w%s", dir, err, fsLog(fd))
+	for i, dir := range mapped {
+		if err := unix.FsconfigSetString(fd, "lowerdir+", filepath.Join(scratch, dir)); err != nil {
+			return -1, fmt.Errorf("overlay idmapped lower dir %s: %w%s", lowers[i], err, fsLog(fd))
 		}
 	}
 	for _, opt := range [][2]string{{"upperdir", upper}, {"workdir", work}} {
@@ -125,6 +138,29 @@ func makeIDMappedOverlay(lowers []string, upper, work, scratch, userns string) (
 	return mfd, nil
 }
 
+// mountIDMappedOverlayLegacy is the classic mount(2) for kernels without
+// "lowerdir+" (before 6.8): mounted on scratch/merged in the private
+// namespace, and returned as a detached clone for the host, like the
+// fsmount one. nodev as there.
+func mountIDMappedOverlayLegacy(lowers []string, upper, work, scratch string) (int, error) {
+	data, err := legacyOverlayOptions(lowers, upper, work)
+	if err != nil {
+		return -1, err
+	}
+	merged := filepath.Join(scratch, "merged")
+	if err := os.Mkdir(merged, 0o700); err != nil {
+		return -1, err
+	}
+	if err := unix.Mount("overlay", merged, "overlay", unix.MS_NODEV, data); err != nil {
+		return -1, fmt.Errorf("mount overlay over idmapped layers: %w", err)
+	}
+	mfd, err := unix.OpenTree(unix.AT_FDCWD, merged, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("clone overlay mount: %w", err)
+	}
+	return mfd, nil
+}
+
 // attachIDMapped mounts an idmapped clone of dir's mount on a new dir at
 // target.
 func attachIDMapped(dir, target string, usernsFD int) error {
@@ -144,27 +180,4 @@ func attachIDMapped(dir, target string, usernsFD int) error {
 		return fmt.Errorf("attach idmapped %s: %w", dir, err)
 	}
 	return nil
-}
-
-// onPrivateMountThread runs fn on a throwaway OS thread (osthread.Throwaway)
-// in a private mount namespace of its own (every mount private, so nothing
-// made there reaches the host), with an fd of the host's mount namespace to
-// return to.
-func onPrivateMountThread(fn func(hostNS int) error) error {
-	return osthread.Throwaway(func() error { return inPrivateMountNS(fn) })
-}
-
-func inPrivateMountNS(fn func(hostNS int) error) error {
-	hostNS, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("open the host's mount namespace: %w", err)
-	}
-	defer unix.Close(hostNS)
-	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("private mount namespace: %w", err)
-	}
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("private mount namespace: make mounts private: %w", err)
-	}
-	return fn(hostNS)
 }

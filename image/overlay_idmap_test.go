@@ -37,6 +37,10 @@ func testUserNS(t *testing.T) string {
 // upper dir to the namespace's root, and leaves no mount but its own.
 func TestRootfsIDMapped(t *testing.T) {
 	requireRoot(t)
+	forEachOverlayForm(t, testRootfsIDMapped)
+}
+
+func testRootfsIDMapped(t *testing.T) {
 	s := newTestStore(t, Options{Root: searchableTempDir(t)})
 	img := importImages(t, s, map[string]v1.Image{"example.com/multi:1": tim.MultiLayer(t)})[0]
 	if err := s.PrepareRootfs("ctr1", img.ID); err != nil {

@@ -10,6 +10,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
 
+	"github.com/minicri/minicri/internal/kernelfeat"
 	tim "github.com/minicri/minicri/test/testimage"
 )
 
@@ -113,11 +114,34 @@ func TestPrepareRootfsErrors(t *testing.T) {
 	}
 }
 
-// TestRootfsOfManyLayers mounts an image of 120 layers (the classic mount
-// options would not fit in a page) and checks every layer shows, the top
-// one winning.
+// TestRootfsOfManyLayers mounts an image of 120 layers (their absolute
+// paths would not fit in the classic mount's page) and checks every layer
+// shows, the top one winning: with "lowerdir+" (this host, 6.18) and with
+// the classic mount of a kernel before 6.8 (the guest's 6.1).
 func TestRootfsOfManyLayers(t *testing.T) {
 	requireRoot(t)
+	forEachOverlayForm(t, testRootfsOfManyLayers)
+}
+
+// forEachOverlayForm runs test with the overlay made by "lowerdir+" (a
+// kernel from 6.8) and by the classic mount (before: the probe forced).
+func forEachOverlayForm(t *testing.T, test func(t *testing.T)) {
+	for _, plus := range []bool{true, false} {
+		name := "lowerdir+ (6.8 and later)"
+		if !plus {
+			name = "classic lowerdir= (before 6.8)"
+		}
+		t.Run(name, func(t *testing.T) {
+			if plus && !kernelfeat.OverlayLowerdirPlus.Supported() {
+				t.Skipf("this kernel has no lowerdir+: %v", kernelfeat.OverlayLowerdirPlus.Get())
+			}
+			defer kernelfeat.OverlayLowerdirPlus.Force(plus, "forced by the test")()
+			test(t)
+		})
+	}
+}
+
+func testRootfsOfManyLayers(t *testing.T) {
 	const n = 120
 	layers := []v1.Layer{tim.BusyboxLayer(t)}
 	for i := 1; i < n; i++ {
@@ -150,8 +174,7 @@ func TestRootfsOfManyLayers(t *testing.T) {
 // 6.8) and mounts through the short layer links.
 func TestRootfsLegacyMount(t *testing.T) {
 	requireRoot(t)
-	forceLegacyMount = true
-	t.Cleanup(func() { forceLegacyMount = false })
+	defer kernelfeat.OverlayLowerdirPlus.Force(false, "kernel before 6.8")()
 	s := newTestStore(t, Options{})
 	img := importImages(t, s, map[string]v1.Image{"example.com/multi:1": tim.MultiLayer(t)})[0]
 	if err := s.PrepareRootfs("legacy", img.ID); err != nil {
@@ -195,13 +218,7 @@ func TestRootfsOfEmptyImage(t *testing.T) {
 // layer as of many, and keeps the image from removal until it goes.
 func TestImageVolumeIsReadOnlyAndPinsTheImage(t *testing.T) {
 	requireRoot(t)
-	for _, legacy := range []bool{false, true} {
-		t.Run(fmt.Sprintf("legacy mount %v", legacy), func(t *testing.T) {
-			forceLegacyMount = legacy
-			t.Cleanup(func() { forceLegacyMount = false })
-			testImageVolumes(t)
-		})
-	}
+	forEachOverlayForm(t, testImageVolumes)
 }
 
 func testImageVolumes(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/minicri/minicri/internal/atomicfile"
 	"github.com/minicri/minicri/internal/defaults"
+	"github.com/minicri/minicri/internal/kernelfeat"
 )
 
 // The layout of the store's root directory.
@@ -102,6 +103,9 @@ func New(opts Options) (*Store, error) {
 	if err := s.makeDirs(); err != nil {
 		return nil, err
 	}
+	// The idmapped-rootfs probe works on the layers' filesystem, in tmp/
+	// (swept by GC) so a crash mid-probe leaves nothing among the layers.
+	kernelfeat.SetLayerDir(s.path(tmpDir))
 	if err := s.repairSearchACLs(); err != nil {
 		return nil, err
 	}

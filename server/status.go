@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -148,7 +149,10 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		// The handler of pods without a RuntimeClass, as chosen at start
 		// when runtime.default_handler is empty.
 		"defaultRuntimeHandler": s.cfg.Runtime.DefaultHandler,
-		"checkpoint":            s.checkpointSupport(),
+		// What this kernel did when each feature was tried
+		// (internal/kernelfeat): "yes", or "no: why".
+		"kernelFeatures": kernelfeat.Report(),
+		"checkpoint":     s.checkpointSupport(),
 	}
 	out := make(map[string]string, len(info))
 	for k, v := range info {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/network"
 )
 
@@ -123,5 +125,35 @@ func TestStatusNetworkReadyNeedsALoadableCNIConfig(t *testing.T) {
 	}
 	if c := conditions(t, s)[runtime.NetworkReady]; !c.GetStatus() {
 		t.Fatalf("NetworkReady with a valid config = %v, want true", c)
+	}
+}
+
+// Status's verbose info tells what the kernel probes found, so an operator
+// sees why (say) user namespaces are off: on the guest's 6.1 the idmapped
+// tmpfs is a "no", on this host a "yes"; both forced here.
+func TestStatusReportsKernelFeatures(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		supported bool
+		want      string
+	}{
+		{"kernel 6.3 and later", true, `"yes"`},
+		{"kernel before 6.3", false, `"no: MOUNT_ATTR_IDMAP: invalid argument"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer kernelfeat.IDMappedTmpfs.Force(c.supported, "MOUNT_ATTR_IDMAP: invalid argument")()
+			s := newRuntimeConfigServer(t, t.TempDir(), t.TempDir(), "")
+			resp, err := s.Status(context.Background(), &runtime.StatusRequest{Verbose: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var feats map[string]string
+			if err := json.Unmarshal([]byte(resp.GetInfo()["kernelFeatures"]), &feats); err != nil {
+				t.Fatalf("Status info kernelFeatures %q: %v", resp.GetInfo()["kernelFeatures"], err)
+			}
+			if got, _ := json.Marshal(feats[kernelfeat.IDMappedTmpfs.Name]); string(got) != c.want {
+				t.Errorf("kernelFeatures[%s] = %s, want %s (all: %v)", kernelfeat.IDMappedTmpfs.Name, got, c.want, feats)
+			}
+		})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/server"
 )
 
@@ -27,6 +28,7 @@ func runDaemon(cfg config.Config) error {
 	if err != nil {
 		return err
 	}
+	kernelfeat.SetLogger(log.WithField("component", "kernelfeat"))
 	// The run dir holds the pods' /dev/shm tmpfs (1777 for the containers),
 	// their hosts files and pinned namespaces: root's alone, or a host user
 	// who reads the mount table could read and plant files in a pod's shm

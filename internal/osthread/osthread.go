@@ -3,6 +3,7 @@
 package osthread
 
 import (
+	"fmt"
 	"runtime"
 
 	"golang.org/x/sys/unix"
@@ -38,4 +39,27 @@ func Throwaway(fn func() error) error {
 		errc <- fn()
 	}()
 	return <-errc
+}
+
+// PrivateMountNS runs fn on a throwaway thread (Throwaway) in a mount
+// namespace of its own, every mount in it private, so nothing fn mounts
+// reaches the host and all of it goes with the thread. hostNS is an fd of
+// the caller's mount namespace, for fn to return to (setns) before it
+// attaches a mount to the host. The thread has its own working directory
+// too (a new mount namespace implies CLONE_FS), so fn may chdir.
+func PrivateMountNS(fn func(hostNS int) error) error {
+	return Throwaway(func() error {
+		hostNS, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open the host's mount namespace: %w", err)
+		}
+		defer unix.Close(hostNS)
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("private mount namespace: %w", err)
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return fmt.Errorf("private mount namespace: make mounts private: %w", err)
+		}
+		return fn(hostNS)
+	})
 }

@@ -185,7 +185,7 @@ type checkpointInfo struct {
 // checkpointSupport probes CRIU the first time (a dump of a process of its
 // own) and then while its binary is the same file, answers what it found.
 func (s *Server) checkpointSupport() checkpointInfo {
-	st := s.criu.Check()
+	st := s.checkCRIU()
 	info := checkpointInfo{Available: st.Err == nil, CRIU: st.Path, CRIUVersion: st.VersionString()}
 	if st.Err != nil {
 		info.Reason = st.Err.Error()

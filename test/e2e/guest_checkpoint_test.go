@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -87,6 +89,7 @@ spec:
 			t.Errorf("spec.dump annotation %s = %q, want %q (checkpointctl shows it)", k, got, want)
 		}
 	}
+	checkpointctlReads(t, hostCopy, "counter")
 	counted := strings.Fields(a.rootfsDiffFiles(t)["tmp/count.log"])
 	if len(counted) < 3 {
 		t.Fatalf("rootfs-diff.tar's tmp/count.log = %v, want the counter's values", counted)
@@ -157,4 +160,29 @@ if ! runc --root /run/restore-test restore -d --image-path $R/archive/checkpoint
 	--bundle $R restored </dev/null >$R/out.log 2>$R/runc.err; then
 	echo "runc restore failed:"; cat $R/runc.err; grep -E 'Error|Warn' $R/work/restore.log | tail -20; exit 1
 fi`
+}
+
+// checkpointctlEnv names a checkpointctl binary (built from the module
+// proxy: GOBIN=DIR go install github.com/checkpoint-restore/checkpointctl@v1.6.0)
+// that, when set, reads the guest's archive too: show, and the process tree
+// from CRIU's images. Unset, the archive is read with checkpointctl's lib
+// alone (readCheckpointArchive), and the log says so.
+const checkpointctlEnv = "MINICRI_CHECKPOINTCTL"
+
+func checkpointctlReads(t *testing.T, archive, container string) {
+	t.Helper()
+	bin := os.Getenv(checkpointctlEnv)
+	if bin == "" {
+		t.Logf("%s unset: the archive was read with checkpointctl's lib only", checkpointctlEnv)
+		return
+	}
+	show, err := exec.Command(bin, "show", archive).CombinedOutput()
+	if err != nil || !strings.Contains(string(show), container) || !strings.Contains(string(show), guestBusyboxRef) {
+		t.Errorf("checkpointctl show: %v\n%s\nwant the container %s and its image", err, show, container)
+	}
+	tree, err := exec.Command(bin, "inspect", "--ps-tree-cmd", archive).CombinedOutput()
+	if err != nil || !strings.Contains(string(tree), "Process tree") || !strings.Contains(string(tree), "[1]") || !strings.Contains(string(tree), "Memory pages size") {
+		t.Errorf("checkpointctl inspect --ps-tree-cmd: %v\n%s\nwant the process tree and memory pages read from CRIU's images", err, tree)
+	}
+	t.Logf("checkpointctl show:\n%s\ncheckpointctl inspect --ps-tree-cmd:\n%s", show, tree)
 }

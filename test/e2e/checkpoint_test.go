@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,5 +86,35 @@ func TestCheckpointContainerNeedsWorkingCRIU(t *testing.T) {
 	defer execCancel()
 	if stdout, _, err := d.Runtime.ExecSync(execCtx, id, []string{"cat", "/tmp/mark"}, 20*time.Second); err != nil || string(stdout) != "hi\n" {
 		t.Fatalf("exec after the checkpoint: %q, %v; want the container running, not frozen", stdout, err)
+	}
+}
+
+// TestKubeletCheckpointSaysWhyNot asks the real kubelet's checkpoint API
+// (ContainerCheckpoint, beta and on by default) for a checkpoint on this
+// host, where CRIU does not work: the kubelet answers with minicri's
+// reason, naming CRIU, and neither an archive in the kubelet's checkpoint
+// dir nor minicri's staging is left.
+func TestKubeletCheckpointSaysWhyNot(t *testing.T) {
+	n := newKubeletNode(t)
+	n.k.writeManifest(t, staticPod("cp", n.container("c", sleepForever)))
+	n.k.waitPod(t, "cp", "running", 2*time.Minute, running)
+	resp, err := n.k.client.Post(n.k.url("/checkpoint/e2e/"+n.k.podName("cp")+"/c"), "", nil)
+	if err != nil {
+		t.Fatalf("POST checkpoint: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	t.Logf("kubelet checkpoint API: %d %s", resp.StatusCode, body)
+	if resp.StatusCode == http.StatusOK {
+		t.Skipf("CRIU works on this host (%s): TestCheckpointContainerNeedsWorkingCRIU covers the archive", body)
+	}
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "CRIU") || !strings.Contains(string(body), "FailedPrecondition") {
+		t.Fatalf("kubelet checkpoint API: %d %s; want 500 with minicri's FailedPrecondition naming CRIU", resp.StatusCode, body)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(n.k.RootDir, "checkpoints")); len(entries) != 0 {
+		t.Errorf("the kubelet's checkpoint dir holds %v", entries)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(n.d.Root, "checkpoints")); len(entries) != 0 {
+		t.Errorf("staging left under the state root: %v", entries)
 	}
 }

@@ -3,11 +3,15 @@
 # Package installs must not start services: docker-registry would otherwise
 # start a registry listening on every address. A temporary policy-rc.d that
 # exits 101 blocks service starts; it is removed again only if we made it.
+#
+#   hack/install-deps.sh         what the daemon and the host tests need
+#   hack/install-deps.sh guest   what the guest VM stage needs (make guest-test)
 set -euo pipefail
 
 packages=(
 	runc                         # the default OCI runtime
 	crun                         # the optional OCI runtime (runtime handler "crun")
+	criu                         # CheckpointContainer: runc checkpoint runs it (docs/operations.md)
 	containernetworking-plugins  # bridge, host-local, loopback, portmap CNI plugins
 	iptables                     # used by the bridge and portmap plugins
 	iproute2                     # ip netns, used by tests to inspect namespaces
@@ -18,6 +22,15 @@ packages=(
 	gcc                          # builds minicri-pause, the pod infra process (C, static)
 	libc6-dev                    # its static libc
 )
+if [ "${1:-}" = guest ]; then
+	packages=(
+		debootstrap      # builds the guest's Debian tree (hack/build-guest.sh)
+		qemu-system-x86  # boots it
+		qemu-utils       # qemu-img: a throwaway overlay per boot
+		e2fsprogs        # mkfs.ext4 -d: the guest's disk image from the tree
+		openssh-client   # drives the guest
+	)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -45,8 +58,10 @@ cleanup() { if [ -n "$made_policy" ]; then rm -f "$policy"; fi; }
 trap cleanup EXIT
 
 export DEBIAN_FRONTEND=noninteractive
-if ! apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null; then
+# Other installs on the machine may hold dpkg's lock for a while: wait for it.
+apt_install() { apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "$@" </dev/null; }
+if ! apt_install "${missing[@]}"; then
 	# A machine whose package lists were never fetched cannot resolve the names.
-	apt-get update -q </dev/null
-	apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+	apt-get -o DPkg::Lock::Timeout=600 update -q </dev/null
+	apt_install "${missing[@]}"
 fi

@@ -27,8 +27,9 @@ func (s *Server) useImages(im interface {
 	rootfsStore
 	rootfsMounter
 	diskUsage
+	rootfsDiffer
 }) {
-	s.images, s.rootfs, s.mounts, s.usage = im, im, im, im
+	s.images, s.rootfs, s.mounts, s.usage, s.diffs = im, im, im, im, im
 }
 
 // useCNI wires one CNI (*network.CNI, fake.Network) into both its roles.

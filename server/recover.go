@@ -216,6 +216,17 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 	}
 	s.sweepInfraProcesses(ctx)
 	s.sweepMonitorDirs()
+	s.sweepCheckpointStages()
+}
+
+// sweepCheckpointStages removes what a checkpoint, or CRIU's probe, was
+// staging when the daemon died: each lives only as long as its call.
+func (s *Server) sweepCheckpointStages() {
+	dir := filepath.Join(s.cfg.Root, checkpointsDir)
+	entries, _ := os.ReadDir(dir) // none: nothing to sweep
+	for _, e := range entries {
+		s.sweep("checkpoint staging dir", e.Name(), os.RemoveAll(filepath.Join(dir, e.Name())))
+	}
 }
 
 // sweepInfraProcesses kills the infra processes of this daemon's run dir

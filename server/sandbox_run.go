@@ -66,6 +66,7 @@ type ociRuntime interface {
 	cgroupPrimer
 	runtimeProbe   // status.go
 	monitorRuntime // container_monitor.go
+	containerCheckpointer
 }
 
 // podShmSize is the size of a pod's /dev/shm, as Docker and containerd give it.

@@ -65,6 +65,8 @@ type Server struct {
 	rootfs         rootfsStore
 	mounts         rootfsMounter
 	usage          diskUsage
+	diffs          rootfsDiffer // a container's rootfs diff, for its checkpoint
+	criu           criuProbe    // whether checkpoints can work here
 	runtimes       runtimeSet
 	pins           sandboxPins      // a pod's namespaces and shm
 	monitor        containerMonitor // starts the monitors (conmon)
@@ -113,6 +115,7 @@ func New(opts Options) (*Server, error) {
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
 		pins:           hostPins{},
+		criu:           &oci.CRIU{ScratchDir: filepath.Join(cfg.Root, checkpointsDir)},
 	}
 	s.useMonitor(conmonMonitor{})
 	if cfg.CgroupDriver == "systemd" {

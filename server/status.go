@@ -226,7 +226,8 @@ func (s *Server) handlerInfo() map[string]handlerInfo {
 // them. Besides the config, like containerd: lastCNILoadStatus ("OK" or why
 // the network config does not load), and podCIDR, the node's pod CIDR as
 // UpdateRuntimeConfig last gave it (containerd shows it only inside the
-// config it writes from its template).
+// config it writes from its template); and checkpoint, whether
+// CheckpointContainer can work here (checkpointSupport).
 func (s *Server) statusInfo() (map[string]string, error) {
 	cniStatus := "OK"
 	if err := s.networkReady(); err != nil {
@@ -246,6 +247,7 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		// What this kernel did when each feature was tried
 		// (internal/kernelfeat): "yes", or "no: why".
 		"kernelFeatures": kernelfeat.Report(),
+		"checkpoint":     s.checkpointSupport(),
 	}
 	out := make(map[string]string, len(info))
 	for k, v := range info {
@@ -256,4 +258,24 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		out[k] = string(data)
 	}
 	return out, nil
+}
+
+// checkpointInfo is Status's verbose "checkpoint": whether CRIU works here,
+// which one, and if not, why (what CheckpointContainer answers then).
+type checkpointInfo struct {
+	Available   bool   `json:"available"`
+	CRIU        string `json:"criu,omitempty"`
+	CRIUVersion string `json:"criuVersion,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// checkpointSupport probes CRIU the first time (a dump of a process of its
+// own) and then while its binary is the same file, answers what it found.
+func (s *Server) checkpointSupport() checkpointInfo {
+	st := s.checkCRIU()
+	info := checkpointInfo{Available: st.Err == nil, CRIU: st.Path, CRIUVersion: st.VersionString()}
+	if st.Err != nil {
+		info.Reason = st.Err.Error()
+	}
+	return info
 }

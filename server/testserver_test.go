@@ -100,6 +100,7 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 		monitorPath:    self,
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
 		pins:           ts.pins,
+		criu:           workingCRIU(),
 		runtimes:       fakeRuntimes{&fake.Runtimes{Default: "runc", Runtimes: map[string]*fake.Runtime{"runc": ts.runc}}},
 	}
 	ts.useCNI(ts.network)

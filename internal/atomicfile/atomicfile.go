@@ -3,10 +3,15 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // TempPrefix starts the name of every temp file this package writes, so that
@@ -78,4 +83,74 @@ func SyncDir(dir string) error {
 		return fmt.Errorf("sync dir %s: %w", dir, err)
 	}
 	return nil
+}
+
+// WriteStream is Write for content that fill streams, too large to hold
+// (a checkpoint archive). The file is made unnamed (O_TMPFILE) and linked
+// at path only once fill succeeded and it is synced, so that neither a
+// failure nor a crash leaves a part of it behind; where the file system
+// has no unnamed files, a temp file named with TempPrefix stands in.
+func WriteStream(path string, perm os.FileMode, fill func(io.Writer) error) (retErr error) {
+	dir := filepath.Dir(path)
+	f, err := os.OpenFile(dir, os.O_WRONLY|unix.O_TMPFILE|unix.O_CLOEXEC, perm)
+	named := false
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) {
+		f, err = os.CreateTemp(dir, TempPrefix+filepath.Base(path)+"-")
+		named = true
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		_ = f.Close()
+		if retErr != nil && named {
+			_ = os.Remove(f.Name())
+		}
+	}()
+	if err := fill(f); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Chmod(perm); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("write %s: sync: %w", path, err)
+	}
+	if named {
+		if err := os.Rename(f.Name(), path); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return SyncDir(dir)
+	}
+	if err := linkUnnamed(f, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return SyncDir(dir)
+}
+
+// linkUnnamed gives the O_TMPFILE file f the name path, replacing what is
+// there: linkat cannot replace, so a file in the way is replaced by a
+// rename of a second, temporary name.
+func linkUnnamed(f *os.File, path string) error {
+	procPath := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
+	err := unix.Linkat(unix.AT_FDCWD, procPath, unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
+	if !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	for range 8 {
+		tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf("%s%s-%d", TempPrefix, filepath.Base(path), rand.Uint32()))
+		err := unix.Linkat(unix.AT_FDCWD, procPath, unix.AT_FDCWD, tmp, unix.AT_SYMLINK_FOLLOW)
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			_ = os.Remove(tmp)
+			return err
+		}
+		return nil
+	}
+	return fmt.Errorf("no free temp name beside %s", path)
 }

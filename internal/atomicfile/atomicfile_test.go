@@ -1,6 +1,8 @@
 package atomicfile
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,5 +53,33 @@ func TestWriteFailureLeavesNoTempFile(t *testing.T) {
 		if IsTemp(e.Name()) {
 			t.Fatalf("temp file %s left behind", e.Name())
 		}
+	}
+}
+
+func TestWriteStreamAppearsWholeOrNotAtAll(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "a.tar")
+	fill := func(w io.Writer) error { _, err := io.WriteString(w, "whole"); return err }
+	for _, round := range []string{"new", "replacing"} {
+		if err := WriteStream(path, 0o600, fill); err != nil {
+			t.Fatalf("%s: %v", round, err)
+		}
+		data, err := os.ReadFile(path)
+		fi, _ := os.Stat(path)
+		if err != nil || string(data) != "whole" || fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: read %q, %v, mode %v; want \"whole\" 0600", round, data, err, fi.Mode())
+		}
+	}
+	boom := errors.New("boom")
+	err := WriteStream(filepath.Join(dir, "b.tar"), 0o600, func(w io.Writer) error {
+		_, _ = io.WriteString(w, "part")
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want the fill's", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != "a.tar" {
+		t.Fatalf("dir holds %v, want a.tar alone (nothing of the failed write)", entries)
 	}
 }

@@ -84,9 +84,9 @@ func TestRuntimeConfigReportsCgroupDriver(t *testing.T) {
 
 func TestUnbuiltRPCIsUnimplemented(t *testing.T) {
 	d := StartDaemon(t)
-	err := d.Runtime.CheckpointContainer(context.Background(), &runtime.CheckpointContainerRequest{ContainerId: "x"})
-	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "CheckpointContainer") {
-		t.Fatalf("CheckpointContainer error = %v, want Unimplemented naming the RPC", err)
+	err := d.Runtime.CheckpointPod(context.Background(), &runtime.CheckpointPodRequest{PodSandboxId: "x", OutputPath: "/tmp/x"})
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(err.Error(), "CheckpointPod") {
+		t.Fatalf("CheckpointPod error = %v, want Unimplemented naming the RPC", err)
 	}
 }
 

@@ -59,6 +59,9 @@ func runSuite(m *testing.M) int {
 	}
 	ipForward, _ := os.ReadFile(ipForwardPath)
 	code := m.Run()
+	for i := len(suiteEnd) - 1; i >= 0; i-- {
+		suiteEnd[i]()
+	}
 	// The bridge plugin turns forwarding on for the whole host: put it back.
 	if len(ipForward) > 0 {
 		_ = os.WriteFile(ipForwardPath, ipForward, 0o644)
@@ -97,6 +100,10 @@ func buildBinaries(dir string) error {
 	}
 	return nil
 }
+
+// suiteEnd holds what runs once after the last test, last added first: the
+// shutdown of what tests share (the guest VM of the guest tests).
+var suiteEnd []func()
 
 const ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 

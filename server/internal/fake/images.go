@@ -1,8 +1,10 @@
 package fake
 
 import (
+	"archive/tar"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -178,4 +180,20 @@ func (s *Images) Rootfses() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Sorted(maps.Keys(s.rootfs))
+}
+
+// WriteRootfsDiff writes a tar of one file, "changed", and reports
+// "/gone" deleted.
+func (s *Images) WriteRootfsDiff(id string, w io.Writer, skip []string) ([]string, error) {
+	if err := s.err("WriteRootfsDiff"); err != nil {
+		return nil, err
+	}
+	tw := tar.NewWriter(w)
+	if err := tw.WriteHeader(&tar.Header{Name: "changed", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write([]byte("new")); err != nil {
+		return nil, err
+	}
+	return []string{"/gone"}, tw.Close()
 }

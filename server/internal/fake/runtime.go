@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -28,6 +30,8 @@ type Runtime struct {
 	ExecStdout string
 	// Feats are what Features reports.
 	Feats oci.Features
+	// CheckpointBlocks makes Checkpoint wait for the end of its context.
+	CheckpointBlocks bool
 
 	mu       sync.Mutex
 	running  map[string]bool
@@ -36,6 +40,7 @@ type Runtime struct {
 	kills    []syscall.Signal
 	execArgs [][]string
 	primes   int
+	paused   map[string]bool
 }
 
 func NewRuntime() *Runtime {
@@ -156,3 +161,54 @@ func (r *Runtime) Features() (oci.Features, error) { return r.Feats, r.err("Feat
 func (r *Runtime) Binary() (string, error)         { return "/usr/bin/fake-runc", r.err("Binary") }
 func (r *Runtime) StateRoot() string               { return "" }
 func (r *Runtime) SystemdCgroup() bool             { return false }
+
+// Pause freezes a running container; Paused tells whether it is frozen.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	if err := r.err("Pause"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.running[id] {
+		return fmt.Errorf("container %s: %w", id, oci.ErrNotFound)
+	}
+	if r.paused == nil {
+		r.paused = map[string]bool{}
+	}
+	r.paused[id] = true
+	return nil
+}
+
+func (r *Runtime) Resume(ctx context.Context, id string) error {
+	return r.locked("Resume", &r.mu, func() { delete(r.paused, id) })
+}
+
+// Paused tells whether a container is frozen by Pause.
+func (r *Runtime) Paused(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.paused[id]
+}
+
+// Checkpoint writes a page image and a dump.log as CRIU would, unless
+// it fails or CheckpointBlocks makes it wait for the end of ctx, as a
+// runtime that is killed at the deadline does.
+func (r *Runtime) Checkpoint(ctx context.Context, id, imagesDir, workDir string) error {
+	if err := r.err("Checkpoint"); err != nil {
+		return err
+	}
+	if r.CheckpointBlocks {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	frozen := r.paused[id]
+	r.mu.Unlock()
+	if !frozen {
+		return fmt.Errorf("fake: checkpoint of %s while it runs: pause it first", id)
+	}
+	if err := os.WriteFile(filepath.Join(imagesDir, "pages-1.img"), []byte("pages"), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("Dumping finished successfully\n"), 0o600)
+}

@@ -1,0 +1,370 @@
+//go:build e2e && guest
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/remotecommand"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// TestGuestLifecycle runs a pod and a container with the kubelet's systemd
+// slice path as cgroup parent: the container runs in a scope in the pod's
+// slice, logs, and once stopped and removed leaves no unit, cgroup, mount
+// or process behind (runPod checks the pod's the same way).
+func TestGuestLifecycle(t *testing.T) {
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	p := g.runPod(t, d, guestPodConfig("life"))
+	id := g.startIn(t, d, p, guestContainer("c", "sh", "-c", "echo hello-from-the-guest; exec sleep 3600"))
+
+	if st := d.status(t, id); st.GetState() != runtime.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("container %s, want running", st.GetState())
+	}
+	scope := "minicri-" + id + ".scope"
+	if got := g.systemdProperty(t, scope, "ActiveState"); got != "active" {
+		t.Errorf("%s: ActiveState %q, want active", scope, got)
+	}
+	if got := g.systemdProperty(t, scope, "Slice"); got != p.Slice {
+		t.Errorf("%s: in slice %q, want the pod's %s", scope, got, p.Slice)
+	}
+	pid := g.containerPID(t, p, id)
+	if got := strings.TrimSpace(g.Run(t, fmt.Sprintf("cat /proc/%d/comm", pid))); got != "sleep" {
+		t.Errorf("the scope's process is %q, want sleep", got)
+	}
+	logPath := p.Cfg.GetLogDirectory() + "/c.log"
+	waitFor(t, "the container's log line", g.Timeout(10*time.Second), func() bool {
+		out, _ := g.run("cat " + shellQuote(logPath))
+		return strings.Contains(parseLog([]byte(out)), "hello-from-the-guest")
+	})
+	// The kubelet's pod stats go by the pod's cgroup: the whole slice path.
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
+	defer cancel()
+	stats, err := d.Runtime.ListPodSandboxStats(ctx, &runtime.PodSandboxStatsFilter{Id: p.ID})
+	if err != nil {
+		t.Fatalf("ListPodSandboxStats: %v", err)
+	}
+	if len(stats) != 1 || stats[0].GetLinux().GetMemory().GetWorkingSetBytes().GetValue() == 0 {
+		t.Errorf("ListPodSandboxStats of the pod: %v, want one with memory in use", stats)
+	}
+
+	if err := d.Runtime.StopContainer(ctx, id, 10); err != nil {
+		t.Fatalf("StopContainer: %v", err)
+	}
+	if err := d.Runtime.RemoveContainer(ctx, id); err != nil {
+		t.Fatalf("RemoveContainer: %v", err)
+	}
+	if left := g.leftovers(t, id); left != "" {
+		t.Errorf("left behind by the removed container:\n%s", left)
+	}
+}
+
+// TestGuestExec execs in a container with and without a tty, over the
+// streaming server (reached through ssh, as the kubelet would proxy it),
+// and by ExecSync.
+func TestGuestExec(t *testing.T) {
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	p := g.runPod(t, d, guestPodConfig("exec"))
+	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+
+	if out, _, code := g.execSync(t, d, id, "sh", "-c", "echo out; exit 3"); code != 3 || out != "out\n" {
+		t.Errorf("ExecSync: %q exit %d, want \"out\\n\" exit 3", out, code)
+	}
+	for _, tty := range []bool{false, true} {
+		req := &runtime.ExecRequest{ContainerId: id, Cmd: []string{"sh", "-c", "if [ -t 0 ]; then echo tty; else echo notty; fi; read x; echo got-$x"},
+			Stdin: true, Stdout: true, Stderr: !tty, Tty: tty}
+		ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
+		u := g.hostURL(t, d.execURL(t, req))
+		var out, errOut lockedBuffer
+		opts := remotecommand.StreamOptions{Stdin: strings.NewReader("ping\n"), Stdout: &out, Tty: tty}
+		if !tty {
+			opts.Stderr = &errOut
+		}
+		err := executor(t, "websocket", u).StreamWithContext(ctx, opts)
+		cancel()
+		if err != nil {
+			t.Fatalf("exec tty=%t: %v (%s%s)", tty, err, out.String(), errOut.String())
+		}
+		want := "notty\ngot-ping\n"
+		if tty {
+			// A tty echoes the input and ends lines with \r\n.
+			want = "tty\r\nping\r\ngot-ping\r\n"
+		}
+		if out.String() != want {
+			t.Errorf("exec tty=%t: %q, want %q", tty, out.String(), want)
+		}
+	}
+}
+
+// TestGuestStats compares the CRI's stats of a busy container with its
+// scope's cgroup v2 files: CPU used, memory in use (16 MiB of shm), PSI
+// and swap present.
+func TestGuestStats(t *testing.T) {
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	p := g.runPod(t, d, guestPodConfig("stats"))
+	id := g.startIn(t, d, p, guestContainer("c", "sh", "-c",
+		"i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; head -c 16777216 /dev/zero >/dev/shm/fill; touch /dev/shm/done; exec sleep 3600"))
+	waitFor(t, "the container to fill its memory", g.Timeout(30*time.Second), func() bool {
+		_, _, code := g.execSync(t, d, id, "test", "-e", "/dev/shm/done")
+		return code == 0
+	})
+	scope := g.scopeDir(p, id)
+	readUint := func(file, field string) uint64 {
+		out := g.Run(t, "cat "+scope+"/"+file)
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if field == "" && len(f) == 1 || len(f) == 2 && f[0] == field {
+				v, err := strconv.ParseUint(f[len(f)-1], 10, 64)
+				if err == nil {
+					return v
+				}
+			}
+		}
+		t.Fatalf("%s/%s: no %q in %q", scope, file, field, out)
+		return 0
+	}
+	cpuBefore := readUint("cpu.stat", "usage_usec") * 1000
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
+	defer cancel()
+	st, err := d.Runtime.ContainerStats(ctx, id)
+	if err != nil {
+		t.Fatalf("ContainerStats: %v", err)
+	}
+	cpuAfter := readUint("cpu.stat", "usage_usec") * 1000
+	mem := readUint("memory.current", "")
+
+	if cpu := st.GetCpu().GetUsageCoreNanoSeconds().GetValue(); cpu == 0 || cpu < cpuBefore || cpu > cpuAfter {
+		t.Errorf("CPU usage %d ns, want non-zero and between the cgroup's %d and %d", cpu, cpuBefore, cpuAfter)
+	}
+	ws := st.GetMemory().GetWorkingSetBytes().GetValue()
+	if usage := st.GetMemory().GetUsageBytes().GetValue(); usage < 16<<20 || usage > 2*mem {
+		t.Errorf("memory usage %d, want at least the 16 MiB written and near memory.current %d", usage, mem)
+	}
+	if ws < 16<<20 {
+		t.Errorf("working set %d, want at least the 16 MiB of shm", ws)
+	}
+	if st.GetCpu().GetPsi() == nil || st.GetMemory().GetPsi() == nil {
+		t.Errorf("no PSI in the stats (cpu %v, memory %v); the guest's kernel has it: %s",
+			st.GetCpu().GetPsi(), st.GetMemory().GetPsi(), g.Run(t, "cat "+scope+"/cpu.pressure"))
+	} else if st.GetCpu().GetPsi().GetSome() == nil {
+		t.Errorf("CPU PSI without 'some': %v", st.GetCpu().GetPsi())
+	}
+	if st.GetSwap() == nil || st.GetSwap().GetSwapUsageBytes() == nil {
+		t.Errorf("no swap usage in the stats on cgroup v2: %v", st.GetSwap())
+	} else if got, want := st.GetSwap().GetSwapUsageBytes().GetValue(), readUint("memory.swap.current", ""); got != want {
+		t.Errorf("swap usage %d, memory.swap.current %d", got, want)
+	}
+}
+
+// TestGuestOOMKilled runs a container past its memory limit: the kernel
+// kills it, and the CRI says OOMKilled although systemd removes the scope
+// (and its memory.events) as soon as the process is gone.
+func TestGuestOOMKilled(t *testing.T) {
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	p := g.runPod(t, d, guestPodConfig("oom"))
+	cfg := guestContainer("c", "sh", "-c", "tail /dev/zero")
+	cfg.Linux = &runtime.LinuxContainerConfig{Resources: &runtime.LinuxContainerResources{MemoryLimitInBytes: 32 << 20}}
+	id := g.startIn(t, d, p, cfg)
+	st := d.waitExited(t, id, g.Timeout(60*time.Second))
+	if st.GetReason() != "OOMKilled" || st.GetExitCode() != 137 {
+		t.Errorf("exited with %d, reason %q (%s), want 137 OOMKilled", st.GetExitCode(), st.GetReason(), st.GetMessage())
+	}
+}
+
+// TestGuestUpdateResources updates a running container's limits: they
+// reach its systemd scope (the unit's properties, not only the cgroup
+// files), and so survive a systemctl daemon-reload, which re-applies the
+// unit's properties to the cgroup.
+func TestGuestUpdateResources(t *testing.T) {
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	p := g.runPod(t, d, guestPodConfig("update"))
+	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
+	defer cancel()
+	res := &runtime.LinuxContainerResources{MemoryLimitInBytes: 96 << 20, CpuPeriod: 100000, CpuQuota: 50000, CpuShares: 512}
+	if err := d.Runtime.UpdateContainerResources(ctx, id, &runtime.ContainerResources{Linux: res}); err != nil {
+		t.Fatalf("UpdateContainerResources: %v", err)
+	}
+	// runc's conversion of cpu shares to a cgroup v2 weight.
+	weight := strconv.FormatUint(1+((512-2)*9999)/262142, 10)
+	scope := "minicri-" + id + ".scope"
+	check := func(when string) {
+		t.Helper()
+		props := map[string]string{"MemoryMax": strconv.Itoa(96 << 20), "CPUQuotaPerSecUSec": "500ms", "CPUWeight": weight}
+		for prop, want := range props {
+			if got := g.systemdProperty(t, scope, prop); got != want {
+				t.Errorf("%s: %s=%s, want %s", when, prop, got, want)
+			}
+		}
+		files := map[string]string{"memory.max": strconv.Itoa(96 << 20), "cpu.max": "50000 100000", "cpu.weight": weight}
+		for file, want := range files {
+			if got := strings.TrimSpace(g.ReadFile(t, g.scopeDir(p, id)+"/"+file)); got != want {
+				t.Errorf("%s: %s = %q, want %q", when, file, got, want)
+			}
+		}
+	}
+	check("after the update")
+	g.Run(t, "systemctl daemon-reload")
+	check("after systemctl daemon-reload")
+}
+
+// TestGuestSharedPID runs a pod whose containers share one PID namespace
+// with the pod's infra process: each sees the other's processes, PID 1 is
+// the infra process, confined by AppArmor like the containers.
+func TestGuestSharedPID(t *testing.T) {
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	cfg := guestPodConfig("pid")
+	ns := &runtime.NamespaceOption{Pid: runtime.NamespaceMode_POD}
+	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: ns}
+	p := g.runPod(t, d, cfg)
+	withNS := func(c *runtime.ContainerConfig) *runtime.ContainerConfig {
+		c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{NamespaceOptions: ns}}
+		return c
+	}
+	g.startIn(t, d, p, withNS(guestContainer("a", "sleep", "3601")))
+	b := g.startIn(t, d, p, withNS(guestContainer("b", "sleep", "3602")))
+	out, _, code := g.execSync(t, d, b, "ps", "-o", "pid,args")
+	if code != 0 || !strings.Contains(out, "sleep 3601") || !strings.Contains(out, "sleep 3602") {
+		t.Errorf("ps in b (exit %d) does not show both containers:\n%s", code, out)
+	}
+	if comm, _, _ := g.execSync(t, d, b, "cat", "/proc/1/comm"); !strings.Contains(comm, "pause") {
+		t.Errorf("PID 1 of the pod is %q, want the infra process", comm)
+	}
+	if label, _, _ := g.execSync(t, d, b, "cat", "/proc/1/attr/current"); !strings.Contains(label, "minicri-default") {
+		t.Errorf("the infra process's AppArmor label is %q, want minicri-default", label)
+	}
+}
+
+// TestGuestUserNamespace runs a hostUsers: false pod. Status must say what
+// the node can do: where it advertises user namespaces for the default
+// handler the pod runs with the mapping asked for; where it does not (a
+// kernel that cannot idmap a tmpfs, before 6.3), the pod is refused at
+// once with an error that says why.
+func TestGuestUserNamespace(t *testing.T) {
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(time.Minute))
+	defer cancel()
+	status, err := d.Runtime.Status(ctx, false)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	advertised := false
+	for _, h := range status.GetRuntimeHandlers() {
+		if h.GetName() == "" {
+			advertised = h.GetFeatures().GetUserNamespaces()
+		}
+	}
+	t.Logf("kernel %s: user namespaces advertised: %t", g.KernelRelease, advertised)
+	cfg := guestPodConfig("userns")
+	ids := []*runtime.IDMapping{{HostId: 17 << 16, ContainerId: 0, Length: 1 << 16}}
+	ns := &runtime.NamespaceOption{UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: ids, Gids: ids}}
+	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: ns}
+	if !advertised {
+		id, err := d.Runtime.RunPodSandbox(ctx, cfg, "")
+		if err == nil {
+			_ = d.Runtime.StopPodSandbox(ctx, id)
+			_ = d.Runtime.RemovePodSandbox(ctx, id)
+			t.Fatalf("a hostUsers: false pod ran although Status does not advertise user namespaces")
+		}
+		if !strings.Contains(strings.ToLower(err.Error()), "user namespace") {
+			t.Errorf("RunPodSandbox refused the pod with %v, want an error naming user namespaces", err)
+		}
+		return
+	}
+	p := g.runPod(t, d, cfg)
+	c := guestContainer("c", "sleep", "3600")
+	c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{NamespaceOptions: ns}}
+	id := g.startIn(t, d, p, c)
+	out, _, code := g.execSync(t, d, id, "cat", "/proc/self/uid_map")
+	if f := strings.Fields(out); code != 0 || len(f) != 3 || f[0] != "0" || f[1] != strconv.Itoa(17<<16) || f[2] != "65536" {
+		t.Errorf("uid_map in the container (exit %d): %q, want 0 %d 65536", code, out, 17<<16)
+	}
+}
+
+// TestGuestAppArmor: every container and exec runs under minicri's default
+// profile, in enforce mode (a write to /proc/sysrq-trigger is denied even
+// to root), and a localhost profile the node has not loaded is refused at
+// create with an error naming it.
+func TestGuestAppArmor(t *testing.T) {
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	p := g.runPod(t, d, guestPodConfig("apparmor"))
+	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+	pid := g.containerPID(t, p, id)
+	if got := strings.TrimSpace(g.ReadFile(t, fmt.Sprintf("/proc/%d/attr/current", pid))); got != "minicri-default (enforce)" {
+		t.Errorf("the container's AppArmor label is %q, want minicri-default (enforce)", got)
+	}
+	if out, _, _ := g.execSync(t, d, id, "cat", "/proc/self/attr/current"); strings.TrimSpace(out) != "minicri-default (enforce)" {
+		t.Errorf("an exec's AppArmor label is %q, want minicri-default (enforce)", out)
+	}
+	if out, errOut, code := g.execSync(t, d, id, "sh", "-c", "echo h >/proc/sysrq-trigger"); code == 0 {
+		t.Errorf("a write to /proc/sysrq-trigger succeeded (%s%s)", out, errOut)
+	} else if !strings.Contains(errOut, "denied") && !strings.Contains(errOut, "Read-only") {
+		t.Errorf("a write to /proc/sysrq-trigger failed with %q, want permission denied", errOut)
+	}
+
+	c := guestContainer("unloaded", "true")
+	c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+		Apparmor: &runtime.SecurityProfile{ProfileType: runtime.SecurityProfile_Localhost, LocalhostRef: "minicri-e2e-not-loaded"},
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
+	defer cancel()
+	if cid, err := d.Runtime.CreateContainer(ctx, p.ID, c, p.Cfg); err == nil {
+		_ = d.Runtime.RemoveContainer(ctx, cid)
+		t.Errorf("a container with the unloaded AppArmor profile minicri-e2e-not-loaded was created")
+	} else if !strings.Contains(err.Error(), "minicri-e2e-not-loaded") {
+		t.Errorf("CreateContainer with an unloaded profile: %v, want an error naming it", err)
+	}
+}
+
+// TestGuestRestart restarts minicri.service (KillMode=process): the pod's
+// container keeps running, the same process, and the daemon finds it again.
+func TestGuestRestart(t *testing.T) {
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	d := g.CRI(t)
+	p := g.runPod(t, d, guestPodConfig("restart"))
+	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+	pid := g.containerPID(t, p, id)
+	g.Run(t, "systemctl restart minicri.service")
+	if got := g.systemdProperty(t, "minicri.service", "ActiveState"); got != "active" {
+		t.Fatalf("minicri.service %s after the restart", got)
+	}
+	if got := g.containerPID(t, p, id); got != pid {
+		t.Errorf("the container's process is %d after the restart, was %d", got, pid)
+	}
+	// The forwarded socket reconnects: the CRI client dials again.
+	var st *runtime.ContainerStatus
+	waitFor(t, "the restarted daemon to answer", g.Timeout(20*time.Second), func() bool {
+		resp, err := d.Runtime.ContainerStatus(context.Background(), id, false)
+		st = resp.GetStatus()
+		return err == nil
+	})
+	if st.GetState() != runtime.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("the container is %s after the restart, want running", st.GetState())
+	}
+	if out, _, code := g.execSync(t, d, id, "echo", "still-here"); code != 0 || !bytes.Contains([]byte(out), []byte("still-here")) {
+		t.Errorf("exec after the restart: %q exit %d", out, code)
+	}
+}

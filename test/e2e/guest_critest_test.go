@@ -8,10 +8,6 @@ import (
 	"testing"
 )
 
-// critestEnv names the critest binary (hack/build-cri-tools.sh) the guest
-// stage runs; make guest-test sets it.
-const critestEnv = "MINICRI_CRITEST"
-
 // guestCritestImages points critest at the image the guest has: it pulls
 // only what ImageStatus does not find, and the guest has no registry.
 const guestCritestImages = "defaultTestContainerImage: " + guestBusyboxRef + "\n"

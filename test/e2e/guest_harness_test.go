@@ -13,6 +13,12 @@ package e2e
 // systemd service; the tests talk to it with the kubelet's CRI client over a
 // socket ssh forwards to the host, and look at the guest over ssh.
 //
+// Tests that only make pods of their own call t.Parallel(): under TCG most
+// of a test is waiting, and the stage has a budget. A test that runs the
+// kubelet (which removes every pod it does not know), restarts minicri or
+// otherwise changes the node for everyone stays serial: Go runs the serial
+// tests first, then the parallel ones together.
+//
 // Run one test: MINICRI_GUEST_DIR=$(hack/build-guest.sh) \
 //   MINICRI_KUBELET=$(hack/build-kubelet.sh --path) \
 //   go test -tags e2e,guest -count=1 -timeout 20m -run 'TestGuest/Lifecycle' ./test/e2e/

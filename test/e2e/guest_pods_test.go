@@ -20,6 +20,7 @@ import (
 // slice, logs, and once stopped and removed leaves no unit, cgroup, mount
 // or process behind (runPod checks the pod's the same way).
 func TestGuestLifecycle(t *testing.T) {
+	t.Parallel()
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
 	d := g.CRI(t)
@@ -71,6 +72,7 @@ func TestGuestLifecycle(t *testing.T) {
 // streaming server (reached through ssh, as the kubelet would proxy it),
 // and by ExecSync.
 func TestGuestExec(t *testing.T) {
+	t.Parallel()
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
 	d := g.CRI(t)
@@ -110,6 +112,7 @@ func TestGuestExec(t *testing.T) {
 // scope's cgroup v2 files: CPU used, memory in use (16 MiB of shm), PSI
 // and swap present.
 func TestGuestStats(t *testing.T) {
+	t.Parallel()
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
 	d := g.CRI(t)
@@ -172,6 +175,7 @@ func TestGuestStats(t *testing.T) {
 // kills it, and the CRI says OOMKilled although systemd removes the scope
 // (and its memory.events) as soon as the process is gone.
 func TestGuestOOMKilled(t *testing.T) {
+	t.Parallel()
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
 	d := g.CRI(t)
@@ -190,6 +194,7 @@ func TestGuestOOMKilled(t *testing.T) {
 // files), and so survive a systemctl daemon-reload, which re-applies the
 // unit's properties to the cgroup.
 func TestGuestUpdateResources(t *testing.T) {
+	t.Parallel()
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
 	d := g.CRI(t)
@@ -228,6 +233,7 @@ func TestGuestUpdateResources(t *testing.T) {
 // with the pod's infra process: each sees the other's processes, PID 1 is
 // the infra process, confined by AppArmor like the containers.
 func TestGuestSharedPID(t *testing.T) {
+	t.Parallel()
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
 	d := g.CRI(t)
@@ -259,6 +265,7 @@ func TestGuestSharedPID(t *testing.T) {
 // kernel that cannot idmap a tmpfs, before 6.3), the pod is refused at
 // once with an error that says why.
 func TestGuestUserNamespace(t *testing.T) {
+	t.Parallel()
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
 	d := g.CRI(t)
@@ -306,6 +313,7 @@ func TestGuestUserNamespace(t *testing.T) {
 // to root), and a localhost profile the node has not loaded is refused at
 // create with an error naming it.
 func TestGuestAppArmor(t *testing.T) {
+	t.Parallel()
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
 	d := g.CRI(t)

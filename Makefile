@@ -123,7 +123,10 @@ install: build
 	install -D -m 0755 $(BIN)/minicri $(DESTDIR)$(PREFIX)/bin/minicri
 	install -D -m 0755 $(BIN)/minicri-conmon $(DESTDIR)$(PREFIX)/bin/minicri-conmon
 	install -D -m 0755 $(BIN)/minicri-pause $(DESTDIR)$(PREFIX)/bin/minicri-pause
-	install -D -m 0644 contrib/systemd/minicri.service $(DESTDIR)/etc/systemd/system/minicri.service
+	install -d -m 0755 $(DESTDIR)/etc/systemd/system
+	sed 's#/usr/local/#$(PREFIX)/#g' contrib/systemd/minicri.service > $(DESTDIR)/etc/systemd/system/minicri.service
+	install -d -m 0755 $(DESTDIR)$(PREFIX)/share/doc/minicri
+	install -m 0644 README.md docs/*.md $(DESTDIR)$(PREFIX)/share/doc/minicri/
 	install -d -m 0755 $(DESTDIR)/etc/minicri
 	test -e $(DESTDIR)/etc/minicri/minicri.toml || $(BIN)/minicri config > $(DESTDIR)/etc/minicri/minicri.toml
 

@@ -129,7 +129,11 @@ func podCgroupRelPath(parent string, driver CgroupDriver) (string, error) {
 	case "", CgroupfsDriver:
 		return filepath.Join("/", parent), nil
 	case SystemdDriver:
-		return expandSlice(parent)
+		slice, err := SystemdSlice(parent)
+		if err != nil {
+			return "", err
+		}
+		return expandSlice(slice)
 	default:
 		return "", fmt.Errorf("%w: unknown cgroup driver %q", ErrInvalid, driver)
 	}

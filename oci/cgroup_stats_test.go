@@ -202,6 +202,9 @@ func TestPodCgroupRelPath(t *testing.T) {
 	}{
 		{"/kubepods/burstable/pod123", CgroupfsDriver, "/kubepods/burstable/pod123", nil},
 		{"kubepods-burstable-pod123.slice", SystemdDriver, "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod123.slice", nil},
+		// The kubelet's form: the slice's path.
+		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod123.slice", SystemdDriver, "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod123.slice", nil},
+		{"/kubepods.slice/kubepods-pod123.slice/../../etc", SystemdDriver, "", ErrInvalid},
 		{"", CgroupfsDriver, "", ErrNotFound},
 		{"", SystemdDriver, "", ErrNotFound},
 		{"not-a-slice", SystemdDriver, "", ErrInvalid},

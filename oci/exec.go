@@ -202,12 +202,16 @@ func (r *Runtime) startExec(id, stateDir string, proc *specs.Process, o ExecIO) 
 // between our pty and the container's.
 func (r *Runtime) execCommand(bin, pidFile, id string, bulk bool) *exec.Cmd {
 	args := append(r.globalArgs("/proc/self/fd/4"), "exec")
+	var cmd *exec.Cmd
 	if !bulk || r.ExecShim == "" {
 		args = append(args, "--process", "/proc/self/fd/3", "--pid-file", pidFile, id)
-		return exec.Command(bin, args...)
+		cmd = exec.Command(bin, args...)
+	} else {
+		args = append(args, "--detach", "--process", "/proc/self/fd/3", "--pid-file", pidFile, id)
+		cmd = exec.Command(r.ExecShim, append([]string{"exec", bin}, args...)...)
 	}
-	args = append(args, "--detach", "--process", "/proc/self/fd/3", "--pid-file", pidFile, id)
-	return exec.Command(r.ExecShim, append([]string{"exec", bin}, args...)...)
+	cmd.Env = runtimeEnv()
+	return cmd
 }
 
 // processPipe returns the read end of a pipe that holds the whole process

@@ -41,7 +41,9 @@ func (r *Runtime) probeFeatures() (Features, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), featuresTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "features").Output()
+	cmd := exec.CommandContext(ctx, path, "features")
+	cmd.Env = runtimeEnv()
+	out, err := cmd.Output()
 	if err != nil {
 		return Features{}, fmt.Errorf("%s features: %w", path, err)
 	}

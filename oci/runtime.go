@@ -142,6 +142,7 @@ func (r *Runtime) command(ctx context.Context, logPath string, args ...string) (
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, bin, append(r.globalArgs(logPath), args...)...)
+	cmd.Env = runtimeEnv()
 	cmd.WaitDelay = waitDelay
 	return cmd, nil
 }

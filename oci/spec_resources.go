@@ -133,7 +133,8 @@ func defaultRlimits(h hostFacts) []specs.POSIXRlimit {
 
 // CgroupsPath names a container's cgroup for the given driver: cgroupfs uses
 // PARENT/ID under the cgroup root; systemd uses slice:minicri:ID, with the pod's
-// slice as parent (system.slice when none).
+// slice as parent (system.slice when none; SystemdSlice takes the kubelet's
+// slice path).
 func CgroupsPath(parent, id string, driver CgroupDriver) (string, error) {
 	switch driver {
 	case "", CgroupfsDriver:
@@ -145,10 +146,11 @@ func CgroupsPath(parent, id string, driver CgroupDriver) (string, error) {
 		if parent == "" {
 			parent = "system.slice"
 		}
-		if !strings.HasSuffix(parent, ".slice") || strings.Contains(parent, "/") {
-			return "", fmt.Errorf("%w: cgroup parent %q must be a systemd slice name (x-y.slice) with the systemd cgroup driver", ErrInvalid, parent)
+		slice, err := SystemdSlice(parent)
+		if err != nil {
+			return "", err
 		}
-		return parent + ":" + systemdScopePrefix + ":" + id, nil
+		return slice + ":" + systemdScopePrefix + ":" + id, nil
 	default:
 		return "", fmt.Errorf("%w: unknown cgroup driver %q", ErrInvalid, driver)
 	}

@@ -257,8 +257,21 @@ func TestCgroupsPath(t *testing.T) {
 		{"kubepods/pod1", "", "/kubepods/pod1/abc", true},
 		{"", CgroupfsDriver, "/abc", true},
 		{"kubepods-besteffort-pod1.slice", SystemdDriver, "kubepods-besteffort-pod1.slice:minicri:abc", true},
+		// The kubelet's systemd driver sends the whole path (v1.37.2).
+		{"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1_2.slice", SystemdDriver, "kubepods-besteffort-pod1_2.slice:minicri:abc", true},
+		{"/kubepods.slice/kubepods-pod1.slice", SystemdDriver, "kubepods-pod1.slice:minicri:abc", true},
+		{"kubepods.slice/kubepods-pod1.slice", SystemdDriver, "kubepods-pod1.slice:minicri:abc", true},
+		{"/kubepods.slice", SystemdDriver, "kubepods.slice:minicri:abc", true},
 		{"", SystemdDriver, "system.slice:minicri:abc", true},
 		{"/kubepods/pod1", SystemdDriver, "", false},
+		// A path that is not where systemd puts its last slice.
+		{"/system.slice/kubepods-pod1.slice", SystemdDriver, "", false},
+		{"/kubepods.slice/../kubepods-pod1.slice", SystemdDriver, "", false},
+		{"/kubepods.slice/kubepods-pod1.slice/", SystemdDriver, "", false},
+		{"/kubepods.slice//kubepods-pod1.slice", SystemdDriver, "", false},
+		{"..slice", SystemdDriver, "", false},
+		{"a:b.slice", SystemdDriver, "", false},
+		{"a b.slice", SystemdDriver, "", false},
 		{"kubepods.slice", CgroupfsDriver, "", false},
 		{"/pod", "cgroupv3", "", false},
 	}

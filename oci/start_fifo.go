@@ -25,10 +25,11 @@ var errNoFifoStart = errors.New("no start by the exec fifo")
 // It returns errNoFifoStart, having changed nothing, wherever runc start
 // would do more or where the layout is not one it knows: another runtime
 // (crun keeps no state.json), no known root, poststart hooks (runc runs them
-// around the start), a systemd notify socket to pass on, an init or fifo
-// that is missing (runc start then gives its own error).
+// around the start), an init or fifo that is missing (runc start then gives
+// its own error). The daemon's own NOTIFY_SOCKET (under systemd) is not the
+// container's: runc never sees it (runtimeEnv), so it changes nothing here.
 func (r *Runtime) startByFifo(ctx context.Context, id string) error {
-	if r.Root == "" || os.Getenv("NOTIFY_SOCKET") != "" {
+	if r.Root == "" {
 		return errNoFifoStart
 	}
 	dir := filepath.Join(r.Root, id)

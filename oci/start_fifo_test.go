@@ -3,8 +3,11 @@ package oci
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,17 +116,12 @@ func TestStartByFifoDefersToRuntime(t *testing.T) {
 	cases := []struct {
 		name string
 		rt   *Runtime
-		env  string
 	}{
-		{"no root", &Runtime{Path: rt.Path}, ""},
-		{"another root", &Runtime{Path: rt.Path, Root: t.TempDir()}, ""},
-		{"a systemd notify socket", rt, "/run/notify.sock"},
+		{"no root", &Runtime{Path: rt.Path}},
+		{"another root", &Runtime{Path: rt.Path, Root: t.TempDir()}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.env != "" {
-				t.Setenv("NOTIFY_SOCKET", tc.env)
-			}
 			if err := tc.rt.startByFifo(ctx, c.ID); !errors.Is(err, errNoFifoStart) {
 				t.Fatalf("startByFifo = %v, want errNoFifoStart", err)
 			}
@@ -131,6 +129,66 @@ func TestStartByFifoDefersToRuntime(t *testing.T) {
 				t.Fatal("the exec fifo was taken")
 			}
 		})
+	}
+}
+
+// Under minicri.service (Type=notify) systemd hands the daemon
+// NOTIFY_SOCKET. It is the daemon's: containers start by the fifo all the
+// same, and `runc start` (a poststart hook) does not see it, which failed
+// in the Debian 12 guest with 'listen unixgram …/notify/notify.sock: bind:
+// invalid argument'.
+func TestStartUnderSystemdNotifySocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	t.Setenv("NOTIFY_SOCKET", sock)
+	t.Setenv("WATCHDOG_PID", "1")
+	rt, ctx := debianRunc(t)
+	c := baseSpec(t, "/bin/sleep", "60")
+	createContainer(t, rt, c)
+	fifo := filepath.Join(rt.Root, c.ID, runcExecFifo)
+	if err := rt.Start(ctx, c.ID); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	if fileExists(fifo) {
+		t.Error("the exec fifo is still there: the start did not go by the fifo")
+	}
+	hooked := baseSpec(t, "/bin/sleep", "60")
+	createEditedContainer(t, rt, hooked, func(s *specs.Spec) {
+		s.Hooks = &specs.Hooks{Poststart: []specs.Hook{{Path: "/bin/true"}}}
+	})
+	if err := rt.Start(ctx, hooked.ID); err != nil {
+		t.Fatalf("runc start with the daemon's NOTIFY_SOCKET set: %v", err)
+	}
+}
+
+// Every runtime command's environment leaves out what systemd handed the
+// daemon, and keeps the rest.
+func TestRuntimeEnvLeavesOutSystemdVariables(t *testing.T) {
+	for _, k := range SystemdHandedEnv {
+		t.Setenv(k, "x")
+	}
+	t.Setenv("MINICRI_TEST_KEEP", "1")
+	rt := &Runtime{Path: "/bin/true", Root: t.TempDir()}
+	cmd, err := rt.command(context.Background(), "", "state", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*exec.Cmd{cmd, rt.execCommand("/bin/true", "pid", "x", false), rt.execCommand("/bin/true", "pid", "x", true)} {
+		if c.Env == nil {
+			t.Fatalf("%v inherits the daemon's environment", c.Args)
+		}
+		for _, kv := range c.Env {
+			if slices.Contains(SystemdHandedEnv, envKey(kv)) {
+				t.Errorf("%v gets %s", c.Args, kv)
+			}
+		}
+		if !slices.Contains(c.Env, "MINICRI_TEST_KEEP=1") {
+			t.Errorf("%v lost the rest of the environment", c.Args)
+		}
 	}
 }
 

@@ -72,7 +72,7 @@ var codeMappings = []struct {
 	{codes.NotFound, []error{store.ErrNotFound, image.ErrNotFound, oci.ErrNotFound}},
 	{codes.FailedPrecondition, []error{image.ErrInUse, network.ErrNotReady,
 		conmon.ErrNotRunning, conmon.ErrNoPauseBinary, errNotRunning, errHandlerUnavailable,
-		errWrongState, errHostPortTaken}},
+		errWrongState, errHostPortTaken, errKernelNoUserNamespaces}},
 	{codes.Unauthenticated, []error{image.ErrUnauthorized}},
 	{codes.ResourceExhausted, []error{image.ErrTooLarge, streaming.ErrTooManyRequests, broadcast.ErrSlow}},
 	{codes.Unavailable, []error{broadcast.ErrClosed}},

@@ -90,11 +90,17 @@ const userNamespacesSupported = true
 
 // runtimeHandlers lists each handler ("" is the default one) with the
 // features its OCI runtime has, as the kubelet reads them to decide whether
-// a pod may ask for recursive read-only mounts or a user namespace.
+// a pod may ask for recursive read-only mounts or a user namespace. A
+// configured handler whose runtime is not installed (the default config
+// names crun) is left out: listed, it would read as a handler without
+// features. It shows up at the first Status after it is installed. The
+// default handler stays listed (as "" too): RuntimeReady says it is missing.
 func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {
 	names := make([]string, 0, len(s.cfg.Runtime.Handlers))
 	for name := range s.cfg.Runtime.Handlers {
-		names = append(names, name)
+		if rt, err := s.runtimes.Get(name); name == s.cfg.Runtime.DefaultHandler || err == nil && rt.Available() == nil {
+			names = append(names, name)
+		}
 	}
 	sort.Strings(names)
 	handlers := []*runtime.RuntimeHandler{{Name: "", Features: s.handlerFeatures("")}}
@@ -106,7 +112,9 @@ func (s *Server) runtimeHandlers() []*runtime.RuntimeHandler {
 
 // handlerFeatures reports a feature only when the handler's runtime has it;
 // a runtime that cannot say has none. Each runtime ran `features` once (the
-// candidates for the default at start, the others at first use).
+// candidates for the default at start, the others at first use). User
+// namespaces need the kernel too (kernelUserNamespaces): the kubelet sends
+// hostUsers: false pods only where Status says they can run.
 func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures {
 	rt, err := s.runtimes.Get(handler)
 	if err != nil {
@@ -115,7 +123,7 @@ func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures
 	f, _ := rt.Features()
 	return &runtime.RuntimeHandlerFeatures{
 		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
-		UserNamespaces:          f.IDMappedMounts && userNamespacesSupported,
+		UserNamespaces:          f.IDMappedMounts && userNamespacesSupported && kernelUserNamespaces() == nil,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -155,5 +156,37 @@ func TestStatusReportsKernelFeatures(t *testing.T) {
 				t.Errorf("kernelFeatures[%s] = %s, want %s (all: %v)", kernelfeat.IDMappedTmpfs.Name, got, c.want, feats)
 			}
 		})
+	}
+}
+
+// Status lists a configured handler only when its runtime is installed:
+// the default config names crun, which the guest (like most nodes) lacks,
+// and listed it read as a handler with no features. One installed later
+// shows up at the next Status.
+func TestStatusListsOnlyInstalledHandlers(t *testing.T) {
+	dir := t.TempDir()
+	s := newRecordsServer(t)
+	s.cfg = config.Default()
+	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{
+		"runc": {Path: runtimeScript(t)},
+		"crun": {Path: filepath.Join(dir, "crun")},
+	}
+	s.cfg.Runtime.DefaultHandler = "runc"
+	s.useRuntimes()
+	names := func() []string {
+		var out []string
+		for _, h := range s.runtimeHandlers() {
+			out = append(out, h.GetName())
+		}
+		return out
+	}
+	if got := names(); !slices.Equal(got, []string{"", "runc"}) {
+		t.Errorf("handlers %q, want the default and runc (crun is not installed)", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "crun"), []byte("#!/bin/sh\necho '{}'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); !slices.Equal(got, []string{"", "crun", "runc"}) {
+		t.Errorf("handlers %q after crun was installed, want it listed", got)
 	}
 }

@@ -128,7 +128,7 @@ func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler
 		}
 		return invalidf(field+".userns_options", "runtime handler %q cannot run a pod in a user namespace: %s (handlers that can: %s; docs/security.md)", handler, why, canRunUserNamespaces(s.userNamespaceHandlers()))
 	}
-	return nil
+	return kernelUserNamespaces()
 }
 
 // validateContainerUserNamespace: a container runs in its pod's user
@@ -146,6 +146,12 @@ func validateContainerUserNamespace(sbCfg *runtime.PodSandboxConfig, c *runtime.
 	}
 	if ctr != nil && ctr.GetMode() == runtime.NamespaceMode_POD && (!sameIDMappings(ctr.GetUids(), pod.GetUids()) || !sameIDMappings(ctr.GetGids(), pod.GetGids())) {
 		return invalidf(field, "the container's mappings differ from its pod's: a container shares its pod's user namespace")
+	}
+	if pod != nil {
+		// A pod made before a reboot into an older kernel.
+		if err := kernelUserNamespaces(); err != nil {
+			return err
+		}
 	}
 	for _, m := range c.GetMounts() {
 		if len(m.GetUidMappings()) == 0 && len(m.GetGidMappings()) == 0 {

@@ -3,11 +3,15 @@ package server
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/internal/kernelfeat"
 )
 
 func idMaps(m ...[3]uint32) []*runtime.IDMapping {
@@ -140,6 +144,56 @@ func TestValidatePodUserNamespaceNeedsIDMappedMounts(t *testing.T) {
 		cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: c.ns}
 		t.Run(c.handler+" "+c.field, func(t *testing.T) {
 			checkValidation(t, s.validatePodUserNamespace(cfg, c.handler), c.field)
+		})
+	}
+}
+
+// On a kernel that cannot idmap a tmpfs (before 6.3: Debian 12's 6.1),
+// Status does not offer user namespaces even with a runtime that has
+// idmapped mounts, and a hostUsers: false pod, or a container of one, is
+// refused at once with FailedPrecondition naming the kernel, not left to
+// fail in runc ('MOUNT_ATTR_IDMAP … invalid argument' in the guest).
+func TestUserNamespacesNeedTheKernel(t *testing.T) {
+	dir := t.TempDir()
+	runtimePath := filepath.Join(dir, "runc")
+	if err := os.WriteFile(runtimePath, []byte(`#!/bin/sh
+echo '{"linux": {"mountExtensions": {"idmap": {"enabled": true}}}}'
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		kernel string
+		tmpfs  bool
+		want   codes.Code
+	}{
+		{"6.3 and later (this host)", true, codes.OK},
+		{"before 6.3 (Debian 12's 6.1)", false, codes.FailedPrecondition},
+	} {
+		t.Run(c.kernel, func(t *testing.T) {
+			defer kernelfeat.IDMappedTmpfs.Force(c.tmpfs, "tmpfs: idmapped mount (MOUNT_ATTR_IDMAP): invalid argument")()
+			defer kernelfeat.IDMappedOverlay.Force(true, "")()
+			s := newRecordsServer(t)
+			s.cfg = config.Default()
+			s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"current": {Path: runtimePath}}
+			s.runtimes = ociHandlers{runtimeHandlers(s.cfg, "")}
+			if got := s.handlerFeatures("current").GetUserNamespaces(); got != c.tmpfs {
+				t.Errorf("Status: user namespaces = %v, want %v", got, c.tmpfs)
+			}
+			pod := goodSandboxConfig()
+			pod.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: kubeletUserns()}}
+			ctr := &runtime.ContainerConfig{Linux: &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{
+				NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: kubeletUserns()}}}}
+			for what, err := range map[string]error{
+				"RunPodSandbox":   s.validatePodUserNamespace(pod, "current"),
+				"CreateContainer": validateContainerInPod(pod, ctr),
+			} {
+				if got := status.Code(toStatus(err)); got != c.want {
+					t.Errorf("%s: %v (code %v), want %v", what, err, got, c.want)
+				}
+				if err != nil && !strings.Contains(err.Error(), "Linux 6.3") {
+					t.Errorf("%s: error %q does not say what the kernel lacks", what, err)
+				}
+			}
 		})
 	}
 }

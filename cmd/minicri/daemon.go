@@ -17,6 +17,7 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/internal/kernelfeat"
+	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/server"
 )
 
@@ -29,6 +30,7 @@ func runDaemon(cfg config.Config) error {
 		return err
 	}
 	kernelfeat.SetLogger(log.WithField("component", "kernelfeat"))
+	notify := takeSystemdEnv()
 	// The run dir holds the pods' /dev/shm tmpfs (1777 for the containers),
 	// their hosts files and pinned namespaces: root's alone, or a host user
 	// who reads the mount table could read and plant files in a pod's shm
@@ -87,12 +89,12 @@ func runDaemon(cfg config.Config) error {
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(listener) }()
 	log.WithFields(logrus.Fields{"socket": cfg.Listen, "root": cfg.Root, "version": version}).Info("minicri serving")
-	notifySystemd("READY=1")
+	notify.send("READY=1")
 
 	select {
 	case sig := <-signals:
 		log.WithField("signal", sig.String()).Info("shutting down: no new calls, waiting for in-flight ones")
-		notifySystemd("STOPPING=1")
+		notify.send("STOPPING=1")
 		srv.EndEventStreams() // they never end by themselves
 		gracefulStop(g, cfg.ShutdownTimeout.Std(), log)
 	case err := <-served:
@@ -200,10 +202,28 @@ func listenSocket(path string, perm os.FileMode) (net.Listener, error) {
 	return l, nil
 }
 
-// notifySystemd tells systemd (Type=notify) about the daemon's state; without
-// NOTIFY_SOCKET it does nothing.
-func notifySystemd(state string) {
+// systemdNotify is the address systemd gave the daemon for its state
+// (Type=notify), or "".
+type systemdNotify string
+
+// takeSystemdEnv keeps NOTIFY_SOCKET for the daemon and takes it, and the
+// other variables systemd hands a service, out of the environment, as
+// sd_notify's unset_environment does: every child (runc, CNI and NRI
+// plugins, the monitors) would inherit them, and runc acts on
+// NOTIFY_SOCKET (oci.SystemdHandedEnv).
+func takeSystemdEnv() systemdNotify {
 	addr := os.Getenv("NOTIFY_SOCKET")
+	for _, k := range oci.SystemdHandedEnv {
+		os.Unsetenv(k)
+	}
+	return systemdNotify(addr)
+}
+
+// send tells systemd about the daemon's state; without NOTIFY_SOCKET it
+// does nothing. READY=1 goes once the CRI socket listens: from then on a
+// client's connect is taken, and answered once Serve runs.
+func (n systemdNotify) send(state string) {
+	addr := string(n)
 	if addr == "" {
 		return
 	}

@@ -32,7 +32,25 @@ func (m *monitor) watch() error {
 			return err
 		}
 	}
+	// EPOLLPRI alone: a cgroup file always polls readable.
+	if m.oom.open(); m.oom.fd >= 0 && m.epoll(unix.EPOLL_CTL_ADD, m.oom.fd, unix.EPOLLPRI) != nil {
+		m.oom.close() // the count is read at the exit alone, as on v1
+	}
 	return nil
+}
+
+// oomEvent: memory.events changed; read it while the cgroup is there.
+func (m *monitor) oomEvent() {
+	if !m.oom.refresh() {
+		m.closeOOM()
+	}
+}
+
+func (m *monitor) closeOOM() {
+	if m.oom.fd >= 0 {
+		unix.EpollCtl(m.epfd, unix.EPOLL_CTL_DEL, m.oom.fd, nil)
+	}
+	m.oom.close()
 }
 
 func (m *monitor) epoll(op, fd int, events uint32) error {
@@ -42,7 +60,7 @@ func (m *monitor) epoll(op, fd int, events uint32) error {
 // owns reports whether fd is one of the container's descriptors.
 func (m *monitor) owns(fd int) bool {
 	switch fd {
-	case m.pidFD, m.attachFD, m.controlFD, m.stdout.fd, m.stderr.fd, m.stdin:
+	case m.pidFD, m.attachFD, m.controlFD, m.stdout.fd, m.stderr.fd, m.stdin, m.oom.fd:
 		return true
 	}
 	return m.client(fd) != nil || m.waiter(fd) >= 0
@@ -85,6 +103,8 @@ func (m *monitor) handle(fd int, events uint32) {
 	switch {
 	case fd == m.pidFD:
 		m.reapInit()
+	case fd == m.oom.fd:
+		m.oomEvent()
 	case fd == m.attachFD:
 		m.acceptClient()
 	case fd == m.controlFD:
@@ -162,6 +182,7 @@ func (m *monitor) containerExited(status unix.WaitStatus) {
 	if m.oom.killed() {
 		e.Reason = "OOMKilled"
 	}
+	m.closeOOM()
 	m.exit = e
 	m.drainUntil = now.Add(drainTimeout).UnixNano()
 }
@@ -174,6 +195,7 @@ func (m *monitor) finish() {
 		writeExitFile(m.cfg.ExitFile, m.exit.Marshal())
 	}
 	m.log.close()
+	m.closeOOM()
 	unix.Unlink(m.socketPath(wire.AttachSocket))
 	unix.Unlink(m.socketPath(wire.ControlSocket))
 	for _, fd := range []*int{&m.attachFD, &m.controlFD} {

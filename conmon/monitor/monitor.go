@@ -80,6 +80,7 @@ func newMonitor(cfg wire.Config) *monitor {
 		stdout: output{fd: -1, stream: "stdout", frame: wire.FrameStdout},
 		stderr: output{fd: -1, stream: "stderr", frame: wire.FrameStderr},
 		stdin:  -1, attachFD: -1, controlFD: -1, pidFD: -1, epfd: -1, syncFD: -1,
+		oom: oomCounter{fd: -1},
 	}
 }
 

@@ -63,6 +63,7 @@ func TestGuestKubelet(t *testing.T) {
 	g.WriteFile(t, "/etc/systemd/system/kubelet.service", []byte(guestKubeletUnit), 0o644)
 	g.Run(t, "mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl start kubelet.service")
 	t.Cleanup(func() {
+		defer func(start time.Time) { t.Logf("cleanup took %.1f s", time.Since(start).Seconds()) }(time.Now())
 		if t.Failed() {
 			t.Logf("--- kubelet.service journal (tail) ---\n%s", g.Journal("kubelet.service", 120))
 		}
@@ -112,6 +113,7 @@ spec:
         command: ["cat", "/tmp/ready"]
       periodSeconds: 2
 `, guestBusyboxRef)
+	start := time.Now()
 	g.WriteFile(t, "/etc/kubernetes/manifests/web.yaml", []byte(manifest), 0o644)
 
 	var pod *corev1.Pod
@@ -132,6 +134,7 @@ spec:
 		}
 		return false
 	})
+	t.Logf("the static pod was Ready %.1f s after its manifest was written", time.Since(start).Seconds())
 	journal := g.Journal("kubelet.service", 2000)
 	if !regexp.MustCompile(`cgroupDriver="?systemd`).MatchString(journal) {
 		t.Errorf("the kubelet's journal does not say it uses the systemd cgroup driver")

@@ -46,8 +46,27 @@ const confineTimeout = 30 * time.Second
 //
 // podDir (the pod's own directory) labels the process: FindPauses finds it
 // by that label, and a daemon only ever claims the pods under its run dir.
-func StartPause(binary, podDir string) (Infra, error) {
-	return startPause(binary, podDir, &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID})
+func StartPause(binary, podDir string, opts PauseOptions) (Infra, error) {
+	return startPause(binary, podDir, opts, &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID})
+}
+
+// PauseOptions are what an infra process confines itself with beyond the
+// steps it always takes.
+type PauseOptions struct {
+	// AppArmorProfile, when set, is a loaded AppArmor profile the process
+	// changes to (after its mounts, before it drops its privileges). It
+	// fails, and so does the pod, where it cannot.
+	AppArmorProfile string
+}
+
+// env is the infra process's environment: the monitor's, and the profile
+// for minicri-pause to read.
+func (o PauseOptions) env() []string {
+	env := monitorEnv()
+	if o.AppArmorProfile != "" {
+		env = append(env, "MINICRI_PAUSE_APPARMOR="+o.AppArmorProfile)
+	}
+	return env
 }
 
 // startPause returns once the infra process has confined itself: no
@@ -56,7 +75,7 @@ func StartPause(binary, podDir string) (Infra, error) {
 // on fd 3 once confined, or a message on stderr and exits when a step
 // failed, and closes both either way. A failed one is killed and reaped
 // before startPause returns.
-func startPause(binary, podDir string, attr *syscall.SysProcAttr) (Infra, error) {
+func startPause(binary, podDir string, opts PauseOptions, attr *syscall.SysProcAttr) (Infra, error) {
 	path, err := pauseBinary(binary)
 	if err != nil {
 		return Infra{}, err
@@ -68,7 +87,7 @@ func startPause(binary, podDir string, attr *syscall.SysProcAttr) (Infra, error)
 	defer r.Close()
 	cmd := exec.Command(path, "pause", pauseLabel, podDir)
 	cmd.Dir = "/"
-	cmd.Env = monitorEnv()
+	cmd.Env = opts.env()
 	cmd.Stderr = w
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = attr

@@ -81,7 +81,7 @@ func podDirOf(t *testing.T, in conmon.Infra) string {
 
 func TestStartPauseConfines(t *testing.T) {
 	requireRuntime(t)
-	in, err := conmon.StartPause(monitorBinary, filepath.Join(t.TempDir(), "pod"))
+	in, err := conmon.StartPause(monitorBinary, filepath.Join(t.TempDir(), "pod"), conmon.PauseOptions{})
 	if err != nil {
 		t.Fatalf("StartPause: %v", err)
 	}
@@ -94,7 +94,7 @@ func TestStartPauseInUserNSConfines(t *testing.T) {
 	// A range no other test maps.
 	const hostBase = 3 << 20
 	maps := []conmon.IDMap{{ContainerID: 0, HostID: hostBase, Size: 65536}}
-	in, err := conmon.StartPauseInUserNS(monitorBinary, filepath.Join(t.TempDir(), "pod"), maps, maps)
+	in, err := conmon.StartPauseInUserNS(monitorBinary, filepath.Join(t.TempDir(), "pod"), maps, maps, conmon.PauseOptions{})
 	if err != nil {
 		t.Fatalf("StartPauseInUserNS: %v", err)
 	}
@@ -120,7 +120,7 @@ func TestStartPauseInUserNSRefusesUnmappedPauseID(t *testing.T) {
 		{"gids", full, small, "the gid mappings"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := conmon.StartPauseInUserNS("/nonexistent/minicri-conmon", "/pod", tc.uids, tc.gids)
+			_, err := conmon.StartPauseInUserNS("/nonexistent/minicri-conmon", "/pod", tc.uids, tc.gids, conmon.PauseOptions{})
 			if !errors.Is(err, conmon.ErrPauseIDUnmapped) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("StartPauseInUserNS = %v, want ErrPauseIDUnmapped naming %q", err, tc.want)
 			}
@@ -130,7 +130,7 @@ func TestStartPauseInUserNSRefusesUnmappedPauseID(t *testing.T) {
 
 func TestStartPauseWithoutBinary(t *testing.T) {
 	monitor := filepath.Join(t.TempDir(), "minicri-conmon")
-	_, err := conmon.StartPause(monitor, "/pod")
+	_, err := conmon.StartPause(monitor, "/pod", conmon.PauseOptions{})
 	if !errors.Is(err, conmon.ErrNoPauseBinary) || !strings.Contains(err.Error(), filepath.Join(filepath.Dir(monitor), conmon.PauseBinaryName)) {
 		t.Errorf("StartPause without minicri-pause = %v, want ErrNoPauseBinary naming where it looked", err)
 	}
@@ -158,7 +158,7 @@ func TestStartPauseFailsUntilConfined(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, conmon.PauseBinaryName), []byte(script), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			_, err := conmon.StartPause(filepath.Join(dir, "minicri-conmon"), "/pod")
+			_, err := conmon.StartPause(filepath.Join(dir, "minicri-conmon"), "/pod", conmon.PauseOptions{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("StartPause = %v, want an error saying %q", err, tc.want)
 			}
@@ -189,4 +189,19 @@ func inPIDNamespace(ns string) []int {
 		}
 	}
 	return pids
+}
+
+// An infra process told to take an AppArmor profile takes it or fails the
+// pod: on this host (no AppArmor) the change cannot be made, and StartPause
+// says so rather than run it unconfined. On an AppArmor host (the Debian 12
+// guest) the process runs under the profile (guest test).
+func TestStartPauseAppliesAppArmorOrFails(t *testing.T) {
+	requireRuntime(t)
+	if b, _ := os.ReadFile("/sys/module/apparmor/parameters/enabled"); strings.HasPrefix(string(b), "Y") {
+		t.Skip("AppArmor is on here: the guest tests check the profile")
+	}
+	_, err := conmon.StartPause(monitorBinary, filepath.Join(t.TempDir(), "pod"), conmon.PauseOptions{AppArmorProfile: "minicri-default"})
+	if err == nil || !strings.Contains(err.Error(), "AppArmor") {
+		t.Fatalf("StartPause with an AppArmor profile on a host without AppArmor = %v, want a failure naming AppArmor", err)
+	}
 }

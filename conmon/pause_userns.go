@@ -21,7 +21,7 @@ type IDMap struct {
 // the containers' supplementary groups there. The process runs as uid and
 // gid 65535 of the namespace, so both maps must hold that ID (the
 // kubelet's hold 0-65535).
-func StartPauseInUserNS(binary, podDir string, uids, gids []IDMap) (Infra, error) {
+func StartPauseInUserNS(binary, podDir string, uids, gids []IDMap, opts PauseOptions) (Infra, error) {
 	if err := mapsPauseID(uids, gids); err != nil {
 		return Infra{}, err
 	}
@@ -37,7 +37,7 @@ func StartPauseInUserNS(binary, podDir string, uids, gids []IDMap) (Infra, error
 		// the owner of the host's root files).
 		Credential: &syscall.Credential{Uid: 0, Gid: 0},
 	}
-	return startPause(binary, podDir, attr)
+	return startPause(binary, podDir, opts, attr)
 }
 
 // PauseID is the uid and gid the infra process runs as (cmd/minicri-pause),

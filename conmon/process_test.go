@@ -264,7 +264,7 @@ func TestPauseReapsOrphansAndExitsOnTerm(t *testing.T) {
 func TestStartPauseAndStopPause(t *testing.T) {
 	requireRuntime(t)
 	podDir := filepath.Join(t.TempDir(), "pods", "test-pod")
-	infra, err := conmon.StartPause(monitorBinary, podDir)
+	infra, err := conmon.StartPause(monitorBinary, podDir, conmon.PauseOptions{})
 	if err != nil {
 		t.Fatalf("StartPause: %v", err)
 	}

@@ -75,3 +75,12 @@ func appArmorProfileLoaded(listPath, name string) (bool, error) {
 	}
 	return false, sc.Err()
 }
+
+// InfraAppArmorProfile is the AppArmor profile of a pod's infra process
+// (minicri-pause), chosen as a container's is from the pod's own profile and
+// privilege: the default profile on an AppArmor host unless the pod asks
+// for another or is privileged; "" without AppArmor. containerd and cri-o
+// confine their pause container the same way.
+func InfraAppArmorProfile(p AppArmorProfile, privileged bool) (string, error) {
+	return appArmorFor(Security{AppArmor: p, Privileged: privileged}, currentHost())
+}

@@ -243,6 +243,7 @@ func (s *Server) finishMonitor(ctx context.Context, c *container, rec containerR
 	}
 	ref := monitorRef{PID: created.MonitorPID, StartTime: created.MonitorStartTime, JoinDir: opts.JoinDir}
 	s.monitors.assign(ref, c, rec.SandboxID)
+	s.leaveDaemonCgroup(ctx, ref.PID, ref.StartTime, "minicri-conmon-"+rec.ID+".scope", monitorSlice, "monitor of container "+rec.ID)
 	return ref, nil
 }
 

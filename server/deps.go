@@ -93,8 +93,8 @@ func (conmonMonitor) ReopenLog(ctx context.Context, socketDir string) error {
 	return conmon.ReopenLog(ctx, socketDir)
 }
 
-func (conmonMonitor) StartPause(binary, podDir string) (conmon.Infra, error) {
-	return conmon.StartPause(binary, podDir)
+func (conmonMonitor) StartPause(binary, podDir string, opts conmon.PauseOptions) (conmon.Infra, error) {
+	return conmon.StartPause(binary, podDir, opts)
 }
 
 func (conmonMonitor) StopPause(ctx context.Context, in conmon.Infra) error {

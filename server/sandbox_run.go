@@ -15,6 +15,7 @@ import (
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
 )
 
@@ -38,7 +39,7 @@ type sandboxPins interface {
 // podInfra runs the infra process of a pod that shares its PID namespace
 // (conmon).
 type podInfra interface {
-	StartPause(binary, podDir string) (conmon.Infra, error)
+	StartPause(binary, podDir string, opts conmon.PauseOptions) (conmon.Infra, error)
 	StopPause(ctx context.Context, in conmon.Infra) error
 }
 
@@ -89,6 +90,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 		return nil, toStatus(err)
 	}
 	if err := s.validatePodUserNamespace(cfg, handler); err != nil {
+		return nil, toStatus(err)
+	}
+	if err := s.validateCgroupParent(cfg); err != nil {
 		return nil, toStatus(err)
 	}
 	defer s.nri.BlockSync()()
@@ -169,7 +173,11 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		return err
 	}
 	if sharesPIDNamespace(cfg) && rec.Infra.PID == 0 {
-		infra, err := s.infra.StartPause(s.monitorPath, rec.Dir)
+		opts, err := pauseOptions(cfg)
+		if err != nil {
+			return err
+		}
+		infra, err := s.infra.StartPause(s.monitorPath, rec.Dir, opts)
 		if err != nil {
 			return err
 		}
@@ -178,6 +186,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		rec.Infra = infra
 		crashPoint("sandbox-after-infra")
 	}
+	s.infraLeavesDaemonCgroup(ctx, rec, cfg) // a user namespace's infra too
 	var ips []net.IP
 	if !hostNetwork(cfg) {
 		if ips, err = s.setUpNetwork(ctx, &rec, cfg); err != nil {
@@ -216,7 +225,11 @@ func (s *Server) primeForCreate(handler string) {
 func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
 	var kinds []network.NamespaceKind
 	if u := podUserNamespace(cfg); u != nil {
-		if err := s.pinUserNamespace(r, u, podHostname(cfg)); err != nil {
+		opts, err := pauseOptions(cfg)
+		if err != nil {
+			return err
+		}
+		if err := s.pinUserNamespace(r, u, podHostname(cfg), opts); err != nil {
 			return err
 		}
 	} else if !hostNetwork(cfg) {
@@ -386,4 +399,17 @@ func (s *Server) handlerName(name string) (string, error) {
 		return "", invalidf("runtime_handler", "no runtime handler %q is configured", name)
 	}
 	return name, nil
+}
+
+// pauseOptions confine a pod's infra process as its containers are: under
+// the pod's AppArmor profile (the default one unless the pod names another
+// or is privileged) on an AppArmor host.
+func pauseOptions(cfg *runtime.PodSandboxConfig) (conmon.PauseOptions, error) {
+	sc := cfg.GetLinux().GetSecurityContext()
+	typ, name := securityProfile(sc.GetApparmor(), "", oci.ProfileUnconfined, "runtime/default")
+	profile, err := oci.InfraAppArmorProfile(oci.AppArmorProfile{Type: typ, LocalhostName: name}, sc.GetPrivileged())
+	if err != nil {
+		return conmon.PauseOptions{}, fmt.Errorf("the pod's infra process: %w", err)
+	}
+	return conmon.PauseOptions{AppArmorProfile: profile}, nil
 }

@@ -20,8 +20,8 @@ import (
 // from it; it stays as the pod's infra when the containers share its PID
 // namespace, else it is stopped. validatePodUserNamespace has refused the
 // host's network, IPC and PID namespaces for such a pod.
-func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, hostname string) error {
-	infra, err := conmon.StartPauseInUserNS(s.monitorPath, r.Dir, conmonIDMaps(u.GetUids()), conmonIDMaps(u.GetGids()))
+func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, hostname string, opts conmon.PauseOptions) error {
+	infra, err := conmon.StartPauseInUserNS(s.monitorPath, r.Dir, conmonIDMaps(u.GetUids()), conmonIDMaps(u.GetGids()), opts)
 	if err != nil {
 		return fmt.Errorf("start the pod's user namespace: %w", err)
 	}

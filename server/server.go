@@ -20,6 +20,7 @@ import (
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/internal/broadcast"
+	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/nri"
@@ -69,6 +70,7 @@ type Server struct {
 	monitor        containerMonitor // starts the monitors (conmon)
 	sockets        monitorSockets   // attach and log reopening on a running monitor
 	infra          podInfra         // infra processes of pods sharing a PID namespace
+	scopes         processScopes    // systemd driver: scopes for the infra processes and monitors; nil otherwise
 	monitorPath    string
 	monitors       *monitorPlacement
 	streams        *streaming.Server // exec, attach and port-forward URLs
@@ -107,6 +109,9 @@ func New(opts Options) (*Server, error) {
 		pins:           hostPins{},
 	}
 	s.useMonitor(conmonMonitor{})
+	if cfg.CgroupDriver == "systemd" {
+		s.scopes = &oci.SystemdScopes{}
+	}
 	s.useCNI(network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")))
 	var err error
 	if s.pinned, err = pinnedImages(cfg.Image); err != nil {
@@ -117,6 +122,10 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.useImages(images)
+	// Every kernel probe once, now (the image store named the layers'
+	// filesystem): the answers are in the log from the start, and no CRI
+	// call waits for one.
+	opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features")
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}
@@ -281,6 +290,9 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 // streams end.
 func (s *Server) Close() error {
 	s.nri.Stop()
+	if c, ok := s.scopes.(interface{ Close() }); ok {
+		c.Close()
+	}
 	if s.streams != nil {
 		return s.streams.Close()
 	}

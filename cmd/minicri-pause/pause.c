@@ -15,6 +15,11 @@
 //
 //  1. a mount namespace of its own whose only mount is an empty read-only
 //     tmpfs (pivot_root into it, the host's tree detached);
+//  1a. where the daemon names one (MINICRI_PAUSE_APPARMOR, on AppArmor
+//     hosts: the pod's profile, minicri-default unless the pod says
+//     otherwise), that AppArmor profile, changed to through the process's
+//     attribute file opened before step 1 took /proc away; after the
+//     mounts (the profile denies mount) and before no_new_privs;
 //  2. the capability bounding set emptied;
 //  3. no supplementary groups, gid and uid 65535 (as the kubelet's pause
 //     image; in a pod's user namespace, the ID mapped to 65535 there),
@@ -34,6 +39,7 @@
 // runtime, this one a few pages (docs/performance.md).
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
@@ -72,6 +78,47 @@ static void fail(const char *step) {
 }
 
 static void ignore(int sig) { (void)sig; }
+
+// The AppArmor attribute file, opened while /proc is there, and the
+// profile to change to; -1 and NULL without one.
+static int appArmorFD = -1;
+static const char *appArmorProfile;
+
+// openAppArmor opens the process's own AppArmor attribute: the
+// LSM-specific file where the kernel has it (5.8), else the shared one.
+static void openAppArmor(void) {
+	appArmorProfile = getenv("MINICRI_PAUSE_APPARMOR");
+	if (appArmorProfile == NULL || appArmorProfile[0] == '\0') {
+		appArmorProfile = NULL;
+		return;
+	}
+	appArmorFD = open("/proc/thread-self/attr/apparmor/current", O_WRONLY | O_CLOEXEC);
+	if (appArmorFD < 0) {
+		appArmorFD = open("/proc/self/attr/current", O_WRONLY | O_CLOEXEC);
+	}
+	if (appArmorFD < 0) {
+		fail("open the AppArmor attribute");
+	}
+}
+
+// changeAppArmor moves the process into the profile for good (a confined
+// process cannot leave it).
+static void changeAppArmor(void) {
+	if (appArmorProfile == NULL) {
+		return;
+	}
+	char cmd[512];
+	int n = snprintf(cmd, sizeof(cmd), "changeprofile %s", appArmorProfile);
+	if (n < 0 || (size_t)n >= sizeof(cmd)) {
+		errno = ENAMETOOLONG;
+		fail("change to the AppArmor profile");
+	}
+	if (write(appArmorFD, cmd, (size_t)n) != n) {
+		fail("change to the AppArmor profile");
+	}
+	close(appArmorFD);
+	appArmorFD = -1;
+}
 
 // isolateMounts leaves the process a mount namespace with one empty
 // read-only tmpfs in it. The tmpfs goes on /proc, which every root has, of
@@ -206,7 +253,9 @@ int main(void) {
 	sigaction(SIGINT, &sa, NULL);
 	// Outside a PID namespace of its own it still adopts the orphans below it.
 	prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+	openAppArmor();
 	isolateMounts();
+	changeAppArmor();
 	dropPrivileges();
 	installSeccomp();
 	// Confined. Started by hand (no fd 3) it has nobody to tell.

@@ -210,7 +210,7 @@ func (m *Monitor) Serving() int {
 	return len(m.served)
 }
 
-func (m *Monitor) StartPause(binary, podDir string) (conmon.Infra, error) {
+func (m *Monitor) StartPause(binary, podDir string, _ conmon.PauseOptions) (conmon.Infra, error) {
 	if err := m.err("StartPause"); err != nil {
 		return conmon.Infra{}, err
 	}

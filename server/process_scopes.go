@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/oci"
+)
+
+// processScopes moves minicri's own long-lived processes (a pod's infra
+// process, the monitors) out of the daemon's cgroup into transient systemd
+// scopes (*oci.SystemdScopes), under the systemd cgroup driver only.
+type processScopes interface {
+	MoveToScope(ctx context.Context, pid int, unit, slice, description string) error
+}
+
+// scopeTimeout bounds systemd's answer; a slow one leaves the process where
+// it is, with a warning.
+const scopeTimeout = 30 * time.Second
+
+// monitorSlice holds the monitors' scopes: a monitor may serve the
+// containers of several pods (runtime.monitor_share), so it is no one pod's.
+// Out of minicri.service all the same: a `systemctl kill minicri` or the
+// unit's limits must not reach it.
+const monitorSlice = "system.slice"
+
+// scopeTargetAlive tells that pid is still the process started at started
+// (ticks since boot), so that a scope never takes a reused pid; tests
+// replace it, their fake processes not being alive.
+var scopeTargetAlive = conmon.Alive
+
+// leaveDaemonCgroup moves a process of minicri's own into a scope of its
+// own in slice. Without the systemd driver it does nothing; a failure is
+// logged, and the process stays in the daemon's cgroup: it runs all the
+// same.
+func (s *Server) leaveDaemonCgroup(ctx context.Context, pid int, started uint64, unit, slice, what string) {
+	if s.scopes == nil || pid <= 0 || !scopeTargetAlive(pid, started) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scopeTimeout)
+	defer cancel()
+	if err := s.scopes.MoveToScope(ctx, pid, unit, slice, "minicri "+what); err != nil {
+		s.log.WithError(err).WithField("pid", pid).Warnf("%s stays in the daemon's cgroup", what)
+	}
+}
+
+// podSlice is the systemd slice of a pod: its cgroup parent's, or
+// system.slice without one (as CgroupsPath does for its containers).
+func podSlice(cfg *runtime.PodSandboxConfig) (string, error) {
+	parent := cfg.GetLinux().GetCgroupParent()
+	if parent == "" {
+		return "system.slice", nil
+	}
+	return oci.SystemdSlice(parent)
+}
+
+// validateCgroupParent refuses, under the systemd driver, a cgroup parent
+// that is no slice (or no slice's path) at RunPodSandbox, naming the field,
+// instead of at the first container.
+func (s *Server) validateCgroupParent(cfg *runtime.PodSandboxConfig) error {
+	if s.cfg.CgroupDriver != "systemd" {
+		return nil
+	}
+	if _, err := podSlice(cfg); err != nil {
+		return invalidf("config.linux.cgroup_parent", "%v", err)
+	}
+	return nil
+}
+
+// infraLeavesDaemonCgroup puts a pod's infra process, started in this call,
+// in minicri-pause-<pod ID>.scope in the pod's slice, where the kubelet
+// counts the pod (containerd's pause container is there too).
+func (s *Server) infraLeavesDaemonCgroup(ctx context.Context, rec sandboxRecord, cfg *runtime.PodSandboxConfig) {
+	if s.scopes == nil || rec.Infra.PID <= 0 {
+		return
+	}
+	slice, err := podSlice(cfg)
+	if err != nil {
+		s.log.WithError(err).WithField("pod", rec.ID).Warn("the pod's infra process stays in the daemon's cgroup")
+		return
+	}
+	s.leaveDaemonCgroup(ctx, rec.Infra.PID, rec.Infra.StartTime, "minicri-pause-"+rec.ID+".scope", slice, "infra process of pod "+rec.ID)
+}

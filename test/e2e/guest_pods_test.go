@@ -265,6 +265,20 @@ func TestGuestSharedPID(t *testing.T) {
 	if label, _, _ := g.execSync(t, d, b, "cat", "/proc/1/attr/current"); !strings.Contains(label, "minicri-default") {
 		t.Errorf("the infra process's AppArmor label is %q, want minicri-default", label)
 	}
+	// The infra process lives in the pod's slice, not in the daemon's
+	// cgroup; neither does any monitor (each gets a scope of its own).
+	infra := d.infraProcess(t, p.ID)
+	if infra == 0 {
+		t.Fatalf("PodSandboxStatus names no infra process for a PID-sharing pod")
+	}
+	if cg := g.ReadFile(t, fmt.Sprintf("/proc/%d/cgroup", infra)); !strings.Contains(cg, "/"+p.Slice+"/") {
+		t.Errorf("the infra process's cgroup is %q, want one in the pod's slice %s", strings.TrimSpace(cg), p.Slice)
+	}
+	var inDaemon string
+	waitFor(t, "no monitor in minicri.service's cgroup", g.Timeout(10*time.Second), func() bool {
+		inDaemon, _ = g.run(`for p in $(pgrep -x minicri-conmon); do grep -l minicri.service /proc/$p/cgroup 2>/dev/null; done; true`)
+		return strings.TrimSpace(inDaemon) == ""
+	})
 }
 
 // TestGuestUserNamespace runs a hostUsers: false pod. Status must say what

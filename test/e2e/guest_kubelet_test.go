@@ -53,12 +53,10 @@ Restart=no
 // systemd driver, and a static pod with an exec readiness probe to Ready:
 // its container runs in a scope of the pod's slice the kubelet made.
 func TestGuestKubelet(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
+	g, d := guestTest(t)
 	if os.Getenv(kubeletEnv) == "" {
 		t.Fatalf("%s is not set: the guest stage runs the real kubelet (make guest-test sets it)", kubeletEnv)
 	}
-	d := g.CRI(t)
 	g.WriteFile(t, "/etc/kubernetes/kubelet.yaml", []byte(guestKubeletConfig), 0o644)
 	g.WriteFile(t, "/etc/systemd/system/kubelet.service", []byte(guestKubeletUnit), 0o644)
 	g.Run(t, "mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl start kubelet.service")

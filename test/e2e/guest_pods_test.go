@@ -21,9 +21,7 @@ import (
 // or process behind (runPod checks the pod's the same way).
 func TestGuestLifecycle(t *testing.T) {
 	t.Parallel()
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	g, d := guestTest(t)
 	p := g.runPod(t, d, guestPodConfig("life"))
 	id := g.startIn(t, d, p, guestContainer("c", "sh", "-c", "echo hello-from-the-guest; exec sleep 3600"))
 
@@ -73,11 +71,8 @@ func TestGuestLifecycle(t *testing.T) {
 // and by ExecSync.
 func TestGuestExec(t *testing.T) {
 	t.Parallel()
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
-	p := g.runPod(t, d, guestPodConfig("exec"))
-	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+	g, d := guestTest(t)
+	_, id := g.sleeper(t, d, "exec")
 
 	if out, _, code := g.execSync(t, d, id, "sh", "-c", "echo out; exit 3"); code != 3 || out != "out\n" {
 		t.Errorf("ExecSync: %q exit %d, want \"out\\n\" exit 3", out, code)
@@ -113,9 +108,7 @@ func TestGuestExec(t *testing.T) {
 // and swap present.
 func TestGuestStats(t *testing.T) {
 	t.Parallel()
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	g, d := guestTest(t)
 	p := g.runPod(t, d, guestPodConfig("stats"))
 	id := g.startIn(t, d, p, guestContainer("c", "sh", "-c",
 		"i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; head -c 16777216 /dev/zero >/dev/shm/fill; touch /dev/shm/done; exec sleep 3600"))
@@ -176,9 +169,7 @@ func TestGuestStats(t *testing.T) {
 // (and its memory.events) as soon as the process is gone.
 func TestGuestOOMKilled(t *testing.T) {
 	t.Parallel()
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	g, d := guestTest(t)
 	p := g.runPod(t, d, guestPodConfig("oom"))
 	cfg := guestContainer("c", "sh", "-c", "tail /dev/zero")
 	cfg.Linux = &runtime.LinuxContainerConfig{Resources: &runtime.LinuxContainerResources{MemoryLimitInBytes: 32 << 20}}
@@ -195,11 +186,8 @@ func TestGuestOOMKilled(t *testing.T) {
 // unit's properties to the cgroup.
 func TestGuestUpdateResources(t *testing.T) {
 	t.Parallel()
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
-	p := g.runPod(t, d, guestPodConfig("update"))
-	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+	g, d := guestTest(t)
+	p, id := g.sleeper(t, d, "update")
 	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
 	defer cancel()
 	res := &runtime.LinuxContainerResources{MemoryLimitInBytes: 96 << 20, CpuPeriod: 100000, CpuQuota: 50000, CpuShares: 512}
@@ -242,9 +230,7 @@ func TestGuestUpdateResources(t *testing.T) {
 // the infra process, confined by AppArmor like the containers.
 func TestGuestSharedPID(t *testing.T) {
 	t.Parallel()
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	g, d := guestTest(t)
 	cfg := guestPodConfig("pid")
 	ns := &runtime.NamespaceOption{Pid: runtime.NamespaceMode_POD}
 	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: ns}
@@ -288,9 +274,7 @@ func TestGuestSharedPID(t *testing.T) {
 // once with an error that says why.
 func TestGuestUserNamespace(t *testing.T) {
 	t.Parallel()
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	g, d := guestTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(time.Minute))
 	defer cancel()
 	status, err := d.Runtime.Status(ctx, false)
@@ -336,11 +320,8 @@ func TestGuestUserNamespace(t *testing.T) {
 // create with an error naming it.
 func TestGuestAppArmor(t *testing.T) {
 	t.Parallel()
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
-	p := g.runPod(t, d, guestPodConfig("apparmor"))
-	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+	g, d := guestTest(t)
+	p, id := g.sleeper(t, d, "apparmor")
 	pid := g.containerPID(t, p, id)
 	if got := strings.TrimSpace(g.ReadFile(t, fmt.Sprintf("/proc/%d/attr/current", pid))); got != "minicri-default (enforce)" {
 		t.Errorf("the container's AppArmor label is %q, want minicri-default (enforce)", got)
@@ -371,9 +352,7 @@ func TestGuestAppArmor(t *testing.T) {
 // TestGuestRestart restarts minicri.service (KillMode=process): the pod's
 // container keeps running, the same process, and the daemon finds it again.
 func TestGuestRestart(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	g, d := guestTest(t)
 	p := g.runPod(t, d, guestPodConfig("restart"))
 	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
 	pid := g.containerPID(t, p, id)

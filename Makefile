@@ -118,7 +118,7 @@ guest-test: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 	@hack/build-runc.sh >/dev/null
 	dir=$$(hack/build-guest.sh) && \
 	MINICRI_GUEST_DIR=$$dir MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) \
-		$(GO) test -tags e2e,guest -count=1 -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' -v ./test/e2e/
+		$(GO) test -tags e2e,guest -count=1 -parallel 8 -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' -v ./test/e2e/
 
 # make bench SCALE=100: the node-scale bench, 100 pods (then 100 pods x 2
 # containers) with the floors measured in the same run (docs/performance.md).

@@ -15,6 +15,24 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// guestTest is how a guest test starts: the guest (booted at the first
+// call), minicri's journal shown if the test fails, and a CRI client
+// connected to the guest's minicri.
+func guestTest(t *testing.T) (*Guest, *Daemon) {
+	t.Helper()
+	g := bootedGuest(t)
+	g.LogJournalOnFailure(t)
+	return g, g.CRI(t)
+}
+
+// sleeper runs a pod named name (runPod) with one container "c" that
+// sleeps for an hour, and returns the pod and the container's ID.
+func (g *Guest) sleeper(t *testing.T, d *Daemon, name string) (*guestPod, string) {
+	t.Helper()
+	p := g.runPod(t, d, guestPodConfig(name))
+	return p, g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+}
+
 // guestPod is a pod in the guest's minicri, made as the kubelet makes a
 // BestEffort pod with the systemd cgroup driver.
 type guestPod struct {
@@ -83,9 +101,11 @@ func (g *Guest) leftovers(t testing.TB, keys ...string) string {
 	t.Helper()
 	var script strings.Builder
 	for _, k := range keys {
+		// find's complaints about cgroups other tests remove meanwhile are
+		// no leftovers: only the listed names count.
 		fmt.Fprintf(&script, `k=%s
 systemctl list-units --all --no-legend --plain | grep -F -- "$k" | sed 's/^/unit: /'
-find /sys/fs/cgroup -type d -name "*$k*" | sed 's/^/cgroup: /'
+find /sys/fs/cgroup -type d -name "*$k*" 2>/dev/null | sed 's/^/cgroup: /'
 grep -F -- "$k" /proc/self/mountinfo | sed 's/^/mount: /'
 ps -eo pid,args | grep -F -- "$k" | grep -v grep | sed 's/^/process: /'
 `, shellQuote(k))

@@ -53,9 +53,7 @@ Restart=no
 // systemd driver, and a static pod with an exec readiness probe to Ready:
 // its container runs in a scope of the pod's slice the kubelet made.
 func TestGuestKubelet(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	g, d := guestTest(t)
 	g.startKubelet(t, d)
 
 	manifest := fmt.Sprintf(`apiVersion: v1
@@ -74,9 +72,11 @@ spec:
         command: ["cat", "/tmp/ready"]
       periodSeconds: 2
 `, guestBusyboxRef)
+	start := time.Now()
 	g.WriteFile(t, "/etc/kubernetes/manifests/web.yaml", []byte(manifest), 0o644)
 
 	pod := g.waitKubeletPod(t, "web", "Ready", g.Timeout(90*time.Second), podReady)
+	t.Logf("the static pod was Ready %.1f s after its manifest was written", time.Since(start).Seconds())
 	journal := g.Journal("kubelet.service", 2000)
 	if !regexp.MustCompile(`cgroupDriver="?systemd`).MatchString(journal) {
 		t.Errorf("the kubelet's journal does not say it uses the systemd cgroup driver")
@@ -109,6 +109,7 @@ func (g *Guest) startKubelet(t *testing.T, d *Daemon) {
 	g.WriteFile(t, "/etc/systemd/system/kubelet.service", []byte(guestKubeletUnit), 0o644)
 	g.Run(t, "mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl start kubelet.service")
 	t.Cleanup(func() {
+		defer func(start time.Time) { t.Logf("cleanup took %.1f s", time.Since(start).Seconds()) }(time.Now())
 		if t.Failed() {
 			t.Logf("--- kubelet.service journal (tail) ---\n%s", g.Journal("kubelet.service", 120))
 		}

@@ -13,8 +13,7 @@ import (
 // installed as an operator would, runs as its systemd unit and answers the
 // CRI with the systemd cgroup driver.
 func TestGuestNode(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
+	g, d := guestTest(t)
 	checks := map[string]string{
 		"cat /proc/1/comm":                               "systemd",
 		"stat -fc %T /sys/fs/cgroup":                     "cgroup2fs",
@@ -27,7 +26,6 @@ func TestGuestNode(t *testing.T) {
 			t.Errorf("guest: %s = %q, want %q", script, got, want)
 		}
 	}
-	d := g.CRI(t)
 	resp, err := d.Runtime.RuntimeConfig(context.Background())
 	if err != nil {
 		t.Fatalf("RuntimeConfig: %v", err)

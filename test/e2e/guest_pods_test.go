@@ -20,9 +20,8 @@ import (
 // slice, logs, and once stopped and removed leaves no unit, cgroup, mount
 // or process behind (runPod checks the pod's the same way).
 func TestGuestLifecycle(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	t.Parallel()
+	g, d := guestTest(t)
 	p := g.runPod(t, d, guestPodConfig("life"))
 	id := g.startIn(t, d, p, guestContainer("c", "sh", "-c", "echo hello-from-the-guest; exec sleep 3600"))
 
@@ -71,11 +70,9 @@ func TestGuestLifecycle(t *testing.T) {
 // streaming server (reached through ssh, as the kubelet would proxy it),
 // and by ExecSync.
 func TestGuestExec(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
-	p := g.runPod(t, d, guestPodConfig("exec"))
-	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+	t.Parallel()
+	g, d := guestTest(t)
+	_, id := g.sleeper(t, d, "exec")
 
 	if out, _, code := g.execSync(t, d, id, "sh", "-c", "echo out; exit 3"); code != 3 || out != "out\n" {
 		t.Errorf("ExecSync: %q exit %d, want \"out\\n\" exit 3", out, code)
@@ -95,13 +92,13 @@ func TestGuestExec(t *testing.T) {
 		if err != nil {
 			t.Fatalf("exec tty=%t: %v (%s%s)", tty, err, out.String(), errOut.String())
 		}
-		want := "notty\ngot-ping\n"
-		if tty {
-			// A tty echoes the input and ends lines with \r\n.
-			want = "tty\r\nping\r\ngot-ping\r\n"
+		if !tty && out.String() != "notty\ngot-ping\n" {
+			t.Errorf("exec without a tty: %q, want \"notty\\ngot-ping\\n\"", out.String())
 		}
-		if out.String() != want {
-			t.Errorf("exec tty=%t: %q, want %q", tty, out.String(), want)
+		// A tty ends lines with \r\n and echoes the input, which may come
+		// before or after the first line.
+		if tty && (!strings.HasPrefix(strings.TrimPrefix(out.String(), "ping\r\n"), "tty\r\n") || !strings.HasSuffix(out.String(), "got-ping\r\n")) {
+			t.Errorf("exec with a tty: %q, want tty\\r\\n, the echoed ping and got-ping\\r\\n", out.String())
 		}
 	}
 }
@@ -110,9 +107,8 @@ func TestGuestExec(t *testing.T) {
 // scope's cgroup v2 files: CPU used, memory in use (16 MiB of shm), PSI
 // and swap present.
 func TestGuestStats(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	t.Parallel()
+	g, d := guestTest(t)
 	p := g.runPod(t, d, guestPodConfig("stats"))
 	id := g.startIn(t, d, p, guestContainer("c", "sh", "-c",
 		"i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; head -c 16777216 /dev/zero >/dev/shm/fill; touch /dev/shm/done; exec sleep 3600"))
@@ -172,9 +168,8 @@ func TestGuestStats(t *testing.T) {
 // kills it, and the CRI says OOMKilled although systemd removes the scope
 // (and its memory.events) as soon as the process is gone.
 func TestGuestOOMKilled(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	t.Parallel()
+	g, d := guestTest(t)
 	p := g.runPod(t, d, guestPodConfig("oom"))
 	cfg := guestContainer("c", "sh", "-c", "tail /dev/zero")
 	cfg.Linux = &runtime.LinuxContainerConfig{Resources: &runtime.LinuxContainerResources{MemoryLimitInBytes: 32 << 20}}
@@ -190,33 +185,39 @@ func TestGuestOOMKilled(t *testing.T) {
 // files), and so survive a systemctl daemon-reload, which re-applies the
 // unit's properties to the cgroup.
 func TestGuestUpdateResources(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
-	p := g.runPod(t, d, guestPodConfig("update"))
-	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+	t.Parallel()
+	g, d := guestTest(t)
+	p, id := g.sleeper(t, d, "update")
 	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
 	defer cancel()
 	res := &runtime.LinuxContainerResources{MemoryLimitInBytes: 96 << 20, CpuPeriod: 100000, CpuQuota: 50000, CpuShares: 512}
 	if err := d.Runtime.UpdateContainerResources(ctx, id, &runtime.ContainerResources{Linux: res}); err != nil {
 		t.Fatalf("UpdateContainerResources: %v", err)
 	}
-	// runc's conversion of cpu shares to a cgroup v2 weight.
-	weight := strconv.FormatUint(1+((512-2)*9999)/262142, 10)
 	scope := "minicri-" + id + ".scope"
 	check := func(when string) {
 		t.Helper()
-		props := map[string]string{"MemoryMax": strconv.Itoa(96 << 20), "CPUQuotaPerSecUSec": "500ms", "CPUWeight": weight}
+		props := map[string]string{"MemoryMax": strconv.Itoa(96 << 20), "CPUQuotaPerSecUSec": "500ms"}
 		for prop, want := range props {
 			if got := g.systemdProperty(t, scope, prop); got != want {
 				t.Errorf("%s: %s=%s, want %s", when, prop, got, want)
 			}
 		}
-		files := map[string]string{"memory.max": strconv.Itoa(96 << 20), "cpu.max": "50000 100000", "cpu.weight": weight}
+		files := map[string]string{"memory.max": strconv.Itoa(96 << 20), "cpu.max": "50000 100000"}
 		for file, want := range files {
 			if got := strings.TrimSpace(g.ReadFile(t, g.scopeDir(p, id)+"/"+file)); got != want {
 				t.Errorf("%s: %s = %q, want %q", when, file, got, want)
 			}
+		}
+		// Half the default shares: a weight below the default 100, the
+		// same in the unit as in the cgroup (runc converts shares to a
+		// weight; its formula changed between releases).
+		weight := strings.TrimSpace(g.ReadFile(t, g.scopeDir(p, id)+"/cpu.weight"))
+		if w, err := strconv.Atoi(weight); err != nil || w < 1 || w >= 100 {
+			t.Errorf("%s: cpu.weight %q for cpu shares 512, want below the default 100", when, weight)
+		}
+		if got := g.systemdProperty(t, scope, "CPUWeight"); got != weight {
+			t.Errorf("%s: CPUWeight=%s, the cgroup's cpu.weight %s", when, got, weight)
 		}
 	}
 	check("after the update")
@@ -228,9 +229,8 @@ func TestGuestUpdateResources(t *testing.T) {
 // with the pod's infra process: each sees the other's processes, PID 1 is
 // the infra process, confined by AppArmor like the containers.
 func TestGuestSharedPID(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	t.Parallel()
+	g, d := guestTest(t)
 	cfg := guestPodConfig("pid")
 	ns := &runtime.NamespaceOption{Pid: runtime.NamespaceMode_POD}
 	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: ns}
@@ -251,6 +251,26 @@ func TestGuestSharedPID(t *testing.T) {
 	if label, _, _ := g.execSync(t, d, b, "cat", "/proc/1/attr/current"); !strings.Contains(label, "minicri-default") {
 		t.Errorf("the infra process's AppArmor label is %q, want minicri-default", label)
 	}
+	// The infra process lives in the pod's slice, not in the daemon's
+	// cgroup; neither does any monitor (each gets a scope of its own).
+	infra := d.infraProcess(t, p.ID)
+	if infra == 0 {
+		t.Fatalf("PodSandboxStatus names no infra process for a PID-sharing pod")
+	}
+	if cg := g.ReadFile(t, fmt.Sprintf("/proc/%d/cgroup", infra)); !strings.Contains(cg, "/"+p.Slice+"/") {
+		t.Errorf("the infra process's cgroup is %q, want one in the pod's slice %s", strings.TrimSpace(cg), p.Slice)
+	}
+	// A monitor is moved right after it starts: poll, as other tests start theirs.
+	for deadline := time.Now().Add(g.Timeout(10 * time.Second)); ; time.Sleep(time.Second) {
+		inDaemon := strings.TrimSpace(g.Run(t, `for p in $(pgrep -x minicri-conmon); do grep -l minicri.service /proc/$p/cgroup 2>/dev/null; done; true`))
+		if inDaemon == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("monitors still in minicri.service's cgroup after %s: %s", g.Timeout(10*time.Second), inDaemon)
+			break
+		}
+	}
 }
 
 // TestGuestUserNamespace runs a hostUsers: false pod. Status must say what
@@ -259,9 +279,8 @@ func TestGuestSharedPID(t *testing.T) {
 // kernel that cannot idmap a tmpfs, before 6.3), the pod is refused at
 // once with an error that says why.
 func TestGuestUserNamespace(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	t.Parallel()
+	g, d := guestTest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(time.Minute))
 	defer cancel()
 	status, err := d.Runtime.Status(ctx, false)
@@ -306,11 +325,9 @@ func TestGuestUserNamespace(t *testing.T) {
 // to root), and a localhost profile the node has not loaded is refused at
 // create with an error naming it.
 func TestGuestAppArmor(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
-	p := g.runPod(t, d, guestPodConfig("apparmor"))
-	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
+	t.Parallel()
+	g, d := guestTest(t)
+	p, id := g.sleeper(t, d, "apparmor")
 	pid := g.containerPID(t, p, id)
 	if got := strings.TrimSpace(g.ReadFile(t, fmt.Sprintf("/proc/%d/attr/current", pid))); got != "minicri-default (enforce)" {
 		t.Errorf("the container's AppArmor label is %q, want minicri-default (enforce)", got)
@@ -341,9 +358,7 @@ func TestGuestAppArmor(t *testing.T) {
 // TestGuestRestart restarts minicri.service (KillMode=process): the pod's
 // container keeps running, the same process, and the daemon finds it again.
 func TestGuestRestart(t *testing.T) {
-	g := bootedGuest(t)
-	g.LogJournalOnFailure(t)
-	d := g.CRI(t)
+	g, d := guestTest(t)
 	p := g.runPod(t, d, guestPodConfig("restart"))
 	id := g.startIn(t, d, p, guestContainer("c", "sleep", "3600"))
 	pid := g.containerPID(t, p, id)

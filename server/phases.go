@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/minicri/minicri/metrics"
@@ -12,7 +13,13 @@ import (
 // where a pod's start or stop goes (CNI, runtime, monitor, records). A phase
 // named twice (the record written after each step) adds up. A nil timer,
 // and one of a daemon without metrics, does nothing.
+//
+// A call's steps may run at once (eachContainer removes a pod's containers
+// side by side), so marks come from several goroutines: each takes the time
+// since the last mark of any of them, and the phases still add up to the
+// call's wall time.
 type phaseTimer struct {
+	mu    sync.Mutex
 	m     *metrics.Metrics
 	op    string
 	last  time.Time
@@ -44,6 +51,8 @@ func (p *phaseTimer) done(phase string) {
 	if p == nil {
 		return
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := time.Now()
 	if _, ok := p.spent[phase]; !ok {
 		p.order = append(p.order, phase)
@@ -59,6 +68,8 @@ func (p *phaseTimer) observe() {
 		return
 	}
 	p.done("other")
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, name := range p.order {
 		p.m.ObservePhase(p.op, name, p.spent[name])
 	}

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/minicri/minicri/metrics"
@@ -35,4 +37,34 @@ func TestPhasesAddUpPerName(t *testing.T) {
 	phaseDone(ctx, "cni")
 	p.observe()
 	phaseDone(context.Background(), "cni") // no timer in the context
+}
+
+// A pod's containers are removed side by side (eachContainer), each marking
+// its phases on the call's one timer: the marks must not race (the daemon
+// died of a concurrent map write in RemovePodSandbox of a two-container
+// pod), and every phase is still observed once.
+func TestPhasesMarkedFromSeveralGoroutines(t *testing.T) {
+	s := &Server{metrics: metrics.New()}
+	ctx, p := s.withPhases(context.Background(), "RemovePodSandbox")
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 100; j++ {
+				phaseDone(ctx, fmt.Sprintf("container_%d", j%5))
+			}
+		}()
+	}
+	wg.Wait()
+	p.observe()
+	rec := httptest.NewRecorder()
+	s.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for j := 0; j < 5; j++ {
+		want := fmt.Sprintf(`minicri_operation_phase_duration_seconds_count{operation="RemovePodSandbox",phase="container_%d"} 1`, j)
+		if !strings.Contains(string(body), want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
 }

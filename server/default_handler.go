@@ -4,6 +4,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/sirupsen/logrus"
 
@@ -16,9 +17,29 @@ import (
 func (s *Server) useRuntimes() {
 	handlers := runtimeHandlers(s.cfg, s.monitorPath)
 	s.runtimes = ociHandlers{handlers}
+	probeCandidates(s.runtimes)
 	handlers.Default = chooseDefaultHandler(s.cfg.Runtime, s.runtimes, s.log)
 	s.cfg.Runtime.DefaultHandler = handlers.Default
 	warnMissingFixes(s.log, s.runtimes, handlers.Default)
+}
+
+// probeCandidates runs `features` of every runc handler at once: each is a
+// process start of its own (10-20 ms), and a restart answers no CRI call
+// until the default is chosen. Each runtime keeps its answer.
+func probeCandidates(runtimes runtimeSet) {
+	var wg sync.WaitGroup
+	for _, name := range defaultCandidates(runtimes) {
+		rt, err := runtimes.Get(name)
+		if err != nil || rt.Available() != nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = rt.Features()
+		}()
+	}
+	wg.Wait()
 }
 
 // chooseDefaultHandler is the handler a pod without a RuntimeClass runs on:

@@ -138,10 +138,12 @@ func New(opts Options) (*Server, error) {
 	if dir := unsearchableAbove(s.rootfsStage); dir != "" {
 		s.log.WithField("dir", dir).Warnf("pods in a user namespace cannot start: their runtime reaches their rootfs on %s, below a directory others may not search (docs/security.md)", s.rootfsStage)
 	}
-	// Every kernel probe once, now (the image store named the layers'
-	// filesystem): the answers are in the log from the start, and no CRI
-	// call waits for one.
-	opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features")
+	// Every kernel probe once, from now on (the image store named the
+	// layers' filesystem), beside the recovery: the answers are in the log
+	// from the start, and the restart of a node's runtime does not wait
+	// for them (tens of ms); a create that needs one before it is known
+	// waits for that one only.
+	go func() { opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features") }()
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}

@@ -132,10 +132,12 @@ func startPause(binary, podDir string, opts PauseOptions, attr *syscall.SysProcA
 		err = recordInfra(podDir, in)
 	}
 	if err == nil {
-		err = letRun(goW)
-	}
-	if err == nil {
-		err = awaitConfined(r, in)
+		// A process that ended instead of waiting (EPIPE here) says why on
+		// its pipe: that is the error to report.
+		goErr := letRun(goW)
+		if err = awaitConfined(r, in); err == nil {
+			err = goErr
+		}
 	}
 	if err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)

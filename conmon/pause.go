@@ -2,6 +2,7 @@ package conmon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/minicri/minicri/internal/procstat"
+	"github.com/minicri/minicri/internal/atomicfile"
 )
 
 // Infra is a pod's infra process: PID 1 of the PID namespace the pod's
@@ -44,8 +45,11 @@ const confineTimeout = 30 * time.Second
 // /proc/PID/ns/pid; a PID namespace cannot be pinned by a bind mount the way
 // the others are, because it dies with its first process.
 //
-// podDir (the pod's own directory) labels the process: FindPauses finds it
-// by that label, and a daemon only ever claims the pods under its run dir.
+// podDir is the pod's own directory, which the daemon made: the process is
+// recorded there (InfraRecordName) before it may run (startPause), and
+// found again only from that record, never by its command line, which a
+// pod or a host user can forge (docs/security.md). podDir also labels the
+// process for ps, nothing more.
 func StartPause(binary, podDir string, opts PauseOptions) (Infra, error) {
 	return startPause(binary, podDir, opts, &syscall.SysProcAttr{Setsid: true, Cloneflags: unix.CLONE_NEWPID})
 }
@@ -75,6 +79,12 @@ func (o PauseOptions) env() []string {
 // on fd 3 once confined, or a message on stderr and exits when a step
 // failed, and closes both either way. A failed one is killed and reaped
 // before startPause returns.
+//
+// Before it does anything it waits on a second pipe, its fd pauseGoFD,
+// for one byte, which the daemon writes only once the process (pid and
+// start time) is recorded in podDir: a daemon killed before that closes
+// the pipe with its death, and the process reads EOF and exits. So no
+// infra process runs that its pod dir does not name.
 func startPause(binary, podDir string, opts PauseOptions, attr *syscall.SysProcAttr) (Infra, error) {
 	path, err := pauseBinary(binary)
 	if err != nil {
@@ -89,19 +99,26 @@ func startPause(binary, podDir string, opts PauseOptions, attr *syscall.SysProcA
 		return Infra{}, fmt.Errorf("start pod infra process: %w", err)
 	}
 	defer r.Close()
-	// argv[0] names the program, for ps and FindPauses; the kernel runs
-	// the sealed copy (pause_sealed.go).
+	goR, goW, err := os.Pipe()
+	if err != nil {
+		w.Close()
+		return Infra{}, fmt.Errorf("start pod infra process: %w", err)
+	}
+	defer goW.Close()
+	// argv[0] names the program, for ps; the kernel runs the sealed copy
+	// (pause_sealed.go).
 	cmd := &exec.Cmd{
 		Path:        fmt.Sprintf("/proc/self/fd/%d", pauseExecFD),
 		Args:        []string{PauseBinaryName, "pause", pauseLabel, podDir},
 		Dir:         "/",
 		Env:         opts.env(),
 		Stderr:      w,
-		ExtraFiles:  []*os.File{w, sealed}, // fds 3 and pauseExecFD
+		ExtraFiles:  []*os.File{w, sealed, goR}, // fds 3, pauseExecFD, pauseGoFD
 		SysProcAttr: attr,
 	}
 	err = cmd.Start()
 	w.Close()
+	goR.Close()
 	if err != nil {
 		return Infra{}, fmt.Errorf("start pod infra process: %w", err)
 	}
@@ -112,7 +129,15 @@ func startPause(binary, podDir string, opts PauseOptions, attr *syscall.SysProcA
 	in := Infra{PID: pid, StartTime: started}
 	err = startErr
 	if err == nil {
-		err = awaitConfined(r, in)
+		err = recordInfra(podDir, in)
+	}
+	if err == nil {
+		// A process that ended instead of waiting (EPIPE here) says why on
+		// its pipe: that is the error to report.
+		goErr := letRun(goW)
+		if err = awaitConfined(r, in); err == nil {
+			err = goErr
+		}
 	}
 	if err != nil {
 		_ = unix.Kill(pid, unix.SIGKILL)
@@ -127,6 +152,54 @@ func startPause(binary, podDir string, opts PauseOptions, attr *syscall.SysProcA
 
 // pauseReady is what minicri-pause writes on fd 3 once confined.
 const pauseReady = "ready\n"
+
+// pauseGoFD is the infra process's end of the pipe it waits on before it
+// does anything (cmd/minicri-pause, GO_FD).
+const pauseGoFD = 5
+
+// letRun writes the one byte a recorded infra process waits for.
+func letRun(goW *os.File) error {
+	if _, err := goW.Write([]byte{1}); err != nil {
+		return fmt.Errorf("let it run once recorded: %w", err)
+	}
+	return goW.Close()
+}
+
+// InfraRecordName is the file in a pod dir that names the infra process
+// started for it: written by the daemon, in the daemon's own 0700
+// directory, before the process may run.
+const InfraRecordName = "infra.json"
+
+// recordInfra names the infra process in its pod dir. Not fsynced: the
+// process does not outlive a reboot either (the run dir is a tmpfs).
+func recordInfra(podDir string, in Infra) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Replace(filepath.Join(podDir, InfraRecordName), data, 0o600); err != nil {
+		return fmt.Errorf("record it in the pod dir: %w", err)
+	}
+	return nil
+}
+
+// RecordedInfra is the infra process last started for podDir, as
+// recorded there; the zero Infra when none was. It may have ended, and its
+// pid been reused: Alive(PID, StartTime) tells.
+func RecordedInfra(podDir string) (Infra, error) {
+	data, err := os.ReadFile(filepath.Join(podDir, InfraRecordName))
+	if errors.Is(err, os.ErrNotExist) {
+		return Infra{}, nil
+	}
+	if err != nil {
+		return Infra{}, fmt.Errorf("read the pod's infra record: %w", err)
+	}
+	var in Infra
+	if err := json.Unmarshal(data, &in); err != nil {
+		return Infra{}, fmt.Errorf("read the pod's infra record %s: %w", filepath.Join(podDir, InfraRecordName), err)
+	}
+	return in, nil
+}
 
 // awaitConfined reads the infra process's pipe to EOF: pauseReady alone
 // means confined; anything else is why it failed.
@@ -163,25 +236,9 @@ func pauseBinary(monitor string) (string, error) {
 	return beside, nil
 }
 
-// pauseLabel precedes the pod dir on an infra process's command line.
+// pauseLabel precedes the pod dir on an infra process's command line, a
+// label for operators only.
 const pauseLabel = "--pod"
-
-// FindPauses lists the running infra processes by the pod dir they were
-// started for, from their command lines. A daemon killed between starting an infra process and
-// recording it can only find it this way.
-func FindPauses() map[string]Infra {
-	found := map[string]Infra{}
-	procstat.EachCmdline(func(pid int, cmdline string) {
-		args := strings.Split(strings.TrimSuffix(cmdline, "\x00"), "\x00")
-		if len(args) != 4 || filepath.Base(args[0]) != PauseBinaryName || args[1] != "pause" || args[2] != pauseLabel {
-			return
-		}
-		if started, err := startTime(pid); err == nil && Alive(pid, started) {
-			found[args[3]] = Infra{PID: pid, StartTime: started}
-		}
-	})
-	return found
-}
 
 // StopPause kills the infra process, and with it every process left in its
 // PID namespace. An infra process that is gone already is fine. It waits

@@ -28,8 +28,9 @@ import (
 const pauseSeals = unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL
 
 // pauseExecFD is the copy's descriptor in the infra process's child, after
-// stdio and the readiness pipe (fd 3). minicri-pause closes it first thing
-// (close_range from fd 4).
+// stdio and the readiness pipe (fd 3); the go pipe (pauseGoFD) follows it.
+// minicri-pause closes both once the daemon has recorded it (close_range
+// from fd 4).
 const pauseExecFD = 4
 
 var sealedPauses struct {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/minicri/minicri/conmon"
 )
@@ -65,8 +68,8 @@ func assertConfined(t *testing.T, in conmon.Infra, hostRoot int) {
 		t.Errorf("infra process mount table:\n%s\nwant one read-only tmpfs on /", b)
 	}
 	assertSealedExe(t, in.PID)
-	if found := conmon.FindPauses(); found[podDirOf(t, in)] != in {
-		t.Errorf("FindPauses does not find the confined infra process %+v: %+v", in, found)
+	if rec, err := conmon.RecordedInfra(podDirOf(t, in)); err != nil || rec != in {
+		t.Errorf("the pod dir records %+v (%v), want the confined infra process %+v", rec, err, in)
 	}
 }
 
@@ -103,7 +106,7 @@ func podDirOf(t *testing.T, in conmon.Infra) string {
 
 func TestStartPauseConfines(t *testing.T) {
 	requireRuntime(t)
-	in, err := conmon.StartPause(monitorBinary, filepath.Join(t.TempDir(), "pod"), conmon.PauseOptions{})
+	in, err := conmon.StartPause(monitorBinary, t.TempDir(), conmon.PauseOptions{})
 	if err != nil {
 		t.Fatalf("StartPause: %v", err)
 	}
@@ -118,7 +121,7 @@ func TestStartPauseInUserNSConfines(t *testing.T) {
 	maps := []conmon.IDMap{{ContainerID: 0, HostID: hostBase, Size: 65536}}
 	for _, hostNetwork := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hostNetwork=%v", hostNetwork), func(t *testing.T) {
-			in, err := conmon.StartPauseInUserNS(monitorBinary, filepath.Join(t.TempDir(), "pod"), maps, maps, conmon.PauseOptions{}, hostNetwork)
+			in, err := conmon.StartPauseInUserNS(monitorBinary, t.TempDir(), maps, maps, conmon.PauseOptions{}, hostNetwork)
 			if err != nil {
 				t.Fatalf("StartPauseInUserNS: %v", err)
 			}
@@ -190,7 +193,7 @@ func TestStartPauseFailsUntilConfined(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, conmon.PauseBinaryName), []byte(script), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			_, err := conmon.StartPause(filepath.Join(dir, "minicri-conmon"), "/pod", conmon.PauseOptions{})
+			_, err := conmon.StartPause(filepath.Join(dir, "minicri-conmon"), dir, conmon.PauseOptions{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("StartPause = %v, want an error saying %q", err, tc.want)
 			}
@@ -247,7 +250,7 @@ func TestStartPauseInUserNSFromPrivateDir(t *testing.T) {
 	}
 	const hostBase = 4 << 20 // a range no other test maps
 	maps := []conmon.IDMap{{ContainerID: 0, HostID: hostBase, Size: 65536}}
-	in, err := conmon.StartPauseInUserNS(filepath.Join(bin, "minicri-conmon"), filepath.Join(t.TempDir(), "pod"), maps, maps, conmon.PauseOptions{}, false)
+	in, err := conmon.StartPauseInUserNS(filepath.Join(bin, "minicri-conmon"), t.TempDir(), maps, maps, conmon.PauseOptions{}, false)
 	if err != nil {
 		t.Fatalf("StartPauseInUserNS from under a 0700 dir: %v", err)
 	}
@@ -264,8 +267,72 @@ func TestStartPauseAppliesAppArmorOrFails(t *testing.T) {
 	if b, _ := os.ReadFile("/sys/module/apparmor/parameters/enabled"); strings.HasPrefix(string(b), "Y") {
 		t.Skip("AppArmor is on here: the guest tests check the profile")
 	}
-	_, err := conmon.StartPause(monitorBinary, filepath.Join(t.TempDir(), "pod"), conmon.PauseOptions{AppArmorProfile: "minicri-default"})
+	_, err := conmon.StartPause(monitorBinary, t.TempDir(), conmon.PauseOptions{AppArmorProfile: "minicri-default"})
 	if err == nil || !strings.Contains(err.Error(), "AppArmor") {
 		t.Fatalf("StartPause with an AppArmor profile on a host without AppArmor = %v, want a failure naming AppArmor", err)
 	}
+}
+
+// minicri-pause does nothing, not even confine itself, before the daemon
+// has recorded it (one byte on its fd 5): a daemon that dies first closes
+// that pipe, and the process exits at once, so that no infra process runs
+// that no pod dir names.
+func TestPauseWaitsForItsRecord(t *testing.T) {
+	requireRuntime(t)
+	start := func(t *testing.T) (cmd *exec.Cmd, ready, goW *os.File) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		goR, goW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// fd 4 stands in for the sealed copy, fd 5 is the go pipe.
+		cmd = exec.Command(pauseBinary, "pause")
+		cmd.Stderr = w
+		cmd.ExtraFiles = []*os.File{w, goR, goR}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		goR.Close()
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			r.Close()
+			goW.Close()
+		})
+		return cmd, r, goW
+	}
+	t.Run("daemon gone first", func(t *testing.T) {
+		cmd, ready, goW := start(t)
+		goW.Close() // what the daemon's death does
+		_ = ready.SetReadDeadline(time.Now().Add(30 * time.Second))
+		msg, _ := io.ReadAll(ready)
+		if !strings.Contains(string(msg), "wait for the daemon's record") {
+			t.Fatalf("minicri-pause with its go pipe closed said %q, want it to end naming the record", msg)
+		}
+		var exit *exec.ExitError
+		if err := cmd.Wait(); !errors.As(err, &exit) || exit.ExitCode() != 1 {
+			t.Errorf("minicri-pause with its go pipe closed: %v, want exit 1", err)
+		}
+	})
+	t.Run("recorded", func(t *testing.T) {
+		cmd, ready, goW := start(t)
+		// Not yet let run: still root, unconfined, waiting.
+		time.Sleep(100 * time.Millisecond)
+		if st := procStatus(t, cmd.Process.Pid); st["Seccomp"] != "0" || !strings.HasPrefix(st["Uid"], "0") {
+			t.Errorf("minicri-pause went on before its go byte: Seccomp %s, Uid %s", st["Seccomp"], st["Uid"])
+		}
+		if _, err := goW.Write([]byte{1}); err != nil {
+			t.Fatal(err)
+		}
+		_ = ready.SetReadDeadline(time.Now().Add(30 * time.Second))
+		msg, _ := io.ReadAll(ready)
+		if string(msg) != "ready\n" {
+			t.Errorf("minicri-pause once let run said %q, want ready", msg)
+		}
+	})
 }

@@ -263,14 +263,14 @@ func TestPauseReapsOrphansAndExitsOnTerm(t *testing.T) {
 
 func TestStartPauseAndStopPause(t *testing.T) {
 	requireRuntime(t)
-	podDir := filepath.Join(t.TempDir(), "pods", "test-pod")
+	podDir := t.TempDir()
 	infra, err := conmon.StartPause(monitorBinary, podDir, conmon.PauseOptions{})
 	if err != nil {
 		t.Fatalf("StartPause: %v", err)
 	}
 	t.Cleanup(func() { conmon.StopPause(context.Background(), infra) })
-	if found := conmon.FindPauses()[podDir]; found != infra {
-		t.Errorf("FindPauses()[%s] = %+v, want %+v", podDir, found, infra)
+	if rec, err := conmon.RecordedInfra(podDir); err != nil || rec != infra {
+		t.Errorf("RecordedInfra(%s) = %+v (%v), want %+v", podDir, rec, err, infra)
 	}
 	if !conmon.Alive(infra.PID, infra.StartTime) {
 		t.Fatal("infra process not alive after StartPause")

@@ -229,21 +229,36 @@ func (s *Server) sweepCheckpointStages() {
 	}
 }
 
-// sweepInfraProcesses kills the infra processes of this daemon's run dir
-// that no sandbox record holds: a crash between starting one and recording
-// it leaves one that only its command line can find.
+// sweepInfraProcesses stops the infra processes that a pod dir names
+// (conmon.RecordedInfra) but its sandbox record does not: a crash between
+// starting one and recording it in the sandbox leaves one that only its pod
+// dir names. Only minicri's own pod dirs are read, and a process is stopped
+// only while it is the one recorded (same pid and start time): nothing a
+// pod or a host user can name or make is looked at, and the cost grows with
+// minicri's pods, not with the node's processes.
 func (s *Server) sweepInfraProcesses(ctx context.Context) {
-	pods := filepath.Join(s.cfg.RunDir, "pods")
-	for dir, infra := range conmon.FindPauses() {
-		if filepath.Dir(dir) != pods {
-			continue // another daemon's, or a stray: not ours to kill
+	for _, id := range idDirs(filepath.Join(s.cfg.RunDir, "pods")) {
+		var keep conmon.Infra
+		if rec, err := s.sandboxes.Get(id); err == nil {
+			keep = rec.Infra
 		}
-		id := filepath.Base(dir)
-		if rec, err := s.sandboxes.Get(id); err == nil && rec.Infra == infra {
-			continue
+		if stopped, err := stopRecordedInfra(ctx, filepath.Join(s.cfg.RunDir, "pods", id), keep); stopped || err != nil {
+			s.sweep("pod infra process", id, err)
 		}
-		s.sweep("pod infra process", id, conmon.StopPause(ctx, infra))
 	}
+}
+
+// stopRecordedInfra stops the infra process recorded in podDir unless it
+// is keep or has ended, and says whether it stopped one.
+func stopRecordedInfra(ctx context.Context, podDir string, keep conmon.Infra) (bool, error) {
+	if podDir == "" {
+		return false, nil
+	}
+	in, err := conmon.RecordedInfra(podDir)
+	if err != nil || in.PID <= 0 || in == keep || !conmon.Alive(in.PID, in.StartTime) {
+		return false, err
+	}
+	return true, conmon.StopPause(ctx, in)
 }
 
 func (s *Server) sweep(what, id string, err error) {

@@ -1,13 +1,17 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/network"
 )
 
@@ -87,4 +91,77 @@ func processStartTimeTicks(pid int) (uint64, error) {
 		return 0, err
 	}
 	return uint64(start.Sub(boot) * clockTicks / time.Second), nil
+}
+
+// The start-up sweep stops an infra process only from the record in one of
+// the daemon's own pod dirs, and only while it is the recorded process
+// (same start time) that no sandbox record holds.
+func TestSweepStopsOnlyRecordedInfraProcesses(t *testing.T) {
+	ts := newTestServer(t)
+	pods := filepath.Join(ts.cfg.RunDir, "pods")
+	start := func(t *testing.T) (*exec.Cmd, conmon.Infra) {
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		st, err := procstat.Read(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cmd, conmon.Infra{PID: cmd.Process.Pid, StartTime: st.StartTime}
+	}
+	record := func(t *testing.T, id string, in conmon.Infra) string {
+		dir := filepath.Join(pods, id)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := json.Marshal(in)
+		if err := os.WriteFile(filepath.Join(dir, conmon.InfraRecordName), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	type proc struct {
+		cmd  *exec.Cmd
+		what string
+		stop bool
+	}
+	var procs []proc
+
+	// A pod dir without a sandbox record: removed, its infra stopped.
+	cmd, in := start(t)
+	record(t, strings.Repeat("a", 64), in)
+	procs = append(procs, proc{cmd, "recorded in a pod dir without a sandbox", true})
+	// A sandbox record that holds none (a crash before its update).
+	cmd, in = start(t)
+	id := strings.Repeat("b", 64)
+	if err := ts.sandboxes.Put(id, sandboxRecord{ID: id, State: stateReady, Dir: record(t, id, in)}); err != nil {
+		t.Fatal(err)
+	}
+	procs = append(procs, proc{cmd, "recorded in a pod dir whose sandbox holds none", true})
+	// The sandbox's own infra process.
+	cmd, in = start(t)
+	id = strings.Repeat("c", 64)
+	if err := ts.sandboxes.Put(id, sandboxRecord{ID: id, State: stateReady, Dir: record(t, id, in), Infra: in}); err != nil {
+		t.Fatal(err)
+	}
+	procs = append(procs, proc{cmd, "the sandbox's own", false})
+	// A recorded pid now another process's (another start time).
+	cmd, in = start(t)
+	in.StartTime++
+	record(t, strings.Repeat("d", 64), in)
+	procs = append(procs, proc{cmd, "a reused pid", false})
+	// Recorded nowhere: whatever its command line, nothing names it.
+	cmd, _ = start(t)
+	procs = append(procs, proc{cmd, "recorded nowhere", false})
+
+	ts.sweepOrphans(context.Background())
+	for _, p := range procs {
+		st, err := procstat.Read(p.cmd.Process.Pid)
+		alive := err == nil && st.Live()
+		if alive == p.stop {
+			t.Errorf("process %s: alive %v after the sweep, want %v", p.what, alive, !p.stop)
+		}
+	}
 }

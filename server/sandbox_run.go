@@ -167,8 +167,8 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	}
 	// A kill -9 between two steps must leave what to undo findable. The
 	// record above names the pod dir, which holds the pins and the shm and
-	// labels the infra process (FindPauses): those need no write of their
-	// own. Only the network is recorded before it is made, since nothing
+	// the infra process's own record (conmon.RecordedInfra): those need no
+	// write of their own. Only the network is recorded before it is made, since nothing
 	// else would find it. Only the last record write costs fsyncs (store.Put).
 	if err := s.pinSandbox(&rec, cfg); err != nil {
 		return err
@@ -187,7 +187,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		if err != nil {
 			return err
 		}
-		crashPoint("sandbox-infra-unrecorded") // found again only by its command line
+		crashPoint("sandbox-infra-unrecorded") // found again only by its pod dir's record
 		phaseDone(ctx, "infra")
 		rec.Infra = infra
 		crashPoint("sandbox-after-infra")

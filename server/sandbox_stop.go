@@ -150,6 +150,11 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 	if err := s.infra.StopPause(ctx, rec.Infra); err != nil {
 		return err
 	}
+	// One the pod dir names but the record does not: a crash (or a failed
+	// write) between its start and the record.
+	if _, err := stopRecordedInfra(ctx, rec.Dir, rec.Infra); err != nil {
+		return err
+	}
 	phaseDone(ctx, "infra")
 	nsDir := filepath.Join(rec.Dir, "ns")
 	pins := network.Namespaces{

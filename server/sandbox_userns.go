@@ -31,7 +31,7 @@ func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, cf
 	if err != nil {
 		return fmt.Errorf("start the pod's user namespace: %w", err)
 	}
-	crashPoint("sandbox-userns-unrecorded") // found again only by its command line
+	crashPoint("sandbox-userns-unrecorded") // found again only by its pod dir's record
 	// Recorded before anything else is made: a failure (or a crash) from
 	// here on stops it with the sandbox.
 	r.Infra = infra

@@ -5,8 +5,14 @@
 //
 //	minicri-pause pause --pod DIR
 //
-// The arguments only label the process, for operators and for the daemon's
-// start-up repair (conmon.FindPauses).
+// The arguments only label the process, for operators: the daemon finds
+// its infra processes again from the record it writes in the pod dir
+// (conmon.RecordedInfra), never from a command line, which anyone can forge.
+//
+// Before anything else it waits for one byte on fd 5 (GO_FD), which the
+// daemon writes once it has recorded the process: a daemon killed before
+// that closes the pipe with its death, and the process exits at once, so
+// none runs unrecorded. Started by hand (no fd 5) it does not wait.
 //
 // Every container of the pod sees it as PID 1, and one given CAP_SYS_PTRACE
 // can make it run any system call, so before it waits it confines itself
@@ -63,6 +69,10 @@
 // The daemon's end of the readiness pipe.
 #define READY_FD 3
 #define READY "ready\n"
+
+// The pipe the daemon writes one byte on once it has recorded the process
+// (conmon.pauseGoFD), after fd 4, the sealed copy (conmon.pauseExecFD).
+#define GO_FD 5
 
 #if defined(__x86_64__)
 #define PAUSE_AUDIT_ARCH AUDIT_ARCH_X86_64
@@ -235,10 +245,29 @@ static void installSeccomp(void) {
 	}
 }
 
+// awaitRecord blocks until the daemon has recorded this process: one byte
+// on GO_FD. EOF means the daemon died (or gave up) first: exit, unrecorded
+// and so unfindable otherwise.
+static void awaitRecord(void) {
+	char go;
+	ssize_t n;
+	do {
+		n = read(GO_FD, &go, 1);
+	} while (n < 0 && errno == EINTR);
+	if (n == 1 || (n < 0 && errno == EBADF)) {
+		return;
+	}
+	if (n == 0) {
+		errno = EPIPE;
+	}
+	fail("wait for the daemon's record");
+}
+
 int main(void) {
+	awaitRecord();
 	// Nothing of the daemon's stays open here but stdio and the readiness
 	// pipe: fd 4, the sealed copy the daemon exec'd this from
-	// (conmon/pause_sealed.go), goes too.
+	// (conmon/pause_sealed.go), and the go pipe go too.
 	syscall(SYS_close_range, READY_FD + 1, ~0U, 0);
 	// Exec'd as /proc/self/fd/4, it would be named "4" in ps.
 	prctl(PR_SET_NAME, "minicri-pause", 0, 0, 0);

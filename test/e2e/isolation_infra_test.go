@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
@@ -231,5 +232,67 @@ func copyFile(t *testing.T, src, dst string, mode os.FileMode) {
 	}
 	if err := os.WriteFile(dst, b, mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A process whose command line is exactly that of a pod infra process of
+// this daemon (minicri-pause pause --pod RUN_DIR/pods/ID) is not taken for
+// one: the daemon finds its infra processes again only from the records it
+// wrote in its own pod dirs (docs/security.md). One forged in a container,
+// naming a pod dir that does not exist, and one started on the host,
+// naming the container's own pod's dir, both outlive a daemon restart and
+// its start-up sweep. The sweep that read every command line SIGKILLed
+// both.
+func TestInfraForgedCommandLineKillsNothing(t *testing.T) {
+	forge := buildStaticC(t, "forgedpause")
+	// The name an infra process's command line starts with.
+	if err := os.Link(filepath.Join(forge, "forgedpause"), filepath.Join(forge, "minicri-pause")); err != nil {
+		t.Fatal(err)
+	}
+	d := StartDaemon(t)
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	pods := filepath.Join(d.RunDir, "pods")
+
+	podCfg := d.hostNetworkPod("forger")
+	pod := d.runPod(t, podCfg)
+	unknown := filepath.Join(pods, randomHex(32))
+	ctr := containerConfig("forger", ref, "minicri-pause", "pause", "--pod", unknown)
+	ctr.Mounts = []*runtime.Mount{{ContainerPath: "/forge", HostPath: forge, Readonly: true}}
+	ctr.Envs = []*runtime.KeyValue{{Key: "PATH", Value: []byte("/forge:/usr/bin:/bin")}}
+	id := d.startContainer(t, pod, podCfg, ctr)
+	inPod := d.containerPID(t, id)
+
+	host := &exec.Cmd{
+		Path: filepath.Join(forge, "forgedpause"),
+		Args: []string{"minicri-pause", "pause", "--pod", filepath.Join(pods, pod)},
+	}
+	if err := host.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = host.Process.Kill()
+		_ = host.Wait()
+	})
+
+	forged := map[int]string{inPod: "in a container, for a pod dir no pod has", host.Process.Pid: "on the host, for the container's own pod dir"}
+	for pid, what := range forged {
+		var cmdline []byte
+		waitFor(t, "the process forged "+what+" to run", 30*time.Second, func() bool {
+			cmdline, _ = os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			return strings.HasPrefix(string(cmdline), "minicri-pause\x00pause\x00--pod\x00"+pods+"/")
+		})
+	}
+	d.restart(t)
+	for pid, what := range forged {
+		if !processRunning(pid) {
+			t.Errorf("the process forged %s (pid %d) was killed by the daemon's restart", what, pid)
+		}
+	}
+	if out := d.Output(); strings.Contains(out, "orphaned pod infra process") {
+		t.Errorf("the restart's sweep took a forged process for an infra process:\n%s", tail(out, 2000))
+	}
+	if st := d.status(t, id); st.GetState() != runtime.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("the forging container is %v after the restart, want running", st.GetState())
 	}
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/internal/procstat"
 )
 
@@ -316,6 +317,28 @@ func (d *Daemon) strandedInits() []string {
 		}
 	}
 	return found
+}
+
+// infraProcesses lists the pids of the daemon's pod infra processes, found
+// by their command lines (minicri-pause pause --pod RUN_DIR/pods/ID): a
+// test may, knowing it forged none; the daemon never does. Each must be
+// named by its pod dir's record (conmon.RecordedInfra), which is how the
+// daemon finds it again after a crash.
+func (d *Daemon) infraProcesses(t *testing.T) []int {
+	t.Helper()
+	var pids []int
+	procstat.EachCmdline(func(pid int, cmdline string) {
+		args := strings.Split(strings.TrimSuffix(cmdline, "\x00"), "\x00")
+		if len(args) != 4 || filepath.Base(args[0]) != conmon.PauseBinaryName || args[1] != "pause" || args[2] != "--pod" ||
+			filepath.Dir(args[3]) != filepath.Join(d.RunDir, "pods") || !processRunning(pid) {
+			return
+		}
+		pids = append(pids, pid)
+		if rec, err := conmon.RecordedInfra(args[3]); err != nil || rec.PID != pid {
+			t.Errorf("infra process %d runs, but its pod dir %s records %+v (%v)", pid, args[3], rec, err)
+		}
+	})
+	return pids
 }
 
 // processRunning is true for a live, non-zombie process.

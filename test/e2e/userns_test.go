@@ -15,8 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/minicri/minicri/conmon"
 )
 
 // usernsHandler is the handler whose runc can idmap mounts (make deps
@@ -291,11 +289,7 @@ func TestCrashDuringUserNamespacePodRollsBack(t *testing.T) {
 			}
 			d.waitCrashed(t, point)
 			lc := leakCheck{}
-			for dir, infra := range conmon.FindPauses() {
-				if strings.HasPrefix(dir, d.RunDir+"/") {
-					lc.pids = append(lc.pids, infra.PID)
-				}
-			}
+			lc.pids = append(lc.pids, d.infraProcesses(t)...)
 			// Before the pod's PID namespace is known to be unshared, the
 			// infra process that made its namespaces is still there.
 			if strings.HasPrefix(point, "sandbox-userns-") && len(lc.pids) == 0 {

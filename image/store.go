@@ -51,6 +51,7 @@ type Store struct {
 
 	// transports are shared by all pulls so that connections are reused.
 	secureTransport, insecureTransport http.RoundTripper
+	hostTransports                     hostTransports // of hosts.toml hosts with TLS settings of their own
 
 	blobFlight  flights       // one download per blob digest
 	layerFlight flights       // one unpack per chain ID

@@ -190,6 +190,8 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 		Root:                   filepath.Join(cfg.Root, "image"),
 		PrivateParents:         []string{cfg.Root},
 		Registries:             registries,
+		RegistryConfigPath:     cfg.Image.RegistryConfigPath,
+		AuthFile:               cfg.Image.AuthFile,
 		PullTimeout:            cfg.Image.PullTimeout.Std(),
 		PullProgress:           image.ProgressLimit{Window: cfg.Image.PullProgressTimeout.Std(), MinRate: cfg.Image.PullProgressMinRate},
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,

@@ -165,6 +165,26 @@ func TestPullThroughHostsTOML(t *testing.T) {
 	}
 }
 
+// TestPullWithClientCertificate: a registry that demands a client
+// certificate is pulled from with the hosts.toml's client pair.
+func TestPullWithClientCertificate(t *testing.T) {
+	reg := registry.Start(t, registry.Options{TLS: true, ClientCert: true})
+	img := tim.Busybox(t)
+	ref := reg.Host() + "/mtls:1"
+	tim.Push(t, img, ref, remote.WithTransport(reg.Transport()))
+	dir := t.TempDir()
+	s := newTestStore(t, Options{RegistryConfigPath: dir})
+	writeHosts(t, dir, reg.Host(), "ca = \""+reg.CACertFile()+"\"\n")
+	if _, err := s.Pull(testContext(t), ref, nil); err == nil || !strings.Contains(err.Error(), reg.Host()) {
+		t.Fatalf("pull without a client certificate: %v, want a failure naming %s", err, reg.Host())
+	}
+	cert, key := reg.ClientCertFiles()
+	writeHosts(t, dir, reg.Host(), "ca = \""+reg.CACertFile()+"\"\nclient = [[\""+cert+"\", \""+key+"\"]]\n")
+	if got, err := s.Pull(testContext(t), ref, nil); err != nil || got.ID != tim.ConfigDigest(t, img) {
+		t.Fatalf("pull with the client certificate: %s, %v", got.ID, err)
+	}
+}
+
 // TestHostsHeaderAndOverridePath: a mirror's headers reach it, and
 // override_path moves its API root.
 func TestHostsHeaderAndOverridePath(t *testing.T) {

@@ -23,11 +23,11 @@ type dockerConfig struct {
 // the node's auth file's for host (cri-o's global_auth_file), else none.
 // The file is read at every pull, so an edit needs no restart; a missing
 // file is no credentials.
-func (s *Store) nodeAuth(host string, auth *Auth) (*Auth, error) {
-	if (auth != nil && *auth != Auth{}) || s.opts.AuthFile == "" {
+func nodeAuth(file, host string, auth *Auth) (*Auth, error) {
+	if (auth != nil && *auth != Auth{}) || file == "" {
 		return auth, nil
 	}
-	data, err := os.ReadFile(s.opts.AuthFile)
+	data, err := os.ReadFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -36,7 +36,7 @@ func (s *Store) nodeAuth(host string, auth *Auth) (*Auth, error) {
 	}
 	var cfg dockerConfig
 	if err := json.Unmarshal(data, &cfg); err != nil {
-		return nil, fmt.Errorf("auth file %s: %w", s.opts.AuthFile, err)
+		return nil, fmt.Errorf("auth file %s: %w", file, err)
 	}
 	for _, key := range authKeys(host) {
 		if a, ok := cfg.Auths[key]; ok {

@@ -45,15 +45,16 @@ type endpoint struct {
 // the registry itself. Credentials go to the registry only: a mirror is
 // another host, and the kubelet's credentials are for the registry.
 func (s *Store) endpoints(ref reference, auth *Auth) ([]*endpoint, error) {
-	auth, err := s.nodeAuth(ref.host, auth)
+	live := s.live.Load()
+	auth, err := nodeAuth(live.AuthFile, ref.host, auth)
 	if err != nil {
 		return nil, err
 	}
-	hosts, err := loadHosts(s.opts.RegistryConfigPath, ref.host)
+	hosts, err := loadHosts(live.RegistryConfigPath, ref.host)
 	if err != nil {
 		return nil, err
 	}
-	cfg, explicit := s.registryConfig(ref.host)
+	cfg, explicit := registryConfig(live.Registries, ref.host)
 	if hosts != nil && explicit {
 		// The host's own hosts.toml wins over [image.registries], which
 		// wins over _default's.
@@ -72,7 +73,7 @@ func (s *Store) endpoints(ref reference, auth *Auth) ([]*endpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		mcfg, _ := s.registryConfig(host)
+		mcfg, _ := registryConfig(live.Registries, host)
 		insecure := plainHTTP || mcfg.Insecure
 		ep, err := s.newEndpoint("mirror "+m, host, ref.path, insecure, authn.Anonymous)
 		if err != nil {
@@ -89,8 +90,7 @@ func (s *Store) endpoints(ref reference, auth *Auth) ([]*endpoint, error) {
 
 // registryConfig finds a host's [image.registries] configuration, and
 // whether it has one; Docker Hub answers to both of its names.
-func (s *Store) registryConfig(host string) (RegistryConfig, bool) {
-	regs := s.registries()
+func registryConfig(regs map[string]RegistryConfig, host string) (RegistryConfig, bool) {
 	if cfg, ok := regs[host]; ok {
 		return cfg, true
 	}
@@ -439,6 +439,3 @@ func choosePlatform(idx *v1.IndexManifest, want v1.Platform) (v1.Descriptor, err
 	}
 	return idx.Manifests[best], nil
 }
-
-// registries is the [image.registries] configuration in force.
-func (s *Store) registries() map[string]RegistryConfig { return s.opts.Registries }

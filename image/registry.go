@@ -127,27 +127,28 @@ func (s *Store) hostsEndpoints(ref reference, hc *hostsConfig, auth *Auth) ([]*e
 // file wrote http://, or to loopback (as without a hosts.toml).
 func (s *Store) hostEndpoint(label string, h hostEndpoint, path string, auth authn.Authenticator) (*endpoint, error) {
 	var opts []name.Option
-	var base http.RoundTripper = s.secureTransport
-	if h.tls != nil {
-		base = limitedBodies{s.hostTransports.get(h.tlsKey, h.tls)}
-	}
-	if h.header != nil || h.url.Path != "/v2" {
-		// limitedBodies stays outermost: it reads the request's context.
-		inner := base
-		if lb, ok := base.(limitedBodies); ok {
-			inner = lb.inner
-		}
-		base = limitedBodies{hostRequests{host: h.url.Host, root: h.url.Path, header: h.header, inner: inner}}
-	}
-	t := base
 	if h.url.Scheme == "http" {
 		opts = append(opts, name.Insecure)
-	} else {
-		t = httpsOnly{registry: h.url.Host, inner: base}
 	}
 	reg, err := name.NewRegistry(h.url.Host, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	host := reg.RegistryStr() // what requests name: docker.io is index.docker.io
+	var t http.RoundTripper = s.secureTransport
+	if h.tls != nil {
+		t = limitedBodies{s.hostTransports.get(h.tlsKey, h.tls)}
+	}
+	if h.header != nil || h.url.Path != "/v2" {
+		// limitedBodies stays outermost: it reads the request's context.
+		inner := t
+		if lb, ok := t.(limitedBodies); ok {
+			inner = lb.inner
+		}
+		t = limitedBodies{hostRequests{host: host, root: h.url.Path, header: h.header, inner: inner}}
+	}
+	if h.url.Scheme != "http" {
+		t = httpsOnly{registry: host, inner: t}
 	}
 	puller, err := s.newPuller(t, auth)
 	if err != nil {

@@ -2,9 +2,10 @@ package image
 
 import (
 	"encoding/base64"
-	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,6 +192,7 @@ func TestHostsHeaderAndOverridePath(t *testing.T) {
 	reg := registry.Start(t, registry.Options{})
 	p := push(t, reg, "app:1", tim.Busybox(t))
 	var sawHeader, sawPrefix bool
+	upstream := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: reg.Host()})
 	rp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Tenant") == "a" {
 			sawHeader = true
@@ -201,19 +203,7 @@ func TestHostsHeaderAndOverridePath(t *testing.T) {
 		}
 		sawPrefix = true
 		r.URL.Path = strings.TrimPrefix(r.URL.Path, "/mirror")
-		r.URL.Scheme, r.URL.Host = "http", reg.Host()
-		r.RequestURI = ""
-		resp, err := http.DefaultTransport.RoundTrip(r)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		for k, v := range resp.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		upstream.ServeHTTP(w, r)
 	}))
 	t.Cleanup(rp.Close)
 	dir := t.TempDir()

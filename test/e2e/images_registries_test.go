@@ -120,3 +120,40 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		t.Fatalf("pod after the reloads: %v, %v; want ready", st.GetStatus().GetState(), err)
 	}
 }
+
+// TestReloadLogLevelOnSIGHUP: log_level edited in the file takes effect on
+// SIGHUP (debug logs a line per call), with the daemon's pid unchanged.
+func TestReloadLogLevelOnSIGHUP(t *testing.T) {
+	d := NewDaemon(t, WithConfig("log_level = \"info\"\n"))
+	for i := 0; i+1 < len(d.args); i++ { // the harness's --log-level flag would win over the file
+		if d.args[i] == "--log-level" {
+			d.args = append(d.args[:i], d.args[i+2:]...)
+			break
+		}
+	}
+	d.Start()
+	pid := d.cmd.Process.Pid
+	version := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := d.Runtime.Version(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const debugCall = "method=/runtime.v1.RuntimeService/Version"
+	version()
+	if strings.Contains(d.Output(), debugCall) {
+		t.Fatal("a call was logged at log_level info")
+	}
+	if err := os.WriteFile(filepath.Join(d.Dir, "minicri.toml"), []byte("log_level = \"debug\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.Signal(syscall.SIGHUP)
+	waitFor(t, "the reload", 30*time.Second, func() bool { return strings.Contains(d.Output(), "SIGHUP: configuration reloaded") })
+	version()
+	waitFor(t, "a debug line for the call", 30*time.Second, func() bool { return strings.Contains(d.Output(), debugCall) })
+	if d.cmd.Process.Pid != pid || d.cmd.ProcessState != nil {
+		t.Fatalf("the daemon was restarted (pid %d, was %d)", d.cmd.Process.Pid, pid)
+	}
+}

@@ -59,12 +59,11 @@ type hostsFile struct {
 
 // hostEndpoint is one host of a hosts.toml, resolved: its files read.
 type hostEndpoint struct {
-	url            *url.URL // scheme and host; Path is where the API's /v2 is
-	resolve, pull  bool
-	tls            *tls.Config // nil: the shared transport's
-	tlsKey         string      // identifies tls for the transport cache
-	header         http.Header
-	explicitScheme bool // the file wrote the scheme: plain HTTP is the operator's choice
+	url           *url.URL // scheme and host; Path is where the API's /v2 is
+	resolve, pull bool
+	tls           *tls.Config // nil: the shared transport's
+	tlsKey        string      // identifies tls for the transport cache
+	header        http.Header
 }
 
 // hostsConfig is one registry's hosts.toml: its mirrors, then its server.
@@ -122,7 +121,6 @@ func parseHosts(file, hostDir, host string, data []byte) (*hostsConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
-	hc.server.explicitScheme = f.Server != ""
 	// The mirrors in the order the file lists them (a map has none).
 	var order []string
 	for _, k := range md.Keys() {
@@ -135,7 +133,6 @@ func parseHosts(file, hostDir, host string, data []byte) (*hostsConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
 		}
-		ep.explicitScheme = true
 		hc.mirrors = append(hc.mirrors, ep)
 	}
 	return hc, nil

@@ -195,15 +195,7 @@ func TestPlainHTTPOnlyToLoopback(t *testing.T) {
 // reached once it is configured insecure. The "private address" is a
 // loopback listener behind a transport that dials it for 10.99.0.1:PORT.
 func TestPullRefusesPlainHTTPToPrivateAddress(t *testing.T) {
-	srv := registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) { http.NotFound(w, r) })
-	_, port, _ := strings.Cut(srv.Host(), ":")
-	host := "10.99.0.1:" + port
-	dialLoopback := func(base http.RoundTripper) http.RoundTripper {
-		base.(limitedBodies).inner.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, "127.0.0.1:"+port)
-		}
-		return base
-	}
+	srv, host, dialLoopback := privateAddressRegistry(t)
 	for _, insecure := range []bool{false, true} {
 		opts := Options{}
 		if insecure {
@@ -227,15 +219,7 @@ func TestPullRefusesPlainHTTPToPrivateAddress(t *testing.T) {
 // only where the file writes http:// itself, not for a file that merely
 // exists (here with a header, whose transport wraps the shared one).
 func TestHostsTOMLKeepsPlainHTTPRule(t *testing.T) {
-	srv := registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) { http.NotFound(w, r) })
-	_, port, _ := strings.Cut(srv.Host(), ":")
-	host := "10.99.0.1:" + port
-	dialLoopback := func(base http.RoundTripper) http.RoundTripper {
-		base.(limitedBodies).inner.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, "127.0.0.1:"+port)
-		}
-		return base
-	}
+	srv, host, dialLoopback := privateAddressRegistry(t)
 	for _, explicit := range []bool{false, true} {
 		dir := t.TempDir()
 		file := "[header]\n  x-a = \"1\"\n"
@@ -258,5 +242,19 @@ func TestHostsTOMLKeepsPlainHTTPRule(t *testing.T) {
 		if explicit && (!errors.Is(err, ErrNotFound) || srv.Requests.Load() == 0) {
 			t.Errorf("hosts.toml with server http://: pull = %v (%d manifest requests); want the registry's not found", err, srv.Requests.Load())
 		}
+	}
+}
+
+// privateAddressRegistry serves manifests (all not found) on loopback, as
+// if on 10.99.0.1:PORT (host): dialLoopback makes a transport of
+// newTransport dial it there.
+func privateAddressRegistry(t *testing.T) (srv *registry.ManifestServer, host string, dialLoopback func(http.RoundTripper) http.RoundTripper) {
+	srv = registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) { http.NotFound(w, r) })
+	_, port, _ := strings.Cut(srv.Host(), ":")
+	return srv, "10.99.0.1:" + port, func(base http.RoundTripper) http.RoundTripper {
+		base.(limitedBodies).inner.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, "127.0.0.1:"+port)
+		}
+		return base
 	}
 }

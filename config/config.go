@@ -305,7 +305,8 @@ type ImageConfig struct {
 	// is refused.
 	MaxPathDepth int `toml:"max_path_depth"`
 	// Per registry host: [image.registries."HOST"] with mirrors = [...] and
-	// insecure = true|false.
+	// insecure = true|false. A hosts.toml of the host's own in
+	// registry_config_path replaces its entry here. Reloaded on SIGHUP.
 	Registries map[string]RegistryConfig `toml:"registries"`
 	// Directory of per-registry host configs in containerd's hosts.toml
 	// shape: DIR/HOST[:PORT]/hosts.toml (else DIR/_default/hosts.toml) with

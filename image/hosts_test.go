@@ -247,3 +247,40 @@ func TestAuthFile(t *testing.T) {
 		t.Fatalf("pull with a broken auth file: %v, want the file named", err)
 	}
 }
+
+func TestNodeAuthLookup(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(file, []byte(`{"auths": {
+		"https://index.docker.io/v1/": {"username": "hub", "password": "h"},
+		"https://reg.example:5000": {"auth": "YTpi"},
+		"other.example": {"identitytoken": "tok"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		host string
+		want Auth
+	}{
+		{"docker.io", Auth{Username: "hub", Password: "h"}},
+		{"reg.example:5000", Auth{Auth: "YTpi"}},
+		{"other.example", Auth{IdentityToken: "tok"}},
+		{"reg.example", Auth{}}, // another port is another registry
+	} {
+		got, err := nodeAuth(file, tc.host, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got == nil {
+			got = &Auth{}
+		}
+		if *got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.host, *got, tc.want)
+		}
+	}
+	kubelet := &Auth{Username: "k"}
+	if got, _ := nodeAuth(file, "docker.io", kubelet); got != kubelet {
+		t.Errorf("the kubelet's credentials were replaced: %+v", got)
+	}
+	if got, err := nodeAuth(filepath.Join(t.TempDir(), "missing.json"), "docker.io", nil); got != nil || err != nil {
+		t.Errorf("missing auth file: %v, %v; want no credentials", got, err)
+	}
+}

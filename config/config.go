@@ -305,8 +305,22 @@ type ImageConfig struct {
 	// is refused.
 	MaxPathDepth int `toml:"max_path_depth"`
 	// Per registry host: [image.registries."HOST"] with mirrors = [...] and
-	// insecure = true|false.
+	// insecure = true|false. A hosts.toml of the host's own in
+	// registry_config_path replaces its entry here. Reloaded on SIGHUP.
 	Registries map[string]RegistryConfig `toml:"registries"`
+	// Directory of per-registry host configs in containerd's hosts.toml
+	// shape: DIR/HOST[:PORT]/hosts.toml (else DIR/_default/hosts.toml) with
+	// server, [host."URL"] mirrors tried in order, capabilities (pull,
+	// resolve), ca, client, header, override_path and skip_verify (see
+	// docs/images.md). Read at every pull: an edit needs no restart. A
+	// host's own hosts.toml wins over its [image.registries] entry, which
+	// wins over _default. A missing directory is no host configs.
+	RegistryConfigPath string `toml:"registry_config_path"`
+	// A Docker config.json ({"auths": {"HOST": {"auth": "base64 user:pass"}}}
+	// or username/password) whose credentials serve a pull for which the
+	// kubelet sends none, as cri-o's global_auth_file. Read at every pull.
+	// Empty or missing: none.
+	AuthFile string `toml:"auth_file"`
 	// Images that the kubelet's image garbage collection never removes, as
 	// containerd's pinned_images: NAME = "REFERENCE" (base =
 	// "docker.io/library/busybox:1.36"); the names are the operator's. An
@@ -327,6 +341,8 @@ func (c ImageConfig) check() []error {
 		refuse(c.MaxUnpackedBytes < 1, "image.max_unpacked_bytes", "must be at least 1 byte"),
 		refuse(c.MaxUnpackedEntries < 1, "image.max_unpacked_entries", "must be at least 1"),
 		refuse(c.MaxPathDepth < 1, "image.max_path_depth", "must be at least 1"),
+		absoluteOrEmpty("image.registry_config_path", c.RegistryConfigPath),
+		absoluteOrEmpty("image.auth_file", c.AuthFile),
 	}
 }
 
@@ -454,6 +470,7 @@ func Default() Config {
 			MaxUnpackedEntries:     1_000_000,
 			MaxPathDepth:           256,
 			Registries:             map[string]RegistryConfig{},
+			RegistryConfigPath:     "/etc/minicri/certs.d",
 			PinnedImages:           map[string]string{},
 		},
 		// containerd's defaults (enable_cdi, cdi_spec_dirs), which are the

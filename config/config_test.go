@@ -224,3 +224,18 @@ func TestImageUnpackLimits(t *testing.T) {
 		}
 	}
 }
+
+func TestDiff(t *testing.T) {
+	a := Default()
+	b := Default()
+	b.LogLevel = "debug"
+	b.Image.Registries = map[string]RegistryConfig{"docker.io": {Insecure: true}}
+	b.Streaming.Port = 1
+	got := strings.Join(Diff(a, b), " ")
+	if got != "log_level streaming.port image.registries" {
+		t.Errorf("Diff = %q", got)
+	}
+	if d := Diff(a, Default()); len(d) != 0 {
+		t.Errorf("Diff of equal configs = %v", d)
+	}
+}

@@ -338,3 +338,26 @@ func tomlValue(v any) string {
 	}
 	return strings.TrimSpace(strings.TrimPrefix(b.String(), "v = "))
 }
+
+// Diff names the keys whose values differ between a and b: scalar keys
+// by name, a map (runtime.handlers, image.registries) by its table.
+func Diff(a, b Config) []string {
+	var out []string
+	var walk func(va, vb reflect.Value, prefix string)
+	walk = func(va, vb reflect.Value, prefix string) {
+		t := va.Type()
+		for i := 0; i < t.NumField(); i++ {
+			key := prefix + t.Field(i).Tag.Get("toml")
+			fa, fb := va.Field(i), vb.Field(i)
+			if fa.Kind() == reflect.Struct {
+				walk(fa, fb, key+".")
+				continue
+			}
+			if !reflect.DeepEqual(fa.Interface(), fb.Interface()) {
+				out = append(out, key)
+			}
+		}
+	}
+	walk(reflect.ValueOf(a), reflect.ValueOf(b), "")
+	return out
+}

@@ -57,6 +57,12 @@ type Options struct {
 	// Registries by host[:port] as written in references: "docker.io",
 	// "127.0.0.1:5000". A mirror's own host may have an entry too (for Insecure).
 	Registries map[string]RegistryConfig
+	// RegistryConfigPath is a directory of <host[:port]>/hosts.toml files
+	// in containerd's shape (hosts.go), read at every pull; "" for none.
+	RegistryConfigPath string
+	// AuthFile is a Docker config.json whose credentials serve a pull that
+	// brings none, read at every pull; "" for none.
+	AuthFile string
 	// PullTimeout cancels a pull that takes longer; 0 means no limit.
 	PullTimeout time.Duration
 	// PullProgress cancels a pull whose layer download moves too little

@@ -27,9 +27,10 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 	if err != nil {
 		return Image{}, err
 	}
-	if s.opts.PullTimeout > 0 {
+	live := s.live.Load()
+	if live.PullTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.opts.PullTimeout)
+		ctx, cancel = context.WithTimeout(ctx, live.PullTimeout)
 		defer cancel()
 	}
 	// A stalled download cancels the pull with its *StalledError as the
@@ -38,15 +39,15 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 	defer stalled(nil)
 	start := time.Now()
 	s.log.WithField("image", named.String()).Info("pulling image")
-	img, err := s.pull(ctx, named, auth, stalled)
+	img, err := s.pull(ctx, named, auth, live.PullProgress, stalled)
 	s.collectRefused(err)
 	var stall *StalledError
 	if err != nil && errors.As(context.Cause(ctx), &stall) {
 		err = stall
 	}
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && s.opts.PullTimeout > 0 && time.Since(start) >= s.opts.PullTimeout {
-			err = fmt.Errorf("pull timeout of %v reached: %w", s.opts.PullTimeout, err)
+		if errors.Is(err, context.DeadlineExceeded) && live.PullTimeout > 0 && time.Since(start) >= live.PullTimeout {
+			err = fmt.Errorf("pull timeout of %v reached: %w", live.PullTimeout, err)
 		}
 		return Image{}, fmt.Errorf("pull %s: %w", named, err)
 	}
@@ -57,7 +58,7 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 	return img, nil
 }
 
-func (s *Store) pull(ctx context.Context, named reference, auth *Auth, stalled context.CancelCauseFunc) (Image, error) {
+func (s *Store) pull(ctx context.Context, named reference, auth *Auth, progressLimit ProgressLimit, stalled context.CancelCauseFunc) (Image, error) {
 	release, err := s.holdContent()
 	if err != nil {
 		return Image{}, err
@@ -68,7 +69,7 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth, stalled c
 		return Image{}, err
 	}
 	log := s.log.WithField("image", named.String())
-	progress := newPullProgress(log, s.opts.PullProgress, func(err error) { stalled(err) })
+	progress := newPullProgress(log, progressLimit, func(err error) { stalled(err) })
 	defer progress.stop()
 	src := &remoteSource{eps: eps, progress: progress, log: log}
 	identifier := named.tag

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -35,20 +36,45 @@ type endpoint struct {
 	label  string // "mirror http://127.0.0.1:5001", "registry docker.io"
 	repo   name.Repository
 	puller *remote.Puller
+	// resolve: may be asked for a manifest by tag; pull: for a manifest
+	// by digest and for blobs (hosts.toml capabilities; both by default).
+	resolve, pull bool
 }
 
 // endpoints lists the mirrors of the reference's registry, in order, then
 // the registry itself. Credentials go to the registry only: a mirror is
 // another host, and the kubelet's credentials are for the registry.
 func (s *Store) endpoints(ref reference, auth *Auth) ([]*endpoint, error) {
-	cfg := s.registryConfig(ref.host)
+	live := s.live.Load()
+	auth, err := nodeAuth(live.AuthFile, ref.host, auth)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := loadHosts(live.RegistryConfigPath, ref.host)
+	if err != nil {
+		return nil, err
+	}
+	cfg, explicit := registryConfig(live.Registries, ref.host)
+	if hosts != nil && explicit {
+		// The host's own hosts.toml wins over [image.registries], which
+		// wins over _default's.
+		if filepath.Base(filepath.Dir(hosts.file)) == defaultHostDir {
+			hosts = nil
+		} else {
+			s.log.WithField("file", hosts.file).Warnf("image.registries.%q is ignored: the registry's hosts.toml wins", ref.host)
+		}
+	}
+	if hosts != nil {
+		return s.hostsEndpoints(ref, hosts, auth)
+	}
 	var eps []*endpoint
 	for _, m := range cfg.Mirrors {
 		host, plainHTTP, err := parseMirror(m)
 		if err != nil {
 			return nil, err
 		}
-		insecure := plainHTTP || s.registryConfig(host).Insecure
+		mcfg, _ := registryConfig(live.Registries, host)
+		insecure := plainHTTP || mcfg.Insecure
 		ep, err := s.newEndpoint("mirror "+m, host, ref.path, insecure, authn.Anonymous)
 		if err != nil {
 			return nil, err
@@ -62,19 +88,83 @@ func (s *Store) endpoints(ref reference, auth *Auth) ([]*endpoint, error) {
 	return append(eps, ep), nil
 }
 
-// registryConfig finds a host's configuration; Docker Hub answers to both
-// of its names.
-func (s *Store) registryConfig(host string) RegistryConfig {
-	if cfg, ok := s.opts.Registries[host]; ok {
-		return cfg
+// registryConfig finds a host's [image.registries] configuration, and
+// whether it has one; Docker Hub answers to both of its names.
+func registryConfig(regs map[string]RegistryConfig, host string) (RegistryConfig, bool) {
+	if cfg, ok := regs[host]; ok {
+		return cfg, true
 	}
 	if host == dockerHub {
-		return s.opts.Registries[name.DefaultRegistry]
+		cfg, ok := regs[name.DefaultRegistry]
+		return cfg, ok
 	}
 	if host == name.DefaultRegistry {
-		return s.opts.Registries[dockerHub]
+		cfg, ok := regs[dockerHub]
+		return cfg, ok
 	}
-	return RegistryConfig{}
+	return RegistryConfig{}, false
+}
+
+// hostsEndpoints are the endpoints of a registry's hosts.toml: its mirrors
+// in order, then its server. Credentials go to the server only.
+func (s *Store) hostsEndpoints(ref reference, hc *hostsConfig, auth *Auth) ([]*endpoint, error) {
+	var eps []*endpoint
+	for _, h := range hc.mirrors {
+		ep, err := s.hostEndpoint("mirror "+h.url.Scheme+"://"+h.url.Host, h, ref.path, authn.Anonymous)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", hc.file, err)
+		}
+		eps = append(eps, ep)
+	}
+	ep, err := s.hostEndpoint("registry "+ref.host, hc.server, ref.path, authenticator(auth))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", hc.file, err)
+	}
+	return append(eps, ep), nil
+}
+
+// hostEndpoint is one host of a hosts.toml. Plain HTTP only where the
+// file wrote http://, or to loopback (as without a hosts.toml).
+func (s *Store) hostEndpoint(label string, h hostEndpoint, path string, auth authn.Authenticator) (*endpoint, error) {
+	var opts []name.Option
+	if h.url.Scheme == "http" {
+		opts = append(opts, name.Insecure)
+	}
+	reg, err := name.NewRegistry(h.url.Host, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	host := reg.RegistryStr() // what requests name: docker.io is index.docker.io
+	var t http.RoundTripper = s.secureTransport
+	if h.tls != nil {
+		t = limitedBodies{s.hostTransports.get(h.tlsKey, h.tls)}
+	}
+	if h.header != nil || h.url.Path != "/v2" {
+		// limitedBodies stays outermost: it reads the request's context.
+		inner := t
+		if lb, ok := t.(limitedBodies); ok {
+			inner = lb.inner
+		}
+		t = limitedBodies{hostRequests{host: host, root: h.url.Path, header: h.header, inner: inner}}
+	}
+	if h.url.Scheme != "http" {
+		t = httpsOnly{registry: host, inner: t}
+	}
+	puller, err := s.newPuller(t, auth)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	return &endpoint{label: label, repo: reg.Repo(path), puller: puller, resolve: h.resolve, pull: h.pull}, nil
+}
+
+func (s *Store) newPuller(t http.RoundTripper, auth authn.Authenticator) (*remote.Puller, error) {
+	return remote.NewPuller(
+		remote.WithAuth(auth),
+		remote.WithTransport(t),
+		remote.WithRetryBackoff(retryBackoff),
+		remote.WithUserAgent(userAgent),
+		remote.WithJobs(s.opts.MaxConcurrentDownloads),
+	)
 }
 
 // parseMirror reads "http://host:port", "https://host:port" or "host:port".
@@ -107,17 +197,11 @@ func (s *Store) newEndpoint(label, host, path string, insecure bool, auth authn.
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	puller, err := remote.NewPuller(
-		remote.WithAuth(auth),
-		remote.WithTransport(t),
-		remote.WithRetryBackoff(retryBackoff),
-		remote.WithUserAgent(userAgent),
-		remote.WithJobs(s.opts.MaxConcurrentDownloads),
-	)
+	puller, err := s.newPuller(t, auth)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	return &endpoint{label: label, repo: reg.Repo(path), puller: puller}, nil
+	return &endpoint{label: label, repo: reg.Repo(path), puller: puller, resolve: true, pull: true}, nil
 }
 
 func authenticator(a *Auth) authn.Authenticator {
@@ -163,9 +247,13 @@ func (r *remoteSource) manifest(ctx context.Context, identifier string, declared
 	if declared > 0 {
 		limit.max, limit.declared = declared, true
 	}
+	byDigest := strings.HasPrefix(identifier, "sha256:")
 	var errs []error
 	for i := r.first; i < len(r.eps); i++ {
 		ep := r.eps[i]
+		if (byDigest && !ep.pull) || (!byDigest && !ep.resolve) {
+			continue
+		}
 		desc, err := r.get(ctx, ep, identifier, limit)
 		if err == nil {
 			r.first = i
@@ -178,6 +266,9 @@ func (r *remoteSource) manifest(ctx context.Context, identifier string, declared
 		if i < len(r.eps)-1 {
 			r.log.WithError(err).WithField("endpoint", ep.label).Info("pull: endpoint failed, trying the next")
 		}
+	}
+	if len(errs) == 0 {
+		return manifest{}, fmt.Errorf("manifest %s: no host of the registry has the capability (hosts.toml capabilities)", identifier)
 	}
 	return manifest{}, joinErrors(errs)
 }
@@ -220,6 +311,9 @@ func (r *remoteSource) blob(ctx context.Context, desc v1.Descriptor) (io.ReadClo
 	var errs []error
 	for i := r.first; i < len(r.eps); i++ {
 		ep := r.eps[i]
+		if !ep.pull {
+			continue
+		}
 		l, err := ep.puller.Layer(ctx, ep.repo.Digest(desc.Digest.String()))
 		if err == nil {
 			var rc io.ReadCloser
@@ -231,6 +325,9 @@ func (r *remoteSource) blob(ctx context.Context, desc v1.Descriptor) (io.ReadClo
 			return nil, ctx.Err()
 		}
 		errs = append(errs, endpointError(ep, err))
+	}
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("blob %s: no host of the registry has the pull capability (hosts.toml capabilities)", desc.Digest)
 	}
 	return nil, joinErrors(errs)
 }

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
@@ -51,6 +53,9 @@ type Store struct {
 
 	// transports are shared by all pulls so that connections are reused.
 	secureTransport, insecureTransport http.RoundTripper
+	hostTransports                     hostTransports // of hosts.toml hosts with TLS settings of their own
+
+	live atomic.Pointer[Reloadable] // what Reconfigure may change while pulls run
 
 	blobFlight  flights       // one download per blob digest
 	layerFlight flights       // one unpack per chain ID
@@ -98,6 +103,10 @@ func New(opts Options) (*Store, error) {
 		insecureTransport: newTransport(true),
 		unpackSlots:       make(chan struct{}, max(1, runtime.NumCPU())),
 	}
+	s.live.Store(&Reloadable{
+		Registries: opts.Registries, RegistryConfigPath: opts.RegistryConfigPath, AuthFile: opts.AuthFile,
+		PullTimeout: opts.PullTimeout, PullProgress: opts.PullProgress,
+	})
 	if err := s.makeDirs(); err != nil {
 		return nil, err
 	}
@@ -318,3 +327,17 @@ func (s *Store) updateLocked(edit func(images []Image) ([]Image, error)) (*catal
 func sortImages(images []Image) {
 	sort.Slice(images, func(i, j int) bool { return images[i].ID < images[j].ID })
 }
+
+// Reloadable is what of Options may change while the store runs (on a
+// SIGHUP): each pull reads it once at its start, so a running pull keeps
+// what it started with.
+type Reloadable struct {
+	Registries         map[string]RegistryConfig
+	RegistryConfigPath string
+	AuthFile           string
+	PullTimeout        time.Duration
+	PullProgress       ProgressLimit
+}
+
+// Reconfigure puts r in force for the pulls that start from now on.
+func (s *Store) Reconfigure(r Reloadable) { s.live.Store(&r) }

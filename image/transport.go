@@ -42,7 +42,7 @@ func (t httpsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, fmt.Errorf("plain HTTP to %s refused: only loopback registries are reached over HTTP unless configured (image.registries.%q with insecure = true, or a mirror written http://%s)",
+		return nil, fmt.Errorf("plain HTTP to %s refused: only loopback registries are reached over HTTP unless configured (image.registries.%q with insecure = true, a mirror written http://%s, or http:// in its hosts.toml)",
 			req.URL.Host, req.URL.Host, req.URL.Host)
 	}
 	return t.inner.RoundTrip(req)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -193,15 +195,7 @@ func TestPlainHTTPOnlyToLoopback(t *testing.T) {
 // reached once it is configured insecure. The "private address" is a
 // loopback listener behind a transport that dials it for 10.99.0.1:PORT.
 func TestPullRefusesPlainHTTPToPrivateAddress(t *testing.T) {
-	srv := registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) { http.NotFound(w, r) })
-	_, port, _ := strings.Cut(srv.Host(), ":")
-	host := "10.99.0.1:" + port
-	dialLoopback := func(base http.RoundTripper) http.RoundTripper {
-		base.(limitedBodies).inner.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, "127.0.0.1:"+port)
-		}
-		return base
-	}
+	srv, host, dialLoopback := privateAddressRegistry(t)
 	for _, insecure := range []bool{false, true} {
 		opts := Options{}
 		if insecure {
@@ -218,5 +212,49 @@ func TestPullRefusesPlainHTTPToPrivateAddress(t *testing.T) {
 		if insecure && (!errors.Is(err, ErrNotFound) || srv.Requests.Load() == 0) {
 			t.Errorf("pull from %s configured insecure = %v (%d manifest requests); want the registry's not found", host, err, srv.Requests.Load())
 		}
+	}
+}
+
+// A hosts.toml keeps the rule: a private address is reached over plain HTTP
+// only where the file writes http:// itself, not for a file that merely
+// exists (here with a header, whose transport wraps the shared one).
+func TestHostsTOMLKeepsPlainHTTPRule(t *testing.T) {
+	srv, host, dialLoopback := privateAddressRegistry(t)
+	for _, explicit := range []bool{false, true} {
+		dir := t.TempDir()
+		file := "[header]\n  x-a = \"1\"\n"
+		if explicit {
+			file = "server = \"http://" + host + "\"\n" + file
+		}
+		if err := os.MkdirAll(filepath.Join(dir, host), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, host, "hosts.toml"), []byte(file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := newTestStore(t, Options{RegistryConfigPath: dir})
+		s.secureTransport, s.insecureTransport = dialLoopback(newTransport(false)), dialLoopback(newTransport(true))
+		srv.Requests.Store(0)
+		_, err := s.Pull(testContext(t), host+"/m:v1", nil)
+		if !explicit && (err == nil || !strings.Contains(err.Error(), "plain HTTP to "+host+" refused") || srv.Requests.Load() != 0) {
+			t.Errorf("hosts.toml without http://: pull = %v (%d manifest requests); want refused", err, srv.Requests.Load())
+		}
+		if explicit && (!errors.Is(err, ErrNotFound) || srv.Requests.Load() == 0) {
+			t.Errorf("hosts.toml with server http://: pull = %v (%d manifest requests); want the registry's not found", err, srv.Requests.Load())
+		}
+	}
+}
+
+// privateAddressRegistry serves manifests (all not found) on loopback, as
+// if on 10.99.0.1:PORT (host): dialLoopback makes a transport of
+// newTransport dial it there.
+func privateAddressRegistry(t *testing.T) (srv *registry.ManifestServer, host string, dialLoopback func(http.RoundTripper) http.RoundTripper) {
+	srv = registry.ServeManifests(t, func(w http.ResponseWriter, r *http.Request, out io.Writer) { http.NotFound(w, r) })
+	_, port, _ := strings.Cut(srv.Host(), ":")
+	return srv, "10.99.0.1:" + port, func(base http.RoundTripper) http.RoundTripper {
+		base.(limitedBodies).inner.(*http.Transport).DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, "127.0.0.1:"+port)
+		}
+		return base
 	}
 }

@@ -17,10 +17,11 @@ func TestPinnedImagesAreReportedAndRemovable(t *testing.T) {
 	ts := newTestServer(t, func(c *config.Config) {
 		c.Image.PinnedImages = map[string]string{"base": "busybox"} // normalised: docker.io/library/busybox:latest
 	})
-	var err error
-	if ts.pinned, err = pinnedImages(ts.cfg.Image); err != nil {
+	p, err := pinnedImages(ts.cfg.Image)
+	if err != nil {
 		t.Fatal(err)
 	}
+	ts.pinned.Store(&p)
 	other := ts.images.Add("docker.io/library/nginx:1", image.Config{})
 
 	st, err := ts.ImageStatus(bg, &runtime.ImageStatusRequest{Image: &runtime.ImageSpec{Image: "docker.io/library/busybox:latest"}})

@@ -28,10 +28,11 @@ func (s *Server) RemoveImage(ctx context.Context, req *runtime.RemoveImageReques
 // logPinnedRemoval says that a pinned image goes, so that an operator who
 // misses it finds that it was asked for.
 func (s *Server) logPinnedRemoval(ref string) {
-	if len(s.pinned) == 0 {
+	pinned := s.pinnedImages()
+	if len(pinned) == 0 {
 		return
 	}
-	if img, err := s.images.Get(ref); err == nil && s.pinned.Has(img) {
+	if img, err := s.images.Get(ref); err == nil && pinned.Has(img) {
 		s.log.WithFields(logrus.Fields{"image": ref, "id": img.ID}).Info("removing a pinned image (image.pinned_images), as asked")
 	}
 }

@@ -57,7 +57,7 @@ func (s *Server) criImage(img image.Image) *runtime.Image {
 		RepoDigests: img.RepoDigests,
 		Size:        img.Size,
 		Spec:        &runtime.ImageSpec{Image: img.ID},
-		Pinned:      s.pinned.Has(img),
+		Pinned:      s.pinnedImages().Has(img),
 	}
 	user, _, _ := strings.Cut(img.Config.User, ":")
 	if uid, numeric, err := oci.ParseID(user); numeric && err == nil {

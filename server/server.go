@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
@@ -61,7 +62,8 @@ type Server struct {
 	cni            podNetworking
 	cniConf        networkConfig
 	images         imageStore
-	pinned         image.Pinned // image.pinned_images: reported pinned, kept by the kubelet's image GC
+	reloaded       atomic.Pointer[config.Config] // s.cfg with the keys the last Reload changed; nil: none
+	pinned         atomic.Pointer[image.Pinned]  // image.pinned_images: reported pinned, kept by the kubelet's image GC; Reload swaps it
 	rootfs         rootfsStore
 	mounts         rootfsMounter
 	usage          diskUsage
@@ -123,9 +125,11 @@ func New(opts Options) (*Server, error) {
 	}
 	s.useCNI(network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")))
 	var err error
-	if s.pinned, err = pinnedImages(cfg.Image); err != nil {
+	pinned, err := pinnedImages(cfg.Image)
+	if err != nil {
 		return nil, err
 	}
+	s.pinned.Store(&pinned)
 	images, err := openImages(cfg, opts.Log)
 	if err != nil {
 		return nil, err
@@ -184,16 +188,15 @@ func (s *Server) loadAppArmorProfile(log *logrus.Entry) {
 }
 
 func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
-	registries := make(map[string]image.RegistryConfig, len(cfg.Image.Registries))
-	for host, r := range cfg.Image.Registries {
-		registries[host] = image.RegistryConfig{Mirrors: r.Mirrors, Insecure: r.Insecure}
-	}
+	live := imageReloadable(cfg)
 	st, err := image.New(image.Options{
 		Root:                   filepath.Join(cfg.Root, "image"),
 		PrivateParents:         []string{cfg.Root},
-		Registries:             registries,
-		PullTimeout:            cfg.Image.PullTimeout.Std(),
-		PullProgress:           image.ProgressLimit{Window: cfg.Image.PullProgressTimeout.Std(), MinRate: cfg.Image.PullProgressMinRate},
+		Registries:             live.Registries,
+		RegistryConfigPath:     live.RegistryConfigPath,
+		AuthFile:               live.AuthFile,
+		PullTimeout:            live.PullTimeout,
+		PullProgress:           live.PullProgress,
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
 		Limits:                 imageLimits(cfg),
 		Log:                    log.WithField("component", "image"),

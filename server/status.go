@@ -234,7 +234,7 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		cniStatus = err.Error()
 	}
 	info := map[string]any{
-		"config":            s.cfg,
+		"config":            s.configInForce(),
 		"lastCNILoadStatus": cniStatus,
 		"podCIDR":           s.netConfig.PodCIDR(),
 		// Per handler ("" is the default), what the CRI's RuntimeFeatures

@@ -24,7 +24,7 @@ import (
 // runDaemon serves the CRI until SIGTERM or SIGINT. Containers are never
 // touched on the way out: they belong to their monitors, and a restarted
 // daemon picks them up again.
-func runDaemon(cfg config.Config) error {
+func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
 	log, err := newLogger(cfg)
 	if err != nil {
 		return err
@@ -86,6 +86,8 @@ func runDaemon(cfg config.Config) error {
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	stopReports := reportOnSIGUSR1(log)
 	defer stopReports()
+	stopReloads := reloadOnSIGHUP(cfg, reload, srv, log)
+	defer stopReloads()
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(listener) }()
 	log.WithFields(logrus.Fields{"socket": cfg.Listen, "root": cfg.Root, "version": version}).Info("minicri serving")
@@ -133,6 +135,71 @@ func reportOnSIGUSR1(log *logrus.Entry) (stop func()) {
 		signal.Stop(usr1)
 		close(done)
 	}
+}
+
+// reloadOnSIGHUP reads the configuration again on every SIGHUP (the file,
+// then the flags over it, as at start) and puts in force what may change
+// while the daemon runs: log_level, [image.registries],
+// registry_config_path, auth_file, the pull timeouts and pinned images. A
+// file that fails to parse or validate changes nothing, and the log says
+// why; other keys that changed are named in the log as needing a restart.
+// Nothing running (pods, containers, pulls) is touched.
+func reloadOnSIGHUP(cfg config.Config, reload func() (config.Config, error), srv *server.Server, log *logrus.Entry) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		current := cfg
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+			}
+			next, err := reload()
+			if err == nil {
+				err = applyReload(next, srv, log)
+			}
+			if err != nil {
+				log.WithError(err).Error("SIGHUP: configuration not reloaded; the old one stays in force")
+				continue
+			}
+			if keys := restartOnly(current, next); len(keys) > 0 {
+				log.WithField("keys", strings.Join(keys, ", ")).Warn("SIGHUP: these keys changed but take effect only at a restart")
+			}
+			current = next
+			log.WithField("log_level", next.LogLevel).Info("SIGHUP: configuration reloaded")
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+	}
+}
+
+// applyReload puts next's reloadable keys in force, all or none.
+func applyReload(next config.Config, srv *server.Server, log *logrus.Entry) error {
+	level, err := logrus.ParseLevel(next.LogLevel)
+	if err != nil {
+		return fmt.Errorf("log_level: %w", err)
+	}
+	if err := srv.Reload(next); err != nil {
+		return err
+	}
+	log.Logger.SetLevel(level)
+	return nil
+}
+
+// restartOnly names the keys outside what a reload changes whose values
+// differ between a and b.
+func restartOnly(a, b config.Config) []string {
+	for _, c := range []*config.Config{&a, &b} {
+		c.LogLevel = ""
+		c.Image.Registries, c.Image.PinnedImages = nil, nil
+		c.Image.RegistryConfigPath, c.Image.AuthFile = "", ""
+		c.Image.PullTimeout, c.Image.PullProgressTimeout, c.Image.PullProgressMinRate = 0, 0, 0
+	}
+	return config.Diff(a, b)
 }
 
 // gracefulStop lets in-flight calls finish, but not for longer than timeout.

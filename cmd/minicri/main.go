@@ -92,23 +92,30 @@ func newFlagSet(out io.Writer) (*flag.FlagSet, *config.Flags) {
 // parseConfig parses flags and loads the configuration they point at.
 // ok=false means the caller should exit with code.
 func parseConfig(args []string, stderr io.Writer) (cfg config.Config, code int, ok bool) {
+	cfg, _, code, ok = parseConfigFlags(args, stderr)
+	return cfg, code, ok
+}
+
+// parseConfigFlags is parseConfig that also returns the parsed flags, whose
+// Load reads the configuration again (SIGHUP).
+func parseConfigFlags(args []string, stderr io.Writer) (cfg config.Config, flags *config.Flags, code int, ok bool) {
 	fs, flags := newFlagSet(stderr)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return cfg, 0, false
+			return cfg, nil, 0, false
 		}
-		return cfg, 2, false
+		return cfg, nil, 2, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "minicri: unexpected argument %q (try minicri --help)\n", fs.Arg(0))
-		return cfg, 2, false
+		return cfg, nil, 2, false
 	}
 	cfg, err := flags.Load()
 	if err != nil {
 		fmt.Fprintf(stderr, "minicri: %v\n", err)
-		return cfg, 1, false
+		return cfg, nil, 1, false
 	}
-	return cfg, 0, true
+	return cfg, flags, 0, true
 }
 
 func runConfigCommand(args []string, stdout, stderr io.Writer) int {
@@ -121,11 +128,11 @@ func runConfigCommand(args []string, stdout, stderr io.Writer) int {
 }
 
 func runDaemonCommand(args []string, stderr io.Writer) int {
-	cfg, code, ok := parseConfig(args, stderr)
+	cfg, flags, code, ok := parseConfigFlags(args, stderr)
 	if !ok {
 		return code
 	}
-	if err := runDaemon(cfg); err != nil {
+	if err := runDaemon(cfg, flags.Load); err != nil {
 		fmt.Fprintf(stderr, "minicri: %v\n", err)
 		return 1
 	}

@@ -45,6 +45,9 @@ type Options struct {
 	// TLS serves HTTPS with a self-signed certificate for 127.0.0.1; clients
 	// that do not trust it (see Transport and CACertFile) fail verification.
 	TLS bool
+	// ClientCert (with TLS) makes the registry demand a client certificate
+	// signed by a CA of its own (http.tls.clientcas); see ClientCertFiles.
+	ClientCert bool
 }
 
 // Registry is one running (or stopped, see Stop) registry process.
@@ -55,6 +58,7 @@ type Registry struct {
 	config string
 	tls    bool
 	caPEM  []byte
+	client *tls.Certificate // the client certificate it demands, or nil
 
 	mu     sync.Mutex
 	proc   *os.Process   // nil while stopped
@@ -97,14 +101,27 @@ func (r *Registry) CACertFile() string {
 	return filepath.Join(r.dir, "cert.pem")
 }
 
+// ClientCertFiles returns the PEM files of the client certificate and key
+// the registry accepts, "" without Options.ClientCert.
+func (r *Registry) ClientCertFiles() (cert, key string) {
+	if r.client == nil {
+		return "", ""
+	}
+	return filepath.Join(r.dir, "client.pem"), filepath.Join(r.dir, "client-key.pem")
+}
+
 // Transport returns an http.RoundTripper that trusts this registry's
-// certificate (a plain transport without TLS), for pushing to it.
+// certificate (a plain transport without TLS), and presents its client
+// certificate if it demands one, for pushing to it.
 func (r *Registry) Transport() http.RoundTripper {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if r.tls {
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(r.caPEM)
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if r.client != nil {
+			tr.TLSClientConfig.Certificates = []tls.Certificate{*r.client}
+		}
 	}
 	return tr
 }
@@ -218,6 +235,12 @@ http:
 		}
 		fmt.Fprintf(&cfg, "  tls:\n    certificate: %s\n    key: %s\n",
 			filepath.Join(r.dir, "cert.pem"), filepath.Join(r.dir, "key.pem"))
+		if opts.ClientCert {
+			if err := r.writeClientCert(); err != nil {
+				return fmt.Errorf("client certificate: %w", err)
+			}
+			fmt.Fprintf(&cfg, "    clientcas:\n      - %s\n", filepath.Join(r.dir, "client-ca.pem"))
+		}
 	}
 	if len(opts.Users) > 0 {
 		htpasswd, err := makeHtpasswd(opts.Users)
@@ -284,6 +307,69 @@ func (r *Registry) writeCert() error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(r.dir, "key.pem"), keyPEM, 0o600)
+}
+
+// writeClientCert makes a client CA (client-ca.pem, which the registry
+// trusts) and a client certificate it signed (client.pem, client-key.pem).
+func (r *Registry) writeClientCert() error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "test client CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano() + 1),
+		Subject:      pkix.Name{CommonName: "test client"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return err
+	}
+	r.client = &pair
+	for name, data := range map[string][]byte{
+		"client-ca.pem":  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		"client.pem":     certPEM,
+		"client-key.pem": keyPEM,
+	} {
+		if err := os.WriteFile(filepath.Join(r.dir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func freePort() (int, error) {

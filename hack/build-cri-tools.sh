@@ -18,25 +18,8 @@ set -euo pipefail
 cd "$(dirname "$0")/cri-tools"
 export PATH="$PATH:/usr/local/go/bin"
 
-# The require line, alone or in a require block.
-version=$(awk '$1 == "require" && $2 == "sigs.k8s.io/cri-tools" { print $3; exit } $1 == "sigs.k8s.io/cri-tools" && $2 ~ /^v/ { print $2; exit }' go.mod)
-if [ -z "$version" ]; then
-	echo "build-cri-tools: no require of sigs.k8s.io/cri-tools in hack/cri-tools/go.mod" >&2
-	exit 1
-fi
-key=$(sha256sum go.sum | cut -c1-12)
-dir="${MINICRI_CACHE:-/var/cache/minicri-test}/cri-tools-$version-$key"
-out="$dir/critest"
-
-if [ "${1:-}" = "--path" ]; then
-	echo "$out"
-	exit 0
-fi
-
-mkdir -p "$dir"
-# One build at a time per cache entry: a second caller waits, then reuses.
-exec 9>"$dir/.lock"
-flock 9
+. ../cache-entry.sh
+cache_entry cri-tools sigs.k8s.io/cri-tools critest "${1:-}"
 if [ -x "$out" ] && [ -x "$dir/crictl" ] && [ -x "$dir/busybox-sh" ]; then
 	echo "build-cri-tools: reusing $dir" >&2
 	echo "$out"

@@ -15,25 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/kubelet"
 export PATH="$PATH:/usr/local/go/bin"
 
-# The require line, alone or in a require block.
-version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3; exit } $1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2; exit }' go.mod)
-if [ -z "$version" ]; then
-	echo "build-kubelet: no require of k8s.io/kubernetes in hack/kubelet/go.mod" >&2
-	exit 1
-fi
-key=$(sha256sum go.sum | cut -c1-12)
-dir="${MINICRI_CACHE:-/var/cache/minicri-test}/kubelet-$version-$key"
-out="$dir/kubelet"
-
-if [ "${1:-}" = "--path" ]; then
-	echo "$out"
-	exit 0
-fi
-
-mkdir -p "$dir"
-# One build at a time per cache entry: a second caller waits, then reuses.
-exec 9>"$dir/.lock"
-flock 9
+. ../cache-entry.sh
+cache_entry kubelet k8s.io/kubernetes kubelet "${1:-}"
 if [ -x "$out" ] && [ -x "$dir/kube-apiserver" ] && [ -x "$dir/etcd" ]; then
 	echo "build-kubelet: reusing $dir" >&2
 	echo "$out"

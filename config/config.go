@@ -321,6 +321,17 @@ type ImageConfig struct {
 	// kubelet sends none, as cri-o's global_auth_file. Read at every pull.
 	// Empty or missing: none.
 	AuthFile string `toml:"auth_file"`
+	// A containers-policy.json (cri-o's signature_policy) that every pull must
+	// pass: reject, insecureAcceptAnything, or sigstoreSigned with public keys,
+	// per registry, repository or tag (see docs/images.md). Judged after the
+	// manifest is fetched and before any layer is; read at every pull. Empty:
+	// off, every image is pulled.
+	SignaturePolicy string `toml:"signature_policy"`
+	// Directory of per-namespace policies: DIR/NAMESPACE.json replaces
+	// signature_policy for the pulls of that Kubernetes namespace's pods (the
+	// pull's sandbox config names it), as cri-o's signature_policy_dir. Read at
+	// every pull. Empty: none.
+	SignaturePolicyDir string `toml:"signature_policy_dir"`
 	// Images that the kubelet's image garbage collection never removes, as
 	// containerd's pinned_images: NAME = "REFERENCE" (base =
 	// "docker.io/library/busybox:1.36"); the names are the operator's. An
@@ -343,6 +354,8 @@ func (c ImageConfig) check() []error {
 		refuse(c.MaxPathDepth < 1, "image.max_path_depth", "must be at least 1"),
 		absoluteOrEmpty("image.registry_config_path", c.RegistryConfigPath),
 		absoluteOrEmpty("image.auth_file", c.AuthFile),
+		absoluteOrEmpty("image.signature_policy", c.SignaturePolicy),
+		absoluteOrEmpty("image.signature_policy_dir", c.SignaturePolicyDir),
 	}
 }
 

@@ -63,6 +63,10 @@ type Options struct {
 	// AuthFile is a Docker config.json whose credentials serve a pull that
 	// brings none, read at every pull; "" for none.
 	AuthFile string
+	// SignaturePolicy is a containers-policy.json judging every pull, and
+	// SignaturePolicyDir a directory of <namespace>.json that replace it
+	// for one namespace's pods (sigpolicy.go); "" for none. Read at every pull.
+	SignaturePolicy, SignaturePolicyDir string
 	// PullTimeout cancels a pull that takes longer; 0 means no limit.
 	PullTimeout time.Duration
 	// PullProgress cancels a pull whose layer download moves too little

@@ -23,6 +23,14 @@ const maxIndexDepth = 3
 // resumes with what is missing, except for an image over a bound of Limits:
 // its retry would be refused too, so its blobs and layers go at once.
 func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error) {
+	return s.PullForNamespace(ctx, ref, auth, "")
+}
+
+// PullForNamespace is Pull for a pod of a Kubernetes namespace ("": none),
+// whose signature_policy_dir file, if any, judges the image. An image the
+// signature policy refuses fails with a *PolicyError, before any blob is
+// fetched.
+func (s *Store) PullForNamespace(ctx context.Context, ref string, auth *Auth, namespace string) (Image, error) {
 	named, err := parseReference(ref)
 	if err != nil {
 		return Image{}, err
@@ -39,7 +47,7 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 	defer stalled(nil)
 	start := time.Now()
 	s.log.WithField("image", named.String()).Info("pulling image")
-	img, err := s.pull(ctx, named, auth, live.PullProgress, stalled)
+	img, err := s.pull(ctx, named, auth, live, namespace, stalled)
 	s.collectRefused(err)
 	var stall *StalledError
 	if err != nil && errors.As(context.Cause(ctx), &stall) {
@@ -58,7 +66,7 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 	return img, nil
 }
 
-func (s *Store) pull(ctx context.Context, named reference, auth *Auth, progressLimit ProgressLimit, stalled context.CancelCauseFunc) (Image, error) {
+func (s *Store) pull(ctx context.Context, named reference, auth *Auth, live *Reloadable, namespace string, stalled context.CancelCauseFunc) (Image, error) {
 	release, err := s.holdContent()
 	if err != nil {
 		return Image{}, err
@@ -69,7 +77,7 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth, progressL
 		return Image{}, err
 	}
 	log := s.log.WithField("image", named.String())
-	progress := newPullProgress(log, progressLimit, func(err error) { stalled(err) })
+	progress := newPullProgress(log, live.PullProgress, func(err error) { stalled(err) })
 	defer progress.stop()
 	src := &remoteSource{eps: eps, progress: progress, log: log}
 	identifier := named.tag
@@ -78,6 +86,9 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth, progressL
 	}
 	top, err := src.manifest(ctx, identifier, 0)
 	if err != nil {
+		return Image{}, err
+	}
+	if err := s.checkPolicy(ctx, live, src, named, top, namespace); err != nil {
 		return Image{}, err
 	}
 	m, err := s.resolvePlatform(ctx, src, top)

@@ -247,6 +247,11 @@ func (r *remoteSource) manifest(ctx context.Context, identifier string, declared
 	if declared > 0 {
 		limit.max, limit.declared = declared, true
 	}
+	return r.manifestWithin(ctx, identifier, limit)
+}
+
+// manifestWithin fetches a manifest whose body is read through limit.
+func (r *remoteSource) manifestWithin(ctx context.Context, identifier string, limit readLimit) (manifest, error) {
 	byDigest := strings.HasPrefix(identifier, "sha256:")
 	var errs []error
 	for i := r.first; i < len(r.eps); i++ {

@@ -106,6 +106,7 @@ func New(opts Options) (*Store, error) {
 	s.live.Store(&Reloadable{
 		Registries: opts.Registries, RegistryConfigPath: opts.RegistryConfigPath, AuthFile: opts.AuthFile,
 		PullTimeout: opts.PullTimeout, PullProgress: opts.PullProgress,
+		SignaturePolicy: opts.SignaturePolicy, SignaturePolicyDir: opts.SignaturePolicyDir,
 	})
 	if err := s.makeDirs(); err != nil {
 		return nil, err
@@ -337,6 +338,10 @@ type Reloadable struct {
 	AuthFile           string
 	PullTimeout        time.Duration
 	PullProgress       ProgressLimit
+	// SignaturePolicy is a containers-policy.json that judges every pull
+	// ("": none); SignaturePolicyDir's <namespace>.json replaces it for the
+	// pods of that namespace. Both are read at every pull.
+	SignaturePolicy, SignaturePolicyDir string
 }
 
 // Reconfigure puts r in force for the pulls that start from now on.

@@ -14,7 +14,7 @@ import (
 type imageStore interface {
 	Get(ref string) (image.Image, error)
 	List() []image.Image
-	Pull(ctx context.Context, ref string, auth *image.Auth) (image.Image, error)
+	PullForNamespace(ctx context.Context, ref string, auth *image.Auth, namespace string) (image.Image, error)
 	Remove(ref string) error
 }
 

@@ -18,8 +18,14 @@ func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	// The pod's namespace picks its signature_policy_dir file: only a
+	// DNS-1123 label (what Kubernetes allows) may name one.
+	ns := req.GetSandboxConfig().GetMetadata().GetNamespace()
+	if ns != "" && !image.ValidNamespace(ns) {
+		return nil, toStatus(invalidf("sandbox_config.metadata.namespace", "%q is not a DNS-1123 label", ns))
+	}
 	start := time.Now()
-	img, err := s.images.Pull(ctx, ref, pullAuth(req.GetAuth()))
+	img, err := s.images.PullForNamespace(ctx, ref, pullAuth(req.GetAuth()), ns)
 	s.metrics.ObservePull(img.Size, err, time.Since(start))
 	if err != nil {
 		return nil, pullStatus(fmt.Errorf("pull image %q: %w", ref, err))

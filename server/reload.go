@@ -6,7 +6,8 @@ import (
 )
 
 // Reload puts in force what of cfg may change while the daemon runs (on
-// SIGHUP): [image.registries], registry_config_path, auth_file, the pull
+// SIGHUP): [image.registries], registry_config_path, auth_file, the
+// signature policy (signature_policy, signature_policy_dir), the pull
 // timeouts and pinned images. Pulls already running keep what they
 // started with; nothing running is touched. A cfg that cannot be put in
 // force changes nothing. The caller sets the log level.
@@ -24,6 +25,8 @@ func (s *Server) Reload(cfg config.Config) error {
 	inForce.Image.Registries = cfg.Image.Registries
 	inForce.Image.RegistryConfigPath = cfg.Image.RegistryConfigPath
 	inForce.Image.AuthFile = cfg.Image.AuthFile
+	inForce.Image.SignaturePolicy = cfg.Image.SignaturePolicy
+	inForce.Image.SignaturePolicyDir = cfg.Image.SignaturePolicyDir
 	inForce.Image.PullTimeout = cfg.Image.PullTimeout
 	inForce.Image.PullProgressTimeout = cfg.Image.PullProgressTimeout
 	inForce.Image.PullProgressMinRate = cfg.Image.PullProgressMinRate
@@ -60,6 +63,8 @@ func imageReloadable(cfg config.Config) image.Reloadable {
 		Registries:         registries,
 		RegistryConfigPath: cfg.Image.RegistryConfigPath,
 		AuthFile:           cfg.Image.AuthFile,
+		SignaturePolicy:    cfg.Image.SignaturePolicy,
+		SignaturePolicyDir: cfg.Image.SignaturePolicyDir,
 		PullTimeout:        cfg.Image.PullTimeout.Std(),
 		PullProgress:       image.ProgressLimit{Window: cfg.Image.PullProgressTimeout.Std(), MinRate: cfg.Image.PullProgressMinRate},
 	}

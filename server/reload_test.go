@@ -51,6 +51,8 @@ func TestReloadShowsInStatus(t *testing.T) {
 	cfg := ts.cfg
 	cfg.LogLevel = "debug"
 	cfg.Image.PullTimeout = config.Duration(7 * time.Minute)
+	cfg.Image.SignaturePolicy = "/etc/minicri/policy.json"
+	cfg.Image.SignaturePolicyDir = "/etc/minicri/policies"
 	cfg.Streaming.Port = 4242 // not reloadable
 	if err := ts.Reload(cfg); err != nil {
 		t.Fatal(err)
@@ -58,5 +60,11 @@ func TestReloadShowsInStatus(t *testing.T) {
 	got := ts.configInForce()
 	if got.LogLevel != "debug" || got.Image.PullTimeout != cfg.Image.PullTimeout || got.Streaming.Port == 4242 {
 		t.Errorf("config in force: log_level %s, pull_timeout %v, streaming.port %d", got.LogLevel, got.Image.PullTimeout, got.Streaming.Port)
+	}
+	if got.Image.SignaturePolicy != cfg.Image.SignaturePolicy || got.Image.SignaturePolicyDir != cfg.Image.SignaturePolicyDir {
+		t.Errorf("config in force: signature_policy %q, signature_policy_dir %q; want the reloaded ones", got.Image.SignaturePolicy, got.Image.SignaturePolicyDir)
+	}
+	if live := imageReloadable(cfg); live.SignaturePolicy != cfg.Image.SignaturePolicy || live.SignaturePolicyDir != cfg.Image.SignaturePolicyDir {
+		t.Errorf("the image store is given signature_policy %q, signature_policy_dir %q", live.SignaturePolicy, live.SignaturePolicyDir)
 	}
 }

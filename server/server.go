@@ -195,6 +195,8 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 		Registries:             live.Registries,
 		RegistryConfigPath:     live.RegistryConfigPath,
 		AuthFile:               live.AuthFile,
+		SignaturePolicy:        live.SignaturePolicy,
+		SignaturePolicyDir:     live.SignaturePolicyDir,
 		PullTimeout:            live.PullTimeout,
 		PullProgress:           live.PullProgress,
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,

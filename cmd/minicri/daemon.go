@@ -140,7 +140,8 @@ func reportOnSIGUSR1(log *logrus.Entry) (stop func()) {
 // reloadOnSIGHUP reads the configuration again on every SIGHUP (the file,
 // then the flags over it, as at start) and puts in force what may change
 // while the daemon runs: log_level, [image.registries],
-// registry_config_path, auth_file, the pull timeouts and pinned images. A
+// registry_config_path, auth_file, the signature policy, the pull timeouts
+// and pinned images. A
 // file that fails to parse or validate changes nothing, and the log says
 // why; other keys that changed are named in the log as needing a restart.
 // Nothing running (pods, containers, pulls) is touched.
@@ -197,6 +198,7 @@ func restartOnly(a, b config.Config) []string {
 		c.LogLevel = ""
 		c.Image.Registries, c.Image.PinnedImages = nil, nil
 		c.Image.RegistryConfigPath, c.Image.AuthFile = "", ""
+		c.Image.SignaturePolicy, c.Image.SignaturePolicyDir = "", ""
 		c.Image.PullTimeout, c.Image.PullProgressTimeout, c.Image.PullProgressMinRate = 0, 0, 0
 	}
 	return config.Diff(a, b)

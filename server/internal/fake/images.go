@@ -83,8 +83,8 @@ func (s *Images) List() []image.Image {
 	return out
 }
 
-// Pull makes the image present under ref.
-func (s *Images) Pull(ctx context.Context, ref string, auth *image.Auth) (image.Image, error) {
+// PullForNamespace makes the image present under ref.
+func (s *Images) PullForNamespace(ctx context.Context, ref string, auth *image.Auth, namespace string) (image.Image, error) {
 	if err := s.err("Pull"); err != nil {
 		return image.Image{}, err
 	}

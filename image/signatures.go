@@ -122,12 +122,18 @@ func (r *remoteSource) signaturesOf(ctx context.Context, m manifest, where strin
 	if err != nil {
 		return nil, fmt.Errorf("signature manifest (%s): %w", where, err)
 	}
+	n := len(sigs)
+	for _, l := range mf.Layers {
+		if l.MediaType == cosignPayloadType {
+			n++
+		}
+	}
+	if n > maxSignatures {
+		return nil, fmt.Errorf("%w: more than %d signatures (%s)", ErrSignatureRefused, maxSignatures, where)
+	}
 	for _, l := range mf.Layers {
 		if l.MediaType != cosignPayloadType {
 			continue // an attestation or another attachment
-		}
-		if len(sigs) == maxSignatures {
-			return nil, fmt.Errorf("%w: more than %d signatures (%s)", ErrSignatureRefused, maxSignatures, where)
 		}
 		if l.Size < 0 || l.Size > maxSignaturePayloadSize {
 			return nil, fmt.Errorf("%w: signature payload %s (%s) declares %d bytes, more than the %d allowed", ErrSignatureRefused, l.Digest, where, l.Size, maxSignaturePayloadSize)

@@ -239,35 +239,34 @@ func parseRequirement(raw json.RawMessage) (requirement, error) {
 			return requirement{}, fmt.Errorf("sigstoreSigned: %q is not supported by minicri (public keys only: keyPath, keyPaths, keyData, keyDatas)", k)
 		}
 	}
-	var pems [][]byte
 	sources := 0
-	if rj.KeyPath != "" {
-		sources++
-		rj.KeyPaths = []string{rj.KeyPath}
-	}
-	if rj.KeyPaths != nil {
-		sources++
-		for _, p := range rj.KeyPaths {
-			if !filepath.IsAbs(p) {
-				return requirement{}, fmt.Errorf("sigstoreSigned: key path %q is not absolute", p)
-			}
-			data, err := readSmallFile(p)
-			if err != nil {
-				return requirement{}, fmt.Errorf("sigstoreSigned: %w", err)
-			}
-			pems = append(pems, data)
+	for _, set := range []bool{rj.KeyPath != "", rj.KeyPaths != nil, rj.KeyData != nil, rj.KeyDatas != nil} {
+		if set {
+			sources++
 		}
 	}
-	if rj.KeyData != nil {
-		sources++
-		rj.KeyDatas = [][]byte{rj.KeyData}
-	}
-	if rj.KeyDatas != nil {
-		sources++
-		pems = append(pems, rj.KeyDatas...)
-	}
-	if sources != 1 || len(pems) == 0 {
+	if sources != 1 {
 		return requirement{}, errors.New("sigstoreSigned: want exactly one of keyPath, keyPaths, keyData, keyDatas")
+	}
+	paths, pems := rj.KeyPaths, rj.KeyDatas
+	if rj.KeyPath != "" {
+		paths = []string{rj.KeyPath}
+	}
+	if rj.KeyData != nil {
+		pems = [][]byte{rj.KeyData}
+	}
+	for _, p := range paths {
+		if !filepath.IsAbs(p) {
+			return requirement{}, fmt.Errorf("sigstoreSigned: key path %q is not absolute", p)
+		}
+		data, err := readSmallFile(p)
+		if err != nil {
+			return requirement{}, fmt.Errorf("sigstoreSigned: %w", err)
+		}
+		pems = append(pems, data)
+	}
+	if len(pems) == 0 {
+		return requirement{}, errors.New("sigstoreSigned: no public key")
 	}
 	r := requirement{kind: rj.Type, identity: identityRule{kind: "matchRepoDigestOrExact"}}
 	for i, data := range pems {

@@ -12,6 +12,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/server/internal/fake"
 	"github.com/minicri/minicri/store"
 )
@@ -26,6 +27,10 @@ func TestImageHandlers(t *testing.T) {
 	}{
 		{"no image", &runtime.PullImageRequest{}, codes.InvalidArgument, "image.image"},
 		{"unknown handler", &runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: "nginx:1", RuntimeHandler: "kata"}}, codes.InvalidArgument, "image.runtime_handler"},
+		// The namespace picks a signature_policy_dir file: never a path.
+		{"namespace that walks up", nsPull("../../etc/x"), codes.InvalidArgument, "sandbox_config.metadata.namespace"},
+		{"namespace with a slash", nsPull("a/b"), codes.InvalidArgument, "sandbox_config.metadata.namespace"},
+		{"namespace not a label", nsPull("Team_A"), codes.InvalidArgument, "sandbox_config.metadata.namespace"},
 	} {
 		_, err := ts.PullImage(bg, c.req)
 		wantCode(t, c.name, err, c.want, c.in)
@@ -37,6 +42,9 @@ func TestImageHandlers(t *testing.T) {
 	ts.images.Fail("Pull", fake.ErrInjected)
 	_, err = ts.PullImage(bg, &runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: "docker.io/library/redis:7"}})
 	wantCode(t, "a pull that fails for no known reason", err, codes.Unknown, "redis")
+	ts.images.Fail("Pull", &image.PolicyError{Image: "docker.io/library/redis:7", File: "/etc/minicri/policy.json", Scope: "default", Reason: "a signature was required, but no signature exists"})
+	_, err = ts.PullImage(bg, &runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: "docker.io/library/redis:7"}})
+	wantCode(t, "a pull the signature policy refuses", err, codes.FailedPrecondition, "scope default")
 	ts.images.Fail("Pull", nil)
 
 	list, err := ts.ListImages(bg, &runtime.ListImagesRequest{})
@@ -369,4 +377,10 @@ func TestAnAmbiguousPrefixIsInvalidArgument(t *testing.T) {
 	if n := len(ts.runc.Kills()) + len(ts.runc.Execs()); n != 0 {
 		t.Errorf("%d runtime calls for an ambiguous ID, want none", n)
 	}
+}
+
+// nsPull is a pull for a pod of namespace ns.
+func nsPull(ns string) *runtime.PullImageRequest {
+	return &runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: "nginx:1"},
+		SandboxConfig: &runtime.PodSandboxConfig{Metadata: &runtime.PodSandboxMetadata{Name: "p", Uid: "u", Namespace: ns}}}
 }

@@ -17,7 +17,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -58,12 +57,20 @@ func (e *PolicyError) Error() string {
 
 func (e *PolicyError) Unwrap() error { return ErrSignatureRefused }
 
-// namespacePattern is a Kubernetes namespace (a DNS-1123 label): the only
-// names that may pick a file of signature_policy_dir.
-var namespacePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-
-// ValidNamespace reports whether ns may name a file of signature_policy_dir.
-func ValidNamespace(ns string) bool { return namespacePattern.MatchString(ns) }
+// ValidNamespace reports whether ns is a Kubernetes namespace name (a
+// DNS-1123 label: a-z, 0-9 and inner dashes, at most 63): the only names
+// that may pick a file of signature_policy_dir.
+func ValidNamespace(ns string) bool {
+	if ns == "" || len(ns) > 63 || ns[0] == '-' || ns[len(ns)-1] == '-' {
+		return false
+	}
+	for _, c := range []byte(ns) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
+}
 
 // policyFileFor is the policy that judges a pull for namespace: the
 // namespace's own file of dir when there is one, else file ("": none).

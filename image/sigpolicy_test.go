@@ -251,3 +251,15 @@ func TestPolicyFileForNamespace(t *testing.T) {
 		t.Errorf("no policy configured: %q, %v; want none", got, err)
 	}
 }
+
+func TestValidNamespace(t *testing.T) {
+	for ns, want := range map[string]bool{
+		"default": true, "kube-system": true, "a": true, "0a": true, strings.Repeat("a", 63): true,
+		"": false, "-a": false, "a-": false, "A": false, "a_b": false, "a.b": false, "..": false,
+		"a/b": false, "../x": false, strings.Repeat("a", 64): false, "a\x00": false, "é": false,
+	} {
+		if got := ValidNamespace(ns); got != want {
+			t.Errorf("ValidNamespace(%q) = %v, want %v", ns, got, want)
+		}
+	}
+}

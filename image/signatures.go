@@ -52,16 +52,10 @@ func (s *Store) checkPolicy(ctx context.Context, live *Reloadable, src *remoteSo
 	}
 	img := identity{repo: named.repo(), tag: named.tag, digest: named.digest}
 	reqs, scope := p.requirementsFor(img)
-	var sigs []cosignSignature
-	var fetchErr error
-	fetched := false
-	signatures := func() ([]cosignSignature, error) {
-		if !fetched {
-			sigSrc := *src // the image's blobs are still asked of the endpoint that served its manifest
-			sigs, fetchErr = sigSrc.signatures(ctx, top.digest)
-			fetched = true
-		}
-		return sigs, fetchErr
+	sigSrc := *src // the image's blobs are still asked of the endpoint that served its manifest
+	signatures := signatureSource{
+		tagged:   onceSignatures(func() ([]cosignSignature, error) { return sigSrc.taggedSignatures(ctx, top.digest) }),
+		referred: onceSignatures(func() ([]cosignSignature, error) { return sigSrc.referredSignatures(ctx, top.digest) }),
 	}
 	err = judge(reqs, img, top.digest.String(), signatures)
 	if err == nil {
@@ -73,30 +67,48 @@ func (s *Store) checkPolicy(ctx context.Context, live *Reloadable, src *remoteSo
 	return &PolicyError{Image: named.String(), File: file, Scope: scope, Reason: err.Error()}
 }
 
-// signatures fetches the cosign signatures of the manifest with digest d:
-// those of its .sig tag, and of its cosign referrers where the registry
-// answers the referrers API. None is no error; a cap exceeded is.
-func (r *remoteSource) signatures(ctx context.Context, d v1.Hash) ([]cosignSignature, error) {
-	tag := d.Algorithm + "-" + d.Hex + cosignSignatureTagLayer
-	var sigs []cosignSignature
-	m, err := r.manifestWithin(ctx, tag, readLimit{what: "signature manifest " + tag, max: maxSignatureManifestSize})
-	switch {
-	case errors.Is(err, ErrNotFound):
-	case err != nil:
-		return nil, fmt.Errorf("signature manifest %s: %w", tag, err)
-	default:
-		if sigs, err = r.signaturesOf(ctx, m, "tag "+tag, sigs); err != nil {
-			return nil, err
+func onceSignatures(fetch func() ([]cosignSignature, error)) func() ([]cosignSignature, error) {
+	var (
+		sigs []cosignSignature
+		err  error
+		done bool
+	)
+	return func() ([]cosignSignature, error) {
+		if !done {
+			sigs, err = fetch()
+			done = true
 		}
+		return sigs, err
 	}
+}
+
+// taggedSignatures fetches the cosign signatures of the manifest with
+// digest d that its .sig tag holds. None is no error; a cap exceeded is.
+func (r *remoteSource) taggedSignatures(ctx context.Context, d v1.Hash) ([]cosignSignature, error) {
+	tag := d.Algorithm + "-" + d.Hex + cosignSignatureTagLayer
+	m, err := r.manifestWithin(ctx, tag, readLimit{what: "signature manifest " + tag, max: maxSignatureManifestSize})
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("signature manifest %s: %w", tag, err)
+	}
+	return r.signaturesOf(ctx, m, "tag "+tag, nil)
+}
+
+// referredSignatures fetches the cosign signatures of the manifest with
+// digest d that refer to it (OCI 1.1), where the registry answers the
+// referrers API (or its fallback tag). None is no error; a cap exceeded is.
+func (r *remoteSource) referredSignatures(ctx context.Context, d v1.Hash) ([]cosignSignature, error) {
 	refs, err := r.cosignReferrers(ctx, d)
 	if errors.Is(err, ErrSignatureRefused) || errors.Is(err, ErrTooLarge) {
 		return nil, err
 	}
 	if err != nil {
 		r.log.WithError(err).Info("signatures: no referrers (the registry may not have the referrers API)")
-		return sigs, nil
+		return nil, nil
 	}
+	var sigs []cosignSignature
 	for _, desc := range refs {
 		if err := checkDigest(desc.Digest); err != nil {
 			return nil, err

@@ -485,10 +485,19 @@ type cosignSignature struct {
 	where     string // "tag sha256-….sig", "referrer sha256:…"
 }
 
+// signatureSource gives an image's signatures in two stages, each fetched
+// once and only when asked: those of cosign's .sig tag, where nearly all
+// are, and those of its referrers, looked up only when the first do not
+// satisfy a requirement (a round trip or two to the registry less for
+// every signed pull).
+type signatureSource struct {
+	tagged, referred func() ([]cosignSignature, error)
+}
+
 // judge applies the requirements of the scope to an image whose manifest
 // has digest; signatures are fetched only when a requirement asks.
 // It answers nil (allowed) or the reason for the refusal.
-func judge(reqs []requirement, img identity, digest string, signatures func() ([]cosignSignature, error)) error {
+func judge(reqs []requirement, img identity, digest string, signatures signatureSource) error {
 	if len(reqs) == 0 {
 		return errors.New("the scope has no requirements")
 	}
@@ -498,11 +507,22 @@ func judge(reqs []requirement, img identity, digest string, signatures func() ([
 		case "reject":
 			return errors.New("the policy rejects every image of this scope")
 		case "sigstoreSigned":
-			sigs, err := signatures()
+			sigs, err := signatures.tagged()
 			if err != nil {
 				return err
 			}
-			if err := r.acceptsOneOf(sigs, img, digest); err != nil {
+			refused := r.acceptsOneOf(sigs, img, digest)
+			if refused == nil {
+				continue
+			}
+			more, err := signatures.referred()
+			if err != nil {
+				return err
+			}
+			if len(more) == 0 {
+				return refused
+			}
+			if err := r.acceptsOneOf(append(sigs[:len(sigs):len(sigs)], more...), img, digest); err != nil {
 				return err
 			}
 		default:

@@ -179,25 +179,42 @@ func TestJudgeSignatures(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			calls := 0
-			err := judge(p.def, img, digest, func() ([]cosignSignature, error) { calls++; return tc.sigs, nil })
-			if tc.want == "" && err != nil {
-				t.Fatalf("judge: %v, want accepted", err)
-			}
-			if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-				t.Fatalf("judge: %v, want a refusal containing %q", err, tc.want)
-			}
-			if calls != 1 {
-				t.Fatalf("signatures fetched %d times, want once", calls)
+			// The same signatures as cosign's .sig tag holds them, and as
+			// referrers: the second stage is asked only when the first fails.
+			for _, stage := range []string{"tag", "referrers"} {
+				tagCalls, refCalls := 0, 0
+				src := signatureSource{
+					tagged:   func() ([]cosignSignature, error) { tagCalls++; return nil, nil },
+					referred: func() ([]cosignSignature, error) { refCalls++; return tc.sigs, nil },
+				}
+				if stage == "tag" {
+					src.tagged = func() ([]cosignSignature, error) { tagCalls++; return tc.sigs, nil }
+					src.referred = func() ([]cosignSignature, error) { refCalls++; return nil, nil }
+				}
+				err := judge(p.def, img, digest, src)
+				if tc.want == "" && err != nil {
+					t.Fatalf("%s: judge: %v, want accepted", stage, err)
+				}
+				if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+					t.Fatalf("%s: judge: %v, want a refusal containing %q", stage, err, tc.want)
+				}
+				wantRef := 1
+				if stage == "tag" && tc.want == "" {
+					wantRef = 0 // accepted by the tag's: no referrers lookup
+				}
+				if tagCalls != 1 || refCalls != wantRef {
+					t.Fatalf("%s: tag signatures fetched %d times, referrers %d; want 1, %d", stage, tagCalls, refCalls, wantRef)
+				}
 			}
 		})
 	}
 	// reject and insecureAcceptAnything never look for signatures.
 	for kind, want := range map[string]bool{"reject": false, "insecureAcceptAnything": true} {
-		err := judge([]requirement{{kind: kind}}, img, digest, func() ([]cosignSignature, error) {
+		never := func() ([]cosignSignature, error) {
 			t.Fatalf("%s fetched signatures", kind)
 			return nil, nil
-		})
+		}
+		err := judge([]requirement{{kind: kind}}, img, digest, signatureSource{never, never})
 		if (err == nil) != want {
 			t.Errorf("%s: %v", kind, err)
 		}

@@ -246,3 +246,57 @@ func manifestSize(t *testing.T, img v1.Image) int64 {
 	}
 	return int64(len(raw))
 }
+
+// sigstorePolicyFor requires key's signature for repo (matchRepository).
+func sigstorePolicyFor(t *testing.T, repo string, key *tim.SigningKey) string {
+	return writePolicy(t, t.TempDir(), "policy.json", fmt.Sprintf(`{"default": [{"type": "reject"}],
+		"transports": {"docker": {%q: [{"type": "sigstoreSigned", "keyPath": %q, "signedIdentity": {"type": "matchRepository"}}]}}}`,
+		repo, keyFile(t, key)))
+}
+
+// TestSignaturesThroughMirror: signatures are asked of the mirrors first,
+// as the image is, and of the registry after a mirror that lacks them.
+func TestSignaturesThroughMirror(t *testing.T) {
+	upstream := registry.Start(t, registry.Options{})
+	mirror := registry.Start(t, registry.Options{})
+	key := tim.NewSigningKey(t)
+	img := tim.Busybox(t, tim.WithEnv("IMAGE=mirrored"))
+	repo := upstream.Host() + "/app"
+	digest := tim.Push(t, img, repo+":v1")
+	tim.Push(t, img, mirror.Host()+"/app:v1")
+	sig := []tim.Signature{key.Sign(t, repo, digest)} // cosign names the repository the puller asks for
+	s := newTestStore(t, Options{
+		Registries:      map[string]RegistryConfig{upstream.Host(): {Mirrors: []string{"http://" + mirror.Host()}}},
+		SignaturePolicy: sigstorePolicyFor(t, repo, key),
+	})
+
+	// Only the registry has the signature: the mirror's 404 sends the
+	// lookup on to it.
+	tim.PushSignatures(t, repo, digest, sig)
+	if _, err := s.Pull(testContext(t), repo+":v1", nil); err != nil {
+		t.Fatalf("pull with the signature on the registry only: %v", err)
+	}
+	if err := s.Remove(repo + ":v1"); err != nil {
+		t.Fatal(err)
+	}
+	// The registry down: the mirror serves image and signature.
+	tim.PushSignatures(t, mirror.Host()+"/app", digest, sig)
+	upstream.Stop()
+	if _, err := s.Pull(testContext(t), repo+":v1", nil); err != nil {
+		t.Fatalf("pull from the mirror with the registry down: %v", err)
+	}
+}
+
+// TestSignaturesWithCredentials: the signature lookups carry the pull's
+// credentials to the registry, as its manifest and blobs do.
+func TestSignaturesWithCredentials(t *testing.T) {
+	reg := registry.Start(t, registry.Options{Users: map[string]string{"alice": "s3cret"}})
+	key := tim.NewSigningKey(t)
+	repo := reg.Host() + "/private"
+	digest := tim.Push(t, tim.Busybox(t), repo+":1", remoteAuth("alice", "s3cret"))
+	tim.PushSignatures(t, repo, digest, []tim.Signature{key.Sign(t, repo, digest)}, remoteAuth("alice", "s3cret"))
+	s := newTestStore(t, Options{SignaturePolicy: sigstorePolicyFor(t, repo, key)})
+	if _, err := s.Pull(testContext(t), repo+":1", &Auth{Username: "alice", Password: "s3cret"}); err != nil {
+		t.Fatalf("pull of a signed image from a registry with auth: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,6 +155,35 @@ func TestSignaturePolicyPerNamespace(t *testing.T) {
 	writeFile(t, policy, `{"default": [{"type": "insecureAcceptAnything"`, 0o644)
 	if _, err := d.pullFor(s.other.ref, "relaxed"); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), policy) {
 		t.Fatalf("pull under a policy that does not parse: %v; want FailedPrecondition naming %s", err, policy)
+	}
+	if d.cmd.Process.Pid != pid || d.cmd.ProcessState != nil {
+		t.Fatalf("the daemon was restarted (pid %d, was %d)", d.cmd.Process.Pid, pid)
+	}
+}
+
+// TestSignaturePolicyReloadOnSIGHUP: signature_policy set in the file and
+// put in force by SIGHUP judges the next pull, with the daemon's pid
+// unchanged.
+func TestSignaturePolicyReloadOnSIGHUP(t *testing.T) {
+	s := pushSignedImages(t)
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	writeFile(t, policy, s.sigstorePolicy(t), 0o644)
+	d := StartDaemon(t, WithConfig("[image]\npull_timeout = \"5m\"\n"))
+	configFile := filepath.Join(d.Dir, "minicri.toml")
+	pid := d.cmd.Process.Pid
+	if _, err := d.pullErr(s.unsigned.ref, nil); err != nil {
+		t.Fatalf("pull of the unsigned image with no policy: %v", err)
+	}
+	writeFile(t, configFile, fmt.Sprintf("[image]\npull_timeout = \"5m\"\nsignature_policy = %q\n", policy), 0o644)
+	before := strings.Count(d.Output(), "SIGHUP: configuration reloaded")
+	d.Signal(syscall.SIGHUP)
+	waitFor(t, "the daemon to log the reload", 30*time.Second, func() bool {
+		return strings.Count(d.Output(), "SIGHUP: configuration reloaded") > before
+	})
+	_, err := d.pullErr(s.other.ref, nil)
+	wantRefused(t, "pull of the image signed by another key after the reload", err, s.other.ref, fmt.Sprintf("transports.docker.%q", s.repo), "not signed by a key of the policy")
+	if got := d.pull(t, s.signed.ref); got != s.signed.id {
+		t.Fatalf("PullImage of the signed image after the reload = %s, want %s", got, s.signed.id)
 	}
 	if d.cmd.Process.Pid != pid || d.cmd.ProcessState != nil {
 		t.Fatalf("the daemon was restarted (pid %d, was %d)", d.cmd.Process.Pid, pid)

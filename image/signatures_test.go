@@ -175,10 +175,20 @@ func TestSignatureCaps(t *testing.T) {
 	if err != nil || len(manyRaw) > maxSignatureManifestSize {
 		t.Fatalf("%d bytes, %v: the test's manifest must fit the size cap to reach the count cap", len(manyRaw), err)
 	}
+	bigPayload := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, Config: many.Config,
+		Layers: []v1.Descriptor{{MediaType: cosignPayloadType, Size: 1 << 30, Digest: many.Config.Digest, Annotations: map[string]string{cosignSignatureKey: "MEUC"}}}}
+	bigRaw, err := json.Marshal(bigPayload)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, want string
 		serveSig   func(w http.ResponseWriter, out io.Writer)
 	}{
+		{"huge payload", fmt.Sprintf("more than the %d allowed", maxSignaturePayloadSize), func(w http.ResponseWriter, out io.Writer) {
+			w.Header().Set("Content-Type", string(types.OCIManifestSchema1))
+			_, _ = out.Write(bigRaw)
+		}},
 		{"huge manifest", "allowed", func(w http.ResponseWriter, out io.Writer) {
 			w.Header().Set("Content-Type", string(types.OCIManifestSchema1))
 			registry.WriteHugeManifest(out, 1<<30)

@@ -47,8 +47,9 @@ func TestBench(t *testing.T) {
 	}
 	t.Run("PodLifecycle", benchPodLifecycle)
 	t.Run("Exec", benchExec)
-	t.Run("StreamLists", benchStreamLists)         // bench_stream_test.go
-	t.Run("NRI", benchNRI)                         // bench_nri_test.go
+	t.Run("StreamLists", benchStreamLists) // bench_stream_test.go
+	t.Run("NRI", benchNRI)                 // bench_nri_test.go
+
 	t.Run("SignaturePolicy", benchSignaturePolicy) // bench_sigpolicy_test.go
 	printBenchTable()
 }

@@ -174,6 +174,12 @@ func TestSignaturePolicyReloadOnSIGHUP(t *testing.T) {
 	if _, err := d.pullErr(s.unsigned.ref, nil); err != nil {
 		t.Fatalf("pull of the unsigned image with no policy: %v", err)
 	}
+	podCfg := d.podConfig("running")
+	podCfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Network: runtime.NamespaceMode_NODE}}
+	pod := d.runPod(t, podCfg)
+	// A container of the image the new policy will refuse: what runs is
+	// not judged again.
+	id := d.startContainer(t, pod, podCfg, containerConfig("c", s.unsigned.ref, "sleep", "3600"))
 	writeFile(t, configFile, fmt.Sprintf("[image]\npull_timeout = \"5m\"\nsignature_policy = %q\n", policy), 0o644)
 	before := strings.Count(d.Output(), "SIGHUP: configuration reloaded")
 	d.Signal(syscall.SIGHUP)
@@ -187,5 +193,11 @@ func TestSignaturePolicyReloadOnSIGHUP(t *testing.T) {
 	}
 	if d.cmd.Process.Pid != pid || d.cmd.ProcessState != nil {
 		t.Fatalf("the daemon was restarted (pid %d, was %d)", d.cmd.Process.Pid, pid)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := d.Runtime.ContainerStatus(ctx, id, false)
+	if err != nil || st.GetStatus().GetState() != runtime.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("container started before the reload: %v, %v; want still running", st.GetStatus().GetState(), err)
 	}
 }

@@ -310,3 +310,27 @@ func TestSignaturesWithCredentials(t *testing.T) {
 		t.Fatalf("pull of a signed image from a registry with auth: %v", err)
 	}
 }
+
+// TestSignatureOfAManifestList: a manifest list is judged by the list's
+// digest, which is what cosign signs; a signature of the platform's
+// manifest alone does not count for it.
+func TestSignatureOfAManifestList(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	key := tim.NewSigningKey(t)
+	repo := reg.Host() + "/multi"
+	img := tim.Busybox(t, tim.WithEnv("IMAGE=listed"))
+	idx := tim.Index(t, map[string]v1.Image{"linux/" + runtimeArch(): img})
+	listDigest := tim.PushIndex(t, idx, repo+":list")
+	platformDigest := tim.Digest(t, img)
+	s := newTestStore(t, Options{SignaturePolicy: sigstorePolicyFor(t, repo, key)})
+
+	tim.PushSignatures(t, repo, platformDigest, []tim.Signature{key.Sign(t, repo, platformDigest)})
+	if _, err := s.Pull(testContext(t), repo+":list", nil); !errors.Is(err, ErrSignatureRefused) {
+		t.Fatalf("pull of a list whose platform manifest alone is signed: %v, want refused", err)
+	}
+	assertNoImage(t, s)
+	tim.PushSignatures(t, repo, listDigest, []tim.Signature{key.Sign(t, repo, listDigest)})
+	if _, err := s.Pull(testContext(t), repo+":list", nil); err != nil {
+		t.Fatalf("pull of a signed list: %v", err)
+	}
+}

@@ -9,6 +9,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/minicri/minicri/internal/tracing"
 )
 
 // maxIndexDepth bounds manifest lists inside manifest lists.
@@ -22,7 +25,9 @@ const maxIndexDepth = 3
 // completed stay (until the next garbage collection) so that a retry
 // resumes with what is missing, except for an image over a bound of Limits:
 // its retry would be refused too, so its blobs and layers go at once.
-func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error) {
+func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (img Image, err error) {
+	ctx, span := tracing.Start(ctx, "image.pull", tracing.ImageRef.String(ref)) // never auth
+	defer func() { endPullSpan(span, img, err) }()
 	named, err := parseReference(ref)
 	if err != nil {
 		return Image{}, err
@@ -39,7 +44,7 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 	defer stalled(nil)
 	start := time.Now()
 	s.log.WithField("image", named.String()).Info("pulling image")
-	img, err := s.pull(ctx, named, auth, live.PullProgress, stalled)
+	img, err = s.pull(ctx, named, auth, live.PullProgress, stalled)
 	s.collectRefused(err)
 	var stall *StalledError
 	if err != nil && errors.As(context.Cause(ctx), &stall) {
@@ -56,6 +61,13 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error)
 		"duration": time.Since(start).Round(time.Millisecond).String(),
 	}).Info("image pulled")
 	return img, nil
+}
+
+func endPullSpan(span trace.Span, img Image, err error) {
+	if err == nil && span.IsRecording() {
+		span.SetAttributes(tracing.ImageID.String(img.ID))
+	}
+	tracing.End(span, err)
 }
 
 func (s *Store) pull(ctx context.Context, named reference, auth *Auth, progressLimit ProgressLimit, stalled context.CancelCauseFunc) (Image, error) {

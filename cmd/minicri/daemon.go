@@ -23,8 +23,9 @@ import (
 
 // runDaemon serves the CRI until SIGTERM or SIGINT. Containers are never
 // touched on the way out: they belong to their monitors, and a restarted
-// daemon picks them up again.
-func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
+// daemon picks them up again. hup receives the SIGHUPs, caught since
+// before the start.
+func runDaemon(cfg config.Config, reload func() (config.Config, error), hup <-chan os.Signal) error {
 	log, err := newLogger(cfg)
 	if err != nil {
 		return err
@@ -59,6 +60,11 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
 		return err
 	}
 	defer stopObservability()
+	tracingOpts, stopTracing, err := startTracing(cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the server's Close: the last calls' spans go too
 
 	srv, err := server.New(server.Options{Config: cfg, Version: version, Log: log, Metrics: m})
 	if err != nil {
@@ -70,7 +76,7 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer(
+	g := grpc.NewServer(append([]grpc.ServerOption{
 		// Metrics first: they see the Internal a recovered panic becomes.
 		grpc.ChainUnaryInterceptor(server.MetricsUnaryInterceptor(m), server.UnaryInterceptor(log)),
 		grpc.ChainStreamInterceptor(server.MetricsStreamInterceptor(m), server.StreamInterceptor(log)),
@@ -79,14 +85,14 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
 		grpc.MaxRecvMsgSize(16<<20),
 		grpc.MaxSendMsgSize(16<<20),
 		grpc.ForceServerCodecV2(srv.Codec()),
-	)
+	}, tracingOpts...)...)
 	srv.Register(g)
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	stopReports := reportOnSIGUSR1(log)
 	defer stopReports()
-	stopReloads := reloadOnSIGHUP(cfg, reload, srv, log)
+	stopReloads := reloadOnSIGHUP(hup, cfg, reload, srv, log)
 	defer stopReloads()
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(listener) }()
@@ -143,10 +149,9 @@ func reportOnSIGUSR1(log *logrus.Entry) (stop func()) {
 // registry_config_path, auth_file, the pull timeouts and pinned images. A
 // file that fails to parse or validate changes nothing, and the log says
 // why; other keys that changed are named in the log as needing a restart.
-// Nothing running (pods, containers, pulls) is touched.
-func reloadOnSIGHUP(cfg config.Config, reload func() (config.Config, error), srv *server.Server, log *logrus.Entry) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+// Nothing running (pods, containers, pulls) is touched. A SIGHUP that came
+// during the start is in hup already, and applied at once.
+func reloadOnSIGHUP(hup <-chan os.Signal, cfg config.Config, reload func() (config.Config, error), srv *server.Server, log *logrus.Entry) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		current := cfg
@@ -171,10 +176,7 @@ func reloadOnSIGHUP(cfg config.Config, reload func() (config.Config, error), srv
 			log.WithField("log_level", next.LogLevel).Info("SIGHUP: configuration reloaded")
 		}
 	}()
-	return func() {
-		signal.Stop(hup)
-		close(done)
-	}
+	return func() { close(done) }
 }
 
 // applyReload puts next's reloadable keys in force, all or none.

@@ -82,8 +82,8 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error), hup <-ch
 		grpc.ChainStreamInterceptor(server.MetricsStreamInterceptor(m), server.StreamInterceptor(log)),
 		// The kubelet sends big ListContainers answers back and forth on busy
 		// nodes; 16 MiB is what it allows itself.
-		grpc.MaxRecvMsgSize(16<<20),
-		grpc.MaxSendMsgSize(16<<20),
+		grpc.MaxRecvMsgSize(16 << 20),
+		grpc.MaxSendMsgSize(16 << 20),
 		grpc.ForceServerCodecV2(srv.Codec()),
 	}, tracingOpts...)...)
 	srv.Register(g)

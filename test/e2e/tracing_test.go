@@ -455,3 +455,64 @@ func (d *Daemon) waitForSocketOf(exited <-chan struct{}, timeout time.Duration) 
 	}
 	return fmt.Errorf("no daemon answering on %s after %s", d.Socket, timeout)
 }
+
+// TestKubeletTraceJoinsMinicri: the real kubelet with tracing on (every
+// trace sampled) and minicri (sampling_ratio 0: only what the kubelet
+// samples) export to one receiver; a static pod's start yields one trace
+// in which minicri's RunPodSandbox, CNI ADD, pull and CreateContainer
+// spans are descendants of the kubelet's spans.
+func TestKubeletTraceJoinsMinicri(t *testing.T) {
+	kubeletBinary(t)
+	removeHostPortChainsAtEnd(t)
+	rcv := startOTLPReceiver(t)
+	d := StartDaemon(t, WithArgs("--tracing-endpoint", rcv.Addr, "--tracing-sampling-ratio", "0"))
+	d.bridgeNetwork(t)
+	reg := registry.Start(t, registry.Options{})
+	ref := reg.Host() + "/e2e/busybox:traced"
+	testimage.Push(t, testimage.Busybox(t), ref)
+	k := startKubeletConfigured(t, d, fmt.Sprintf("tracing:\n  endpoint: %s\n  samplingRatePerMillion: 1000000\n", rcv.Addr))
+	n := &kubeletNode{d: d, k: k, ref: ref}
+	k.writeManifest(t, staticPod("traced", n.container("app", sleepForever)))
+	k.waitPod(t, "traced", "running", 2*time.Minute, running)
+
+	// The trace of minicri's RunPodSandbox for this pod.
+	var traceID []byte
+	waitFor(t, "minicri's RunPodSandbox span", time.Minute, func() bool {
+		rcv.mu.Lock()
+		defer rcv.mu.Unlock()
+		for _, s := range rcv.spans {
+			if s.service == "minicri" && s.GetName() == "runtime.v1.RuntimeService/RunPodSandbox" &&
+				stringAttr(s.GetAttributes(), "k8s.pod.name") == k.podName("traced") {
+				traceID = s.GetTraceId()
+				return true
+			}
+		}
+		return false
+	})
+	minicri := []string{"runtime.v1.RuntimeService/RunPodSandbox", "cni.add", "runtime.v1.ImageService/PullImage", "image.pull",
+		"runtime.v1.RuntimeService/CreateContainer", "runtime.create"}
+	spans := rcv.waitForSpans(t, traceID, "minicri", minicri...)
+	// The kubelet exports its spans in batches of its own, its call's span
+	// once the call returned: they come some seconds after minicri's.
+	below := func(name string) []string {
+		var kubelet []string
+		for _, a := range ancestors(spans, findSpan(spans, "minicri", name)) {
+			if a.service != "minicri" {
+				kubelet = append(kubelet, a.service+" "+a.GetName())
+			}
+		}
+		return kubelet
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, name := range minicri {
+		for len(below(name)) == 0 && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			spans = rcv.inTrace(traceID)
+		}
+		if kubelet := below(name); len(kubelet) == 0 {
+			t.Errorf("minicri's %s span has no kubelet span above it in trace %x:\n%s", name, traceID, describeSpans(spans))
+		} else {
+			t.Logf("%s is below %v", name, kubelet)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/internal/tracing"
+	"github.com/minicri/minicri/test/otlp"
 )
 
 func quietLog() *logrus.Entry {
@@ -66,28 +67,7 @@ func (versionServer) Version(context.Context, *runtime.VersionRequest) (*runtime
 // call, even once the span queue is full, and the shutdown that flushes
 // the queue at SIGTERM still ends.
 func TestSilentCollectorHoldsNoCall(t *testing.T) {
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { silent.Close() })
-	go func() {
-		var held []net.Conn // accepted, never read nor answered
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
-
-	cfg := config.TracingConfig{Endpoint: silent.Addr().String(), SamplingRatio: 1}
+	cfg := config.TracingConfig{Endpoint: otlp.Silent(t), SamplingRatio: 1}
 	opts, stop, err := startTracing(cfg, quietLog())
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/test/otlp"
 	"github.com/minicri/minicri/test/registry"
 	"github.com/minicri/minicri/test/testimage"
 )
@@ -310,27 +311,7 @@ func TestTracingCarriesNoSecrets(t *testing.T) {
 // connection and never answering, pod and container calls still answer
 // (each within a generous 10 s) and SIGTERM still ends the daemon.
 func TestTracingSilentCollectorHoldsNoCall(t *testing.T) {
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { silent.Close() })
-	go func() {
-		var held []net.Conn
-		defer func() {
-			for _, c := range held {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
-	d := StartDaemon(t, WithArgs("--tracing-endpoint", silent.Addr().String()))
+	d := StartDaemon(t, WithArgs("--tracing-endpoint", otlp.Silent(t)))
 	d.bridgeNetwork(t)
 	ref := busyboxRef(t)
 	d.pull(t, ref)
@@ -430,89 +411,10 @@ func TestSIGHUPDuringStartIsKept(t *testing.T) {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.waitForSocketOf(exited, 30*time.Second); err != nil {
+	if err := waitForSocket(d.Socket, exited, 30*time.Second); err != nil {
 		t.Fatalf("daemon did not come up after the SIGHUP: %v", err)
 	}
 	waitFor(t, "the early SIGHUP to be applied", 20*time.Second, func() bool {
 		return strings.Contains(out.String(), "SIGHUP: configuration reloaded")
 	})
-}
-
-// waitForSocketOf is waitForSocket for a daemon the test started itself.
-func (d *Daemon) waitForSocketOf(exited <-chan struct{}, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return fmt.Errorf("daemon exited")
-		default:
-		}
-		if conn, err := net.Dial("unix", d.Socket); err == nil {
-			conn.Close()
-			return nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return fmt.Errorf("no daemon answering on %s after %s", d.Socket, timeout)
-}
-
-// TestKubeletTraceJoinsMinicri: the real kubelet with tracing on (every
-// trace sampled) and minicri (sampling_ratio 0: only what the kubelet
-// samples) export to one receiver; a static pod's start yields one trace
-// in which minicri's RunPodSandbox, CNI ADD, pull and CreateContainer
-// spans are descendants of the kubelet's spans.
-func TestKubeletTraceJoinsMinicri(t *testing.T) {
-	kubeletBinary(t)
-	removeHostPortChainsAtEnd(t)
-	rcv := startOTLPReceiver(t)
-	d := StartDaemon(t, WithArgs("--tracing-endpoint", rcv.Addr, "--tracing-sampling-ratio", "0"))
-	d.bridgeNetwork(t)
-	reg := registry.Start(t, registry.Options{})
-	ref := reg.Host() + "/e2e/busybox:traced"
-	testimage.Push(t, testimage.Busybox(t), ref)
-	k := startKubeletConfigured(t, d, fmt.Sprintf("tracing:\n  endpoint: %s\n  samplingRatePerMillion: 1000000\n", rcv.Addr))
-	n := &kubeletNode{d: d, k: k, ref: ref}
-	k.writeManifest(t, staticPod("traced", n.container("app", sleepForever)))
-	k.waitPod(t, "traced", "running", 2*time.Minute, running)
-
-	// The trace of minicri's RunPodSandbox for this pod.
-	var traceID []byte
-	waitFor(t, "minicri's RunPodSandbox span", time.Minute, func() bool {
-		rcv.mu.Lock()
-		defer rcv.mu.Unlock()
-		for _, s := range rcv.spans {
-			if s.service == "minicri" && s.GetName() == "runtime.v1.RuntimeService/RunPodSandbox" &&
-				stringAttr(s.GetAttributes(), "k8s.pod.name") == k.podName("traced") {
-				traceID = s.GetTraceId()
-				return true
-			}
-		}
-		return false
-	})
-	minicri := []string{"runtime.v1.RuntimeService/RunPodSandbox", "cni.add", "runtime.v1.ImageService/PullImage", "image.pull",
-		"runtime.v1.RuntimeService/CreateContainer", "runtime.create"}
-	spans := rcv.waitForSpans(t, traceID, "minicri", minicri...)
-	// The kubelet exports its spans in batches of its own, its call's span
-	// once the call returned: they come some seconds after minicri's.
-	below := func(name string) []string {
-		var kubelet []string
-		for _, a := range ancestors(spans, findSpan(spans, "minicri", name)) {
-			if a.service != "minicri" {
-				kubelet = append(kubelet, a.service+" "+a.GetName())
-			}
-		}
-		return kubelet
-	}
-	deadline := time.Now().Add(time.Minute)
-	for _, name := range minicri {
-		for len(below(name)) == 0 && time.Now().Before(deadline) {
-			time.Sleep(200 * time.Millisecond)
-			spans = rcv.inTrace(traceID)
-		}
-		if kubelet := below(name); len(kubelet) == 0 {
-			t.Errorf("minicri's %s span has no kubelet span above it in trace %x:\n%s", name, traceID, describeSpans(spans))
-		} else {
-			t.Logf("%s is below %v", name, kubelet)
-		}
-	}
 }

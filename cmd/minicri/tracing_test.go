@@ -6,10 +6,12 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -81,21 +83,7 @@ func TestSilentCollectorHoldsNoCall(t *testing.T) {
 	if len(opts) == 0 {
 		t.Fatal("tracing on gave the gRPC server no options")
 	}
-	sock := filepath.Join(t.TempDir(), "cri.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(opts...)
-	runtime.RegisterRuntimeServiceServer(g, versionServer{})
-	go func() { _ = g.Serve(l) }()
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	client := runtime.NewRuntimeServiceClient(conn)
+	client := serveVersion(t, opts)
 
 	// More sampled calls than the queue holds: the extra spans are dropped,
 	// never waited for.
@@ -120,4 +108,87 @@ func TestSilentCollectorHoldsNoCall(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the tracing shutdown did not end within 30 s with the collector silent")
 	}
+}
+
+// discardCollector is an OTLP/gRPC receiver that takes spans and drops them.
+type discardCollector struct {
+	collectortrace.UnimplementedTraceServiceServer
+	spans atomic.Int64
+}
+
+func (c *discardCollector) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			c.spans.Add(int64(len(ss.GetSpans())))
+		}
+	}
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// BenchmarkCRICall times one sampled CRI call (Version, which does no work
+// of its own) through the daemon's gRPC server set-up, tracing off and on
+// (exporting to a receiver that drops the spans): what tracing adds to
+// every call, apart from the spans below it.
+//
+//	go test -run '^$' -bench CRICall -benchmem ./cmd/minicri/
+func BenchmarkCRICall(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "tracing off"
+		if on {
+			name = "tracing on"
+		}
+		b.Run(name, func(b *testing.B) {
+			var cfg config.TracingConfig
+			collector := &discardCollector{}
+			if on {
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				g := grpc.NewServer()
+				collectortrace.RegisterTraceServiceServer(g, collector)
+				go func() { _ = g.Serve(l) }()
+				b.Cleanup(g.Stop)
+				cfg = config.TracingConfig{Endpoint: l.Addr().String(), SamplingRatio: 1}
+			}
+			opts, stop, err := startTracing(cfg, quietLog())
+			if err != nil {
+				b.Fatal(err)
+			}
+			client := serveVersion(b, opts)
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+			b.ResetTimer()
+			for range b.N {
+				if _, err := client.Version(ctx, &runtime.VersionRequest{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			stop()
+			if on && collector.spans.Load() == 0 {
+				b.Fatal("no span reached the collector")
+			}
+		})
+	}
+}
+
+// serveVersion serves versionServer with opts on a unix socket and returns
+// a client of it.
+func serveVersion(tb testing.TB, opts []grpc.ServerOption) runtime.RuntimeServiceClient {
+	tb.Helper()
+	sock := filepath.Join(tb.TempDir(), "cri.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	g := grpc.NewServer(opts...)
+	runtime.RegisterRuntimeServiceServer(g, versionServer{})
+	go func() { _ = g.Serve(l) }()
+	tb.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close() })
+	return runtime.NewRuntimeServiceClient(conn)
 }

@@ -65,6 +65,7 @@ func startTracing(cfg config.TracingConfig, log *logrus.Entry) ([]grpc.ServerOpt
 			sdktrace.WithExportTimeout(tracingExportTimeout),
 		),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(cfg.SamplingRatio))),
+		sdktrace.WithSpanLimits(spanLimits()),
 		sdktrace.WithResource(resource.NewSchemaless(
 			attribute.String("service.name", "minicri"),
 			attribute.String("service.version", version),
@@ -91,6 +92,15 @@ func startTracing(cfg config.TracingConfig, log *logrus.Entry) ([]grpc.ServerOpt
 		grpc.ChainUnaryInterceptor(server.TracingUnaryInterceptor()),
 	}
 	return opts, stop, nil
+}
+
+// spanLimits are the SDK's (128 attributes, events and links a span), with
+// each attribute's value cut at tracing.MaxValueLen: a queue full of spans
+// stays some MiB whatever a request named.
+func spanLimits() sdktrace.SpanLimits {
+	l := sdktrace.NewSpanLimits()
+	l.AttributeValueLengthLimit = tracing.MaxValueLen
+	return l
 }
 
 // spacedErrors logs the SDK's errors (a failed export, mostly) at most once

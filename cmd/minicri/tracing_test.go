@@ -6,11 +6,15 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -191,4 +195,16 @@ func serveVersion(tb testing.TB, opts []grpc.ServerOption) runtime.RuntimeServic
 	}
 	tb.Cleanup(func() { conn.Close() })
 	return runtime.NewRuntimeServiceClient(conn)
+}
+
+// An attribute's value is cut at tracing.MaxValueLen: a long image
+// reference or path does not sit whole in every queued span.
+func TestSpanLimitsCutLongValues(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSpanLimits(spanLimits()))
+	_, span := tp.Tracer("test").Start(context.Background(), "image.pull", trace.WithAttributes(tracing.ImageRef.String(strings.Repeat("a", 1<<20))))
+	span.End()
+	if got := len(rec.Ended()[0].Attributes()[0].Value.AsString()); got != tracing.MaxValueLen {
+		t.Fatalf("attribute value of %d bytes kept, want %d", got, tracing.MaxValueLen)
+	}
 }

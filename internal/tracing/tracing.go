@@ -12,6 +12,7 @@ package tracing
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -75,11 +76,21 @@ func (a *active) start(ctx context.Context, name string, attrs []attribute.KeyVa
 	return a.tracer.Start(ctx, name, trace.WithAttributes(slices.Clone(attrs)...))
 }
 
+// MaxValueLen bounds an attribute's value and a status's message: what a
+// span holds while it waits in the export queue does not grow with what a
+// runtime or a registry said.
+const MaxValueLen = 1024
+
 // End ends span, marked failed with err's message when err is not nil: the
-// message the caller gets anyway, never more (no stack, no event).
+// message the caller gets anyway (its first MaxValueLen bytes), never more
+// (no stack, no event).
 func End(span trace.Span, err error) {
 	if err != nil && span.IsRecording() {
-		span.SetStatus(codes.Error, err.Error())
+		msg := err.Error()
+		if len(msg) > MaxValueLen {
+			msg = strings.ToValidUTF8(msg[:MaxValueLen], "") + "..."
+		}
+		span.SetStatus(codes.Error, msg)
 	}
 	span.End()
 }

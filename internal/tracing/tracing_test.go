@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/codes"
@@ -55,5 +56,17 @@ func TestSpansAreChildrenOfTheCallersSpan(t *testing.T) {
 	}
 	if len(child.Events()) != 0 {
 		t.Fatalf("events %v, want none (an error is the status, no more)", child.Events())
+	}
+}
+
+// A failed step's message is cut: a runtime's or registry's long answer
+// does not sit whole in every queued span.
+func TestEndCutsLongMessages(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	_, span := tp.Tracer("test").Start(context.Background(), "runtime.start")
+	End(span, errors.New(strings.Repeat("x", 1<<20)))
+	if got := len(rec.Ended()[0].Status().Description); got > MaxValueLen+3 {
+		t.Fatalf("status message of %d bytes, want at most %d", got, MaxValueLen+3)
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sirupsen/logrus"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/minicri/minicri/internal/tracing"
 )
@@ -25,9 +24,7 @@ const maxIndexDepth = 3
 // completed stay (until the next garbage collection) so that a retry
 // resumes with what is missing, except for an image over a bound of Limits:
 // its retry would be refused too, so its blobs and layers go at once.
-func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (img Image, err error) {
-	ctx, span := tracing.Start(ctx, "image.pull", tracing.ImageRef.String(ref)) // never auth
-	defer func() { endPullSpan(span, img, err) }()
+func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (Image, error) {
 	named, err := parseReference(ref)
 	if err != nil {
 		return Image{}, err
@@ -43,8 +40,9 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (img Image, er
 	ctx, stalled := context.WithCancelCause(ctx)
 	defer stalled(nil)
 	start := time.Now()
+	ctx, span := tracing.Start(ctx, "image.pull", tracing.ImageRef.String(named.String())) // never auth
 	s.log.WithField("image", named.String()).Info("pulling image")
-	img, err = s.pull(ctx, named, auth, live.PullProgress, stalled)
+	img, err := s.pull(ctx, named, auth, live.PullProgress, stalled)
 	s.collectRefused(err)
 	var stall *StalledError
 	if err != nil && errors.As(context.Cause(ctx), &stall) {
@@ -54,20 +52,19 @@ func (s *Store) Pull(ctx context.Context, ref string, auth *Auth) (img Image, er
 		if errors.Is(err, context.DeadlineExceeded) && live.PullTimeout > 0 && time.Since(start) >= live.PullTimeout {
 			err = fmt.Errorf("pull timeout of %v reached: %w", live.PullTimeout, err)
 		}
-		return Image{}, fmt.Errorf("pull %s: %w", named, err)
+		err = fmt.Errorf("pull %s: %w", named, err)
+		tracing.End(span, err)
+		return Image{}, err
 	}
+	if span.IsRecording() {
+		span.SetAttributes(tracing.ImageID.String(img.ID))
+	}
+	tracing.End(span, nil)
 	s.log.WithFields(logrus.Fields{
 		"image": named.String(), "id": img.ID, "size": formatBytes(int64(img.Size)),
 		"duration": time.Since(start).Round(time.Millisecond).String(),
 	}).Info("image pulled")
 	return img, nil
-}
-
-func endPullSpan(span trace.Span, img Image, err error) {
-	if err == nil && span.IsRecording() {
-		span.SetAttributes(tracing.ImageID.String(img.ID))
-	}
-	tracing.End(span, err)
 }
 
 func (s *Store) pull(ctx context.Context, named reference, auth *Auth, progressLimit ProgressLimit, stalled context.CancelCauseFunc) (Image, error) {

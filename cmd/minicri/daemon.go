@@ -23,9 +23,8 @@ import (
 
 // runDaemon serves the CRI until SIGTERM or SIGINT. Containers are never
 // touched on the way out: they belong to their monitors, and a restarted
-// daemon picks them up again. hup receives the SIGHUPs, caught since
-// before the start.
-func runDaemon(cfg config.Config, reload func() (config.Config, error), hup <-chan os.Signal) error {
+// daemon picks them up again.
+func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
 	log, err := newLogger(cfg)
 	if err != nil {
 		return err
@@ -92,7 +91,7 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error), hup <-ch
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	stopReports := reportOnSIGUSR1(log)
 	defer stopReports()
-	stopReloads := reloadOnSIGHUP(hup, cfg, reload, srv, log)
+	stopReloads := reloadOnSIGHUP(sighup, cfg, reload, srv, log)
 	defer stopReloads()
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(listener) }()
@@ -141,6 +140,20 @@ func reportOnSIGUSR1(log *logrus.Entry) (stop func()) {
 		signal.Stop(usr1)
 		close(done)
 	}
+}
+
+// sighup receives the process's SIGHUPs once catchSIGHUP was called.
+var sighup = make(chan os.Signal, 1)
+
+// catchSIGHUP catches SIGHUP from the daemon command's first line on, and
+// returns the undo. SIGHUP's default action ends the process: one sent
+// while the daemon starts (waiting for the state root's lock, recovering
+// a full node's pods) would kill it. Caught, it waits in sighup (one is
+// enough: a reload reads the whole configuration) and is applied once the
+// server is up.
+func catchSIGHUP() (stop func()) {
+	signal.Notify(sighup, syscall.SIGHUP)
+	return func() { signal.Stop(sighup) }
 }
 
 // reloadOnSIGHUP reads the configuration again on every SIGHUP (the file,

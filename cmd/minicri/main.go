@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/minicri/minicri/config"
 )
@@ -130,18 +128,12 @@ func runConfigCommand(args []string, stdout, stderr io.Writer) int {
 }
 
 func runDaemonCommand(args []string, stderr io.Writer) int {
-	// SIGHUP's default action ends the process: one sent while the daemon
-	// starts (its recovery may take seconds on a full node) would kill it.
-	// Caught from here on, it waits in the channel and is applied once the
-	// server is up.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	defer catchSIGHUP()()
 	cfg, flags, code, ok := parseConfigFlags(args, stderr)
 	if !ok {
 		return code
 	}
-	if err := runDaemon(cfg, flags.Load, hup); err != nil {
+	if err := runDaemon(cfg, flags.Load); err != nil {
 		fmt.Fprintf(stderr, "minicri: %v\n", err)
 		return 1
 	}

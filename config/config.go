@@ -63,6 +63,10 @@ type Config struct {
 	CDI CDIConfig `toml:"cdi"`
 	// Prometheus metrics of the daemon (see docs/observability.md).
 	Metrics MetricsConfig `toml:"metrics"`
+	// OpenTelemetry traces of the CRI calls and of what they run (runtime, CNI,
+	// pulls), exported over OTLP/gRPC (see docs/observability.md). Read at
+	// start only: a change takes a restart.
+	Tracing TracingConfig `toml:"tracing"`
 	// Node Resource Interface (NRI) plugins, as containerd and cri-o run them:
 	// they see every pod and container and may adjust a container's OCI spec
 	// (see docs/nri.md).
@@ -74,7 +78,7 @@ type Config struct {
 // bad key is reported.
 func (c *Config) Validate() error {
 	for _, err := range slices.Concat(c.check(), c.Runtime.check(), c.Streaming.check(),
-		c.CNI.check(), c.Image.check(), c.CDI.check(), c.Metrics.check(), c.NRI.check()) {
+		c.CNI.check(), c.Image.check(), c.CDI.check(), c.Metrics.check(), c.Tracing.check(), c.NRI.check()) {
 		if err != nil {
 			return err
 		}
@@ -119,6 +123,33 @@ type MetricsConfig struct {
 
 func (m MetricsConfig) check() []error {
 	return []error{listenAddress("metrics.address", m.Address, m.AllowNonLoopback)}
+}
+
+// TracingConfig is the [tracing] section. containerd calls these keys
+// endpoint and sampling_ratio too (its otlp and tracing plugins); cri-o
+// enable_tracing, tracing_endpoint and tracing_sampling_rate_per_million.
+type TracingConfig struct {
+	// host:port of an OpenTelemetry collector's OTLP/gRPC receiver, e.g.
+	// 127.0.0.1:4317, reached over plain gRPC (no TLS), as the kubelet's own
+	// tracing. Empty: off, and no span is made.
+	Endpoint string `toml:"endpoint"`
+	// Share of the calls that come with no trace context (crictl, a kubelet
+	// without tracing) that are traced, 0 to 1. A call whose caller sent a
+	// trace context follows the caller's decision whatever this says: what the
+	// kubelet sampled is traced, what it did not is not.
+	SamplingRatio float64 `toml:"sampling_ratio"`
+}
+
+func (t TracingConfig) check() []error {
+	var endpoint error
+	if t.Endpoint != "" {
+		endpoint = listenAddress("tracing.endpoint", t.Endpoint, true)
+	}
+	return []error{
+		endpoint,
+		// !(a && b) and not (a || b): NaN fails both comparisons.
+		refuse(!(t.SamplingRatio >= 0 && t.SamplingRatio <= 1), "tracing.sampling_ratio", "must be from 0 to 1"),
+	}
 }
 
 // RuntimeConfig chooses the OCI runtime per runtime handler.
@@ -493,6 +524,9 @@ func Default() Config {
 			Enabled:  true,
 			SpecDirs: []string{"/etc/cdi", "/var/run/cdi"},
 		},
+		// containerd's ratio: once an operator names an endpoint, crictl's
+		// calls are traced too; the kubelet's follow the kubelet's sampling.
+		Tracing: TracingConfig{SamplingRatio: 1},
 		// containerd's and cri-o's defaults (the NRI library's), but for
 		// the request timeout: 5s, not 2s. It bounds a plugin's Synchronize
 		// too, and a plugin dropped there misses every pod and container made

@@ -25,6 +25,7 @@ var fieldDocs = map[string]string{
 	"Config.Runtime":                        "OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under [runtime.handlers.NAME].",
 	"Config.ShutdownTimeout":                "On SIGTERM/SIGINT, how long in-flight calls may run before the daemon exits anyway. Containers are never touched.",
 	"Config.Streaming":                      "The streaming server that serves exec, attach and port-forward to the kubelet.",
+	"Config.Tracing":                        "OpenTelemetry traces of the CRI calls and of what they run (runtime, CNI, pulls), exported over OTLP/gRPC (see docs/observability.md). Read at start only: a change takes a restart.",
 	"ImageConfig.AuthFile":                  "A Docker config.json ({\"auths\": {\"HOST\": {\"auth\": \"base64 user:pass\"}}} or username/password) whose credentials serve a pull for which the kubelet sends none, as cri-o's global_auth_file. Read at every pull. Empty or missing: none.",
 	"ImageConfig.MaxConcurrentDownloads":    "Layers downloaded at once by one pull.",
 	"ImageConfig.MaxPathDepth":              "Directories a path in an image layer may have. A layer with a deeper path is refused.",
@@ -65,4 +66,6 @@ var fieldDocs = map[string]string{
 	"StreamingConfig.TLSCert":               "PEM certificate for the streaming server; empty serves plain HTTP (fine on loopback).",
 	"StreamingConfig.TLSKey":                "PEM private key matching tls_cert.",
 	"StreamingConfig.TokenTTL":              "How long an exec/attach/port-forward URL handed to the kubelet stays valid before its single use.",
+	"TracingConfig.Endpoint":                "host:port of an OpenTelemetry collector's OTLP/gRPC receiver, e.g. 127.0.0.1:4317, reached over plain gRPC (no TLS), as the kubelet's own tracing. Empty: off, and no span is made.",
+	"TracingConfig.SamplingRatio":           "Share of the calls that come with no trace context (crictl, a kubelet without tracing) that are traced, 0 to 1. A call whose caller sent a trace context follows the caller's decision whatever this says: what the kubelet sampled is traced, what it did not is not.",
 }

@@ -197,6 +197,12 @@ func setLeaf(cfg *Config, key, text string) error {
 				return bad(errors.New("not an integer"))
 			}
 			l.value.SetInt(n)
+		case l.value.Kind() == reflect.Float64:
+			f, err := strconv.ParseFloat(text, 64)
+			if err != nil {
+				return bad(errors.New("not a number"))
+			}
+			l.value.SetFloat(f)
 		case l.value.Kind() == reflect.Bool:
 			b, err := strconv.ParseBool(text)
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/atomicfile"
+	"github.com/minicri/minicri/internal/tracing"
 )
 
 // chainIDs names each layer together with everything below it, as the OCI
@@ -63,7 +64,9 @@ func (s *Store) ensureLayer(ctx context.Context, chain, diffID, blob v1.Hash, bu
 	})
 }
 
-func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, budget *unpackBudget) error {
+func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, budget *unpackBudget) (err error) {
+	ctx, span := tracing.Start(ctx, "image.unpack", tracing.LayerDigest.String(blob.String()))
+	defer func() { tracing.End(span, err) }()
 	return s.makeLayerDir(chain, func(tmp string) error {
 		got, err := unpackLayerFile(ctx, s.blobPath(blob), tmp, budget)
 		if err != nil {

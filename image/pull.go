@@ -9,6 +9,8 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/sirupsen/logrus"
+
+	"github.com/minicri/minicri/internal/tracing"
 )
 
 // maxIndexDepth bounds manifest lists inside manifest lists.
@@ -46,6 +48,7 @@ func (s *Store) PullForNamespace(ctx context.Context, ref string, auth *Auth, na
 	ctx, stalled := context.WithCancelCause(ctx)
 	defer stalled(nil)
 	start := time.Now()
+	ctx, span := tracing.Start(ctx, "image.pull", tracing.ImageRef.String(named.String())) // never auth
 	s.log.WithField("image", named.String()).Info("pulling image")
 	img, err := s.pull(ctx, named, auth, live, namespace, stalled)
 	s.collectRefused(err)
@@ -57,8 +60,14 @@ func (s *Store) PullForNamespace(ctx context.Context, ref string, auth *Auth, na
 		if errors.Is(err, context.DeadlineExceeded) && live.PullTimeout > 0 && time.Since(start) >= live.PullTimeout {
 			err = fmt.Errorf("pull timeout of %v reached: %w", live.PullTimeout, err)
 		}
-		return Image{}, fmt.Errorf("pull %s: %w", named, err)
+		err = fmt.Errorf("pull %s: %w", named, err)
+		tracing.End(span, err)
+		return Image{}, err
 	}
+	if span.IsRecording() {
+		span.SetAttributes(tracing.ImageID.String(img.ID))
+	}
+	tracing.End(span, nil)
 	s.log.WithFields(logrus.Fields{
 		"image": named.String(), "id": img.ID, "size": formatBytes(int64(img.Size)),
 		"duration": time.Since(start).Round(time.Millisecond).String(),

@@ -19,6 +19,8 @@ import (
 	"github.com/containernetworking/cni/pkg/utils"
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/sirupsen/logrus"
+
+	"github.com/minicri/minicri/internal/tracing"
 )
 
 // ErrNotReady is wrapped by every error that says why pods cannot get a
@@ -171,7 +173,9 @@ func (c *CNI) Setup(ctx context.Context, pn PodNetwork) (Result, error) {
 	return res, nil
 }
 
-func (c *CNI) add(ctx context.Context, list *libcni.NetworkConfigList, podID string, att *attachment) (Result, error) {
+func (c *CNI) add(ctx context.Context, list *libcni.NetworkConfigList, podID string, att *attachment) (_ Result, err error) {
+	ctx, span := tracing.Start(ctx, "cni.add", tracing.PodID.String(podID), tracing.CNINetwork.String(list.Name))
+	defer func() { tracing.End(span, err) }()
 	raw, err := c.lib.AddNetworkList(ctx, list, att.runtimeConf(podID, att.NetNS))
 	if err != nil {
 		return Result{}, err
@@ -238,7 +242,9 @@ func (c *CNI) teardown(ctx context.Context, podID, netns string) error {
 // del runs DEL for a recorded attachment. A plugin whose binary has gone is
 // skipped with a warning: DEL could never succeed otherwise, and the pod
 // could never be removed, while the other plugins still free what they hold.
-func (c *CNI) del(ctx context.Context, podID string, att *attachment, netns string) error {
+func (c *CNI) del(ctx context.Context, podID string, att *attachment, netns string) (err error) {
+	ctx, span := tracing.Start(ctx, "cni.del", tracing.PodID.String(podID))
+	defer func() { tracing.End(span, err) }()
 	list, err := libcni.NetworkConfFromBytes(att.Network)
 	if err != nil {
 		return fmt.Errorf("recorded network config: %w", err)

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/procstat"
+	"github.com/minicri/minicri/internal/tracing"
 )
 
 // TerminalSize is a terminal's size in characters.
@@ -97,7 +98,14 @@ func ExecProcessSpec(base *specs.Process, args []string, tty bool) *specs.Proces
 // left a background child holding its output open still reports its own
 // exit code, once that child was killed. An error that the runtime reports
 // itself (no such container, no such executable) is a *RuntimeError.
-func (r *Runtime) Exec(ctx context.Context, id, stateDir string, proc *specs.Process, o ExecIO) (int, error) {
+func (r *Runtime) Exec(ctx context.Context, id, stateDir string, proc *specs.Process, o ExecIO) (code int, err error) {
+	ctx, span := r.span(ctx, "runtime.exec", id)
+	defer func() {
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(tracing.ExitCode.Int(code))
+		}
+		tracing.End(span, err)
+	}()
 	if err := ctx.Err(); err != nil {
 		return -1, fmt.Errorf("exec in %s: %w", id, err)
 	}

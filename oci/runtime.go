@@ -17,9 +17,11 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/mountinfo"
+	"github.com/minicri/minicri/internal/tracing"
 	"github.com/minicri/minicri/oci/runcflags"
 )
 
@@ -147,6 +149,12 @@ func (r *Runtime) command(ctx context.Context, logPath string, args ...string) (
 	return cmd, nil
 }
 
+// span starts the span of one runtime operation on container id; name is
+// a constant ("runtime.kill"), so that tracing off costs nothing here.
+func (r *Runtime) span(ctx context.Context, name, id string) (context.Context, trace.Span) {
+	return tracing.Start(ctx, name, tracing.ContainerID.String(id), tracing.Handler.String(r.name()))
+}
+
 // run runs a call whose output is the runtime's own and returns its stdout; a
 // failure carries the runtime's message from stderr.
 func (r *Runtime) run(ctx context.Context, stdin []byte, op, id string, args ...string) ([]byte, error) {
@@ -167,17 +175,21 @@ func (r *Runtime) run(ctx context.Context, stdin []byte, op, id string, args ...
 
 // Start runs the container's process, created earlier by Create: by runc's
 // exec fifo where it can (startByFifo), else by `runtime start`.
-func (r *Runtime) Start(ctx context.Context, id string) error {
+func (r *Runtime) Start(ctx context.Context, id string) (err error) {
+	ctx, span := r.span(ctx, "runtime.start", id)
+	defer func() { tracing.End(span, err) }()
 	if err := r.startByFifo(ctx, id); !errors.Is(err, errNoFifoStart) {
 		return err
 	}
-	_, err := r.run(ctx, nil, "start", id, "start", id)
+	_, err = r.run(ctx, nil, "start", id, "start", id)
 	return err
 }
 
 // State reports the container's status, pid and bundle; ErrNotFound when the
 // runtime does not know it.
-func (r *Runtime) State(ctx context.Context, id string) (State, error) {
+func (r *Runtime) State(ctx context.Context, id string) (_ State, err error) {
+	ctx, span := r.span(ctx, "runtime.state", id)
+	defer func() { tracing.End(span, err) }()
 	out, err := r.run(ctx, nil, "state", id, "state", id)
 	if err != nil {
 		return State{}, err
@@ -192,7 +204,9 @@ func (r *Runtime) State(ctx context.Context, id string) (State, error) {
 // Kill sends sig to the container's init, or with all to every process in
 // it: by a pidfd of the init where that is the same (killByPidfd), else by
 // `runtime kill`.
-func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error {
+func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) (err error) {
+	ctx, span := r.span(ctx, "runtime.kill", id)
+	defer func() { tracing.End(span, err) }()
 	if err := r.killByPidfd(ctx, id, sig, all); !errors.Is(err, errNoPidfdKill) {
 		return err
 	}
@@ -201,7 +215,7 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 		args = append(args, "--all")
 	}
 	args = append(args, id, strconv.Itoa(int(sig)))
-	_, err := r.run(ctx, nil, "kill", id, args...)
+	_, err = r.run(ctx, nil, "kill", id, args...)
 	return err
 }
 
@@ -211,7 +225,9 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 // container's spec names ("" when none was written): with force, what a
 // runtime that did not know the container leaves in it (a stranded init,
 // see stranded_init.go) is killed, and the cgroup removed.
-func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath string) error {
+func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath string) (err error) {
+	ctx, span := r.span(ctx, "runtime.delete", id)
+	defer func() { tracing.End(span, err) }()
 	if err := r.deleteStopped(ctx, id, cgroupsPath); !errors.Is(err, errNoOwnDelete) {
 		return err
 	}
@@ -220,7 +236,7 @@ func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath
 		args = append(args, "--force")
 	}
 	stranded := force && r.unknown(id)
-	_, err := r.run(ctx, nil, "delete", id, append(args, id)...)
+	_, err = r.run(ctx, nil, "delete", id, append(args, id)...)
 	if err == nil || errors.Is(err, ErrNotFound) {
 		// runc's delete --force of a container it does not know succeeds,
 		// whatever it could not remove.
@@ -304,7 +320,9 @@ func unmountBelow(dir string) error {
 }
 
 // Update changes a running container's cgroup limits.
-func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResources) (err error) {
+	ctx, span := r.span(ctx, "runtime.update", id)
+	defer func() { tracing.End(span, err) }()
 	if res == nil {
 		return nil
 	}

@@ -13,6 +13,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/internal/tracing"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/store"
 )
@@ -198,7 +199,11 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	rec.User = specUser(spec)
 	phaseDone(ctx, "bundle")
 	crashPoint("container-after-bundle")
-	if rec.Monitor, err = s.finishMonitor(ctx, c, rec, monitor); err != nil {
+	// The runtime's create runs in the monitor: its span is the wait for it.
+	createCtx, span := tracing.Start(ctx, "runtime.create", tracing.ContainerID.String(id), tracing.Handler.String(rec.Handler))
+	rec.Monitor, err = s.finishMonitor(createCtx, c, rec, monitor)
+	tracing.End(span, err)
+	if err != nil {
 		return err
 	}
 	phaseDone(ctx, "monitor_runtime_create")

@@ -59,6 +59,11 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
 		return err
 	}
 	defer stopObservability()
+	tracingOpts, stopTracing, err := startTracing(cfg.Tracing, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // after the server's Close: the last calls' spans go too
 
 	srv, err := server.New(server.Options{Config: cfg, Version: version, Log: log, Metrics: m})
 	if err != nil {
@@ -70,23 +75,23 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
 	if err != nil {
 		return err
 	}
-	g := grpc.NewServer(
+	g := grpc.NewServer(append([]grpc.ServerOption{
 		// Metrics first: they see the Internal a recovered panic becomes.
 		grpc.ChainUnaryInterceptor(server.MetricsUnaryInterceptor(m), server.UnaryInterceptor(log)),
 		grpc.ChainStreamInterceptor(server.MetricsStreamInterceptor(m), server.StreamInterceptor(log)),
 		// The kubelet sends big ListContainers answers back and forth on busy
 		// nodes; 16 MiB is what it allows itself.
-		grpc.MaxRecvMsgSize(16<<20),
-		grpc.MaxSendMsgSize(16<<20),
+		grpc.MaxRecvMsgSize(16 << 20),
+		grpc.MaxSendMsgSize(16 << 20),
 		grpc.ForceServerCodecV2(srv.Codec()),
-	)
+	}, tracingOpts...)...)
 	srv.Register(g)
 
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	stopReports := reportOnSIGUSR1(log)
 	defer stopReports()
-	stopReloads := reloadOnSIGHUP(cfg, reload, srv, log)
+	stopReloads := reloadOnSIGHUP(sighup, cfg, reload, srv, log)
 	defer stopReloads()
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(listener) }()
@@ -137,6 +142,20 @@ func reportOnSIGUSR1(log *logrus.Entry) (stop func()) {
 	}
 }
 
+// sighup receives the process's SIGHUPs once catchSIGHUP was called.
+var sighup = make(chan os.Signal, 1)
+
+// catchSIGHUP catches SIGHUP from the daemon command's first line on, and
+// returns the undo. SIGHUP's default action ends the process: one sent
+// while the daemon starts (waiting for the state root's lock, recovering
+// a full node's pods) would kill it. Caught, it waits in sighup (one is
+// enough: a reload reads the whole configuration) and is applied once the
+// server is up.
+func catchSIGHUP() (stop func()) {
+	signal.Notify(sighup, syscall.SIGHUP)
+	return func() { signal.Stop(sighup) }
+}
+
 // reloadOnSIGHUP reads the configuration again on every SIGHUP (the file,
 // then the flags over it, as at start) and puts in force what may change
 // while the daemon runs: log_level, [image.registries],
@@ -144,10 +163,9 @@ func reportOnSIGUSR1(log *logrus.Entry) (stop func()) {
 // and pinned images. A
 // file that fails to parse or validate changes nothing, and the log says
 // why; other keys that changed are named in the log as needing a restart.
-// Nothing running (pods, containers, pulls) is touched.
-func reloadOnSIGHUP(cfg config.Config, reload func() (config.Config, error), srv *server.Server, log *logrus.Entry) (stop func()) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+// Nothing running (pods, containers, pulls) is touched. A SIGHUP that came
+// during the start is in hup already, and applied at once.
+func reloadOnSIGHUP(hup <-chan os.Signal, cfg config.Config, reload func() (config.Config, error), srv *server.Server, log *logrus.Entry) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		current := cfg
@@ -172,10 +190,7 @@ func reloadOnSIGHUP(cfg config.Config, reload func() (config.Config, error), srv
 			log.WithField("log_level", next.LogLevel).Info("SIGHUP: configuration reloaded")
 		}
 	}()
-	return func() {
-		signal.Stop(hup)
-		close(done)
-	}
+	return func() { close(done) }
 }
 
 // applyReload puts next's reloadable keys in force, all or none.

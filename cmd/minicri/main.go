@@ -128,6 +128,7 @@ func runConfigCommand(args []string, stdout, stderr io.Writer) int {
 }
 
 func runDaemonCommand(args []string, stderr io.Writer) int {
+	defer catchSIGHUP()()
 	cfg, flags, code, ok := parseConfigFlags(args, stderr)
 	if !ok {
 		return code

@@ -46,6 +46,7 @@ func TestBench(t *testing.T) {
 		return
 	}
 	t.Run("PodLifecycle", benchPodLifecycle)
+	t.Run("Tracing", benchTracing) // bench_tracing_test.go
 	t.Run("Exec", benchExec)
 	t.Run("StreamLists", benchStreamLists) // bench_stream_test.go
 	t.Run("NRI", benchNRI)                 // bench_nri_test.go

@@ -9,6 +9,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -254,20 +255,31 @@ func (d *Daemon) Start() {
 // waitForSocket waits until the socket accepts a connection: the file alone
 // appears at bind, before listen, and may be a stale one of a killed daemon.
 func (d *Daemon) waitForSocket(timeout time.Duration) error {
+	err := waitForSocket(d.Socket, d.exited, timeout)
+	if errors.Is(err, errDaemonExited) {
+		return fmt.Errorf("%w: %v", err, d.cmd.ProcessState)
+	}
+	return err
+}
+
+var errDaemonExited = errors.New("daemon exited")
+
+// waitForSocket waits until socket accepts a connection, or exited closes.
+func waitForSocket(socket string, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
-		case <-d.exited:
-			return fmt.Errorf("daemon exited: %v", d.cmd.ProcessState)
+		case <-exited:
+			return errDaemonExited
 		default:
 		}
-		if conn, err := net.Dial("unix", d.Socket); err == nil {
+		if conn, err := net.Dial("unix", socket); err == nil {
 			conn.Close()
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("no daemon answering on %s after %s", d.Socket, timeout)
+	return fmt.Errorf("no daemon answering on %s after %s", socket, timeout)
 }
 
 // Signal sends sig to the daemon.

@@ -83,6 +83,13 @@ func kubeletBinary(t *testing.T) string {
 // MINICRI_KUBELET is not set. extraArgs go on its command line after the others.
 func startKubelet(t *testing.T, d *Daemon, extraArgs ...string) *Kubelet {
 	t.Helper()
+	return startKubeletConfigured(t, d, "", extraArgs...)
+}
+
+// startKubeletConfigured is startKubelet with extraConfig (YAML) added to
+// the kubelet's KubeletConfiguration.
+func startKubeletConfigured(t *testing.T, d *Daemon, extraConfig string, extraArgs ...string) *Kubelet {
+	t.Helper()
 	bin := kubeletBinary(t)
 	k := &Kubelet{
 		d:           d,
@@ -113,7 +120,7 @@ func startKubelet(t *testing.T, d *Daemon, extraArgs ...string) *Kubelet {
 		}
 	}
 	config := filepath.Join(k.Dir, "config.yaml")
-	if err := os.WriteFile(config, []byte(k.config(d, resolvConf, freeTCPPort(t))), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(k.config(d, resolvConf, freeTCPPort(t))+extraConfig), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	logFile, err := os.Create(k.log)

@@ -1,12 +1,9 @@
 package conmon_test
 
 import (
-	"context"
 	"runtime"
 	"testing"
 	"time"
-
-	"github.com/minicri/minicri/conmon"
 )
 
 // TestWatchesShareOneGoroutine: the daemon watches every container it
@@ -18,14 +15,7 @@ func TestWatchesShareOneGoroutine(t *testing.T) {
 	var ctrs []*container
 	for i := 0; i < 5; i++ {
 		c := newContainer(t, []string{"sleep", "1000"}, nil)
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		created, err := conmon.Join(ctx, joinDir, c.opts)
-		cancel()
-		if err != nil {
-			t.Fatalf("Join: %v", err)
-		}
-		c.created, c.joined = created, true
-		c.runc("start", c.id)
+		c.join(joinDir)
 		ctrs = append(ctrs, c)
 	}
 	// The watcher's own goroutine starts with the first watch.

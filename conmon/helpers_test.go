@@ -268,7 +268,7 @@ func (c *container) join(joinDir string) {
 // the exit file's status; the monitor may go on serving others.
 func (c *container) waitDone(timeout time.Duration) conmon.Exit {
 	c.t.Helper()
-	done, err := conmon.WatchContainer(c.opts.SocketDir)
+	done, err := watchContainer(c.opts.SocketDir)
 	if err != nil {
 		c.t.Fatalf("WatchContainer: %v", err)
 	}
@@ -282,6 +282,15 @@ func (c *container) waitDone(timeout time.Duration) conmon.Exit {
 		c.t.Fatalf("ReadExit once the monitor was done: ok=%v err=%v", ok, err)
 	}
 	return e
+}
+
+// watchContainer is conmon.WatchContainer as a channel closed when done.
+func watchContainer(socketDir string) (<-chan struct{}, error) {
+	done := make(chan struct{})
+	if err := conmon.WatchContainer(socketDir, func() { close(done) }); err != nil {
+		return nil, err
+	}
+	return done, nil
 }
 
 // run creates and starts the container.
@@ -325,7 +334,7 @@ func (c *container) cleanup() {
 	if c.shared() {
 		// The monitor may serve others still: wait until it is done with
 		// this container only.
-		if done, err := conmon.WatchContainer(c.opts.SocketDir); err == nil {
+		if done, err := watchContainer(c.opts.SocketDir); err == nil {
 			select {
 			case <-done:
 			case <-time.After(10 * time.Second):

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -157,37 +156,4 @@ func helperExited(pid int) <-chan struct{} {
 		return closedChannel()
 	}
 	return done
-}
-
-// WatchContainer returns a channel that is closed when the monitor is done
-// with the container: its exit file is written and its sockets are gone,
-// or the monitor died. It holds one connection to the monitor's control
-// socket, which the monitor closes then; a container already done gives a
-// channel closed at once.
-func WatchContainer(socketDir string) (<-chan struct{}, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := dial(ctx, socketDir, wire.ControlSocket)
-	if errors.Is(err, ErrNotRunning) || errors.Is(err, os.ErrNotExist) {
-		return closedChannel(), nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("watch container: %w", err)
-	}
-	if _, err := conn.Write([]byte(wire.RequestWait)); err != nil {
-		conn.Close()
-		return closedChannel(), nil // the monitor closed the socket meanwhile: done
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer conn.Close()
-		var b [64]byte
-		for {
-			if _, err := conn.Read(b[:]); err != nil {
-				return
-			}
-		}
-	}()
-	return done, nil
 }

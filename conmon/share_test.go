@@ -249,7 +249,7 @@ func TestWatchRightAfterJoin(t *testing.T) {
 		}
 		c.created, c.joined = created, true
 		// As the daemon does: before the start, at once.
-		done, err := conmon.WatchContainer(c.opts.SocketDir)
+		done, err := watchContainer(c.opts.SocketDir)
 		if err != nil {
 			t.Fatalf("WatchContainer: %v", err)
 		}

@@ -353,8 +353,8 @@ func bundleCgroup(bundle string) string {
 func (s *Server) waitMonitorDone(rec containerRecord) {
 	// By the socket, not the record: a create cut short by a crash has
 	// a monitor that no record names.
-	done, err := s.monitor.WatchContainer(rec.Bundle)
-	if err != nil {
+	done := make(chan struct{})
+	if err := s.monitor.WatchContainer(rec.Bundle, func() { close(done) }); err != nil {
 		return
 	}
 	if !waitClosed(context.Background(), done, killGrace) {

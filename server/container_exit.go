@@ -16,16 +16,11 @@ import (
 // with it: the monitor closes the watch's connection right after writing
 // the exit file, or dies, with no polling either way.
 func (s *Server) watchContainer(rec containerRecord) {
-	done, err := s.monitor.WatchContainer(rec.Bundle)
+	err := s.monitor.WatchContainer(rec.Bundle, func() { s.recordExit(rec.ID) })
 	if err != nil {
 		s.log.WithField("container", rec.ID).WithError(err).Warn("cannot watch the container's monitor; treating it as gone")
 		s.recordExit(rec.ID)
-		return
 	}
-	go func() {
-		<-done
-		s.recordExit(rec.ID)
-	}()
 }
 
 // recordExit writes a container's end into its record, from the monitor's

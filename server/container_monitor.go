@@ -22,9 +22,9 @@ type containerMonitor interface {
 	// container while its bundle is written; the runtime's create waits
 	// for Finish.
 	BeginJoin(ctx context.Context, joinDir string, o conmon.Options) (pendingJoin, error)
-	// WatchContainer returns a channel closed once the monitor is done
-	// with the container whose socket is in socketDir.
-	WatchContainer(socketDir string) (<-chan struct{}, error)
+	// WatchContainer calls done once the monitor is done with the
+	// container whose socket is in socketDir.
+	WatchContainer(socketDir string, done func()) error
 }
 
 // pendingJoin is a join begun before the bundle was complete

@@ -82,8 +82,8 @@ func (conmonMonitor) BeginJoin(ctx context.Context, joinDir string, o conmon.Opt
 	return p, nil
 }
 
-func (conmonMonitor) WatchContainer(socketDir string) (<-chan struct{}, error) {
-	return conmon.WatchContainer(socketDir)
+func (conmonMonitor) WatchContainer(socketDir string, done func()) error {
+	return conmon.WatchContainer(socketDir, done)
 }
 
 func (conmonMonitor) Attach(ctx context.Context, socketDir string, stdin io.Reader, stdout, stderr io.Writer, resize <-chan conmon.Size) error {

@@ -133,6 +133,7 @@ func runDaemonCommand(args []string, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
+	tuneGC()
 	if err := runDaemon(cfg, flags.Load); err != nil {
 		fmt.Fprintf(stderr, "minicri: %v\n", err)
 		return 1

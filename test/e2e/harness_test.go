@@ -28,7 +28,7 @@ import (
 // binDir holds the minicri binaries under test: $MINICRI_BIN_DIR when set (the
 // Makefile builds them once, into bin/e2e), otherwise built by TestMain into a
 // temp dir. Both are built with -tags crashpoints, which the crash tests need,
-// and nri_no_wasm, as make build does.
+// nri_no_wasm and grpcnotrace, as make build does.
 var binDir string
 
 // tmpPrefix names every temp dir of this run, so that the leak check at the
@@ -86,7 +86,7 @@ func buildBinaries(dir string) error {
 		if _, err := os.Stat(filepath.Join(root, pkg)); err != nil {
 			continue
 		}
-		cmd := exec.Command("go", "build", "-tags", "crashpoints,nri_no_wasm", "-o", dir, pkg)
+		cmd := exec.Command("go", "build", "-tags", "crashpoints,nri_no_wasm,grpcnotrace", "-o", dir, pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

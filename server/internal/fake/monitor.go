@@ -116,7 +116,20 @@ func (m *Monitor) serve(o conmon.Options) {
 	m.watches[o.SocketDir] = make(chan struct{})
 }
 
-func (m *Monitor) WatchContainer(socketDir string) (<-chan struct{}, error) {
+func (m *Monitor) WatchContainer(socketDir string, done func()) error {
+	ch, err := m.watch(socketDir)
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-ch
+		done()
+	}()
+	return nil
+}
+
+// watch is the channel closed when the container in socketDir is done.
+func (m *Monitor) watch(socketDir string) (<-chan struct{}, error) {
 	if err := m.err("WatchContainer"); err != nil {
 		return nil, err
 	}
@@ -132,7 +145,7 @@ func (m *Monitor) WatchContainer(socketDir string) (<-chan struct{}, error) {
 // Attach gives stdout AttachOutput, then echoes stdin there until its end,
 // as `cat` in an attached container does.
 func (m *Monitor) Attach(ctx context.Context, socketDir string, stdin io.Reader, stdout, stderr io.Writer, resize <-chan conmon.Size) error {
-	if _, err := m.WatchContainer(socketDir); err != nil {
+	if _, err := m.watch(socketDir); err != nil {
 		return err
 	}
 	if stdout == nil {
@@ -150,7 +163,7 @@ func (m *Monitor) Attach(ctx context.Context, socketDir string, stdin io.Reader,
 
 // ReopenLog counts the reopens of a served container's log.
 func (m *Monitor) ReopenLog(ctx context.Context, socketDir string) error {
-	if _, err := m.WatchContainer(socketDir); err != nil {
+	if _, err := m.watch(socketDir); err != nil {
 		return err
 	}
 	if err := m.err("ReopenLog"); err != nil {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"text/template"
 
 	"github.com/containernetworking/cni/libcni"
 
@@ -50,8 +49,8 @@ func NewTemplateValues(cidrs []string) TemplateValues {
 	return v
 }
 
-// WriteConfFromTemplate writes TemplateConfFile from the Go text/template
-// file tmplPath, as containerd does with its conf_template when the kubelet
+// WriteConfFromTemplate writes TemplateConfFile from the Go template file
+// tmplPath (text/template's syntax, see cni_template_eval.go), as containerd does with its conf_template when the kubelet
 // sends the node's pod CIDR. It writes only while the directory holds no
 // network config but its own, so that a config dropped by the operator or a
 // network add-on is never shadowed; written reports whether it wrote. The
@@ -95,21 +94,20 @@ func (c *CNI) WriteConfFromTemplate(tmplPath string, values TemplateValues) (wri
 // renderTemplate executes the template and checks that the result is a
 // network config list this package would load.
 func renderTemplate(path string, values TemplateValues) ([]byte, error) {
-	t, err := template.ParseFiles(path)
+	text, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("cni conf_template: %w", err)
 	}
-	t.Option("missingkey=error")
-	var b bytes.Buffer
-	if err := t.Execute(&b, values); err != nil {
+	out, err := executeTemplate(filepath.Base(path), string(text), values)
+	if err != nil {
 		return nil, fmt.Errorf("cni conf_template %s: %w", path, err)
 	}
-	list, err := libcni.NetworkConfFromBytes(b.Bytes())
+	list, err := libcni.NetworkConfFromBytes([]byte(out))
 	if err == nil {
 		err = validateNetwork(list)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cni conf_template %s: the result is not a network config list: %w", path, err)
 	}
-	return b.Bytes(), nil
+	return []byte(out), nil
 }

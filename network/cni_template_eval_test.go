@@ -1,0 +1,183 @@
+package network
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"text/template"
+)
+
+// kubenetTemplate is the kubenet-shaped config many containerd nodes are
+// given as conf_template, around containerd's documented ipam example.
+const kubenetTemplate = `{
+    "cniVersion": "0.3.1",
+    "name": "kubenet",
+    "plugins": [{
+    "type": "bridge",
+    "bridge": "cbr0",
+    "mtu": 1500,
+    "isGateway": true,
+    "ipam": {
+        "type": "host-local",
+        "ranges": [{{range $i, $range := .PodCIDRRanges}}{{if $i}}, {{end}}[{"subnet": "{{$range}}"}]{{end}}],
+        "routes": [{{range $i, $route := .Routes}}{{if $i}}, {{end}}{"dst": "{{$route}}"}{{end}}]
+    }
+    },
+    {
+    "type": "portmap",
+    "capabilities": {"portMappings": true}
+    }]
+}
+`
+
+// templateCases are run by both text/template and executeTemplate; the
+// outputs must be equal byte for byte, or both must fail.
+var templateCases = []string{
+	containerdTemplate,
+	kubenetTemplate,
+	``,
+	`plain text, no actions`,
+	`{{.PodCIDR}}`,
+	`{{.PodCIDRRanges}} {{.Routes}} {{.}} {{$}} {{$.PodCIDR}}`,
+	`{{- .PodCIDR -}}  x  {{- /* a comment */ -}} y {{/* another */}} z`,
+	"a\n  {{- .PodCIDR}}\n  {{.Routes -}}\n  b",
+	`{{if .PodCIDR}}set{{else}}unset{{end}}`,
+	`{{if eq .PodCIDR "10.88.0.0/16"}}A{{else if eq .PodCIDR "fd00::/64"}}B{{else}}C{{end}}`,
+	`{{if ne (len .Routes) 1}}dual{{end}}`,
+	`{{if and .PodCIDR (gt 1 0)}}x{{end}}`,
+	`{{range .Routes}}[{{.}}]{{else}}none{{end}}`,
+	`{{range $r := .Routes}}{{$r}},{{end}}`,
+	`{{range $i, $r := .PodCIDRRanges}}{{$i}}={{$r}};{{range $.Routes}}{{.}}|{{end}}{{end}}`,
+	`{{range $i, $r := .PodCIDRRanges}}{{if $i}}, {{end}}{{if eq $i 0}}first{{end}}{{$r}}{{end}}`,
+	`{{range $e := .Routes}}{{else}}{{$e}}{{end}}`,
+	`{{$x := .PodCIDR}}{{$x}}{{$x = "changed"}}{{$x}}`,
+	`{{$n := 0}}{{range .Routes}}{{$n = len .}}{{end}}{{$n}}`,
+	`{{$i := 9}}{{$e := "e"}}{{range $i, $e = .Routes}}{{end}}{{$i}} {{$e}}`,
+	`{{with .PodCIDR}}({{.}}){{else}}no cidr{{end}}`,
+	`{{with $c := index .PodCIDRRanges 0}}{{$c}}{{end}}`,
+	`{{with .Routes}}{{index . 0}}{{end}}`,
+	`{{with .PodCIDR}}a{{else with .Routes}}b{{else}}c{{end}}`,
+	`{{len .PodCIDRRanges}} {{len .PodCIDR}} {{.Routes | len}}`,
+	`{{index .PodCIDRRanges 1}}`,
+	`{{index .PodCIDR 0}} {{index "ab" 1 | printf "%c"}}`,
+	`{{index .Routes}}`,
+	`{{printf "%s-%d-%v-%q" .PodCIDR 3 .Routes .PodCIDR}}`,
+	`{{print .PodCIDR 1 2 "a" "b" nil}}|{{println .Routes 1}}|{{printf "%v" nil}}`,
+	`{{.PodCIDR | printf "%s/x"}} {{.PodCIDR | print "p" | printf "%q"}}`,
+	`{{not .PodCIDR}} {{not .Routes}} {{and .PodCIDR .Routes}} {{or .PodCIDR "dflt"}} {{or "" 0}}`,
+	`{{and}}`,
+	`{{3}} {{1.5}} {{1e3}} {{0x10}} {{'a'}} {{1i}} {{true}} {{"s"}} {{-7}}`,
+	`{{99999999999999999999}}`,
+	`{{eq 1 1 2}} {{eq "a" "b" "a"}} {{eq .Routes nil}} {{eq 1.0 1.0}} {{ne true false}}`,
+	`{{eq (index "a" 0) 97}}`,
+	`{{eq 1 "a"}}`,
+	`{{eq .Routes .Routes}}`,
+	`{{eq .PodCIDR}}`,
+	`{{range 3}}{{.}}{{end}}`,
+	`{{range $i := 2}}{{$i}}{{end}}{{range 0}}x{{else}}empty{{end}}`,
+	`{{range $i, $e := 2}}{{end}}`,
+	`{{range .PodCIDR}}{{end}}`,
+	`{{range .Routes}}{{if eq . "::/0"}}{{break}}{{end}}{{.}}{{end}}`,
+	`{{range .Routes}}{{if eq . "0.0.0.0/0"}}{{continue}}{{end}}{{.}}{{end}}`,
+	`{{(index .Routes 0)}} {{(.PodCIDR)}} {{(print "a")}}`,
+	`{{.Nope}}`,
+	`{{.PodCIDR.Foo}}`,
+	`{{$.Routes.Len}}`,
+	`{{.PodCIDR "arg"}}`,
+	`{{"x" | .PodCIDR}}`,
+	`{{3 4}}`,
+	`{{nil}}`,
+	`{{len 3}}`,
+	`{{index .Routes 5}}`,
+	`{{index .Routes -1}}`,
+	`{{index .Routes "a"}}`,
+	`{{index .PodCIDR 0 1}}`,
+	`{{printf 3}}`,
+	`{{not}}`,
+	`{{not 1 2}}`,
+	`{{ne 1}}`,
+	`{{nosuchfunc 1}}`,
+	`{{.PodCIDR`,
+	`{{if}}{{end}}`,
+	`{{end}}`,
+	`{{$undefined}}`,
+	`{{break}}`,
+	`{{range .Routes}}{{.}}`,
+	`{{$x := 1}}{{if true}}{{$x := 2}}{{$x}}{{end}}{{$x}}`,
+	`{{$x := 1}}{{if true}}{{$x = 2}}{{end}}{{$x}}`,
+	`{{if $y := .PodCIDR}}{{$y}}{{else}}{{$y}}!{{end}}`,
+}
+
+var templateValueCases = map[string]TemplateValues{
+	"single": NewTemplateValues([]string{"10.88.0.0/16"}),
+	"v6":     NewTemplateValues([]string{"fd00::/64"}),
+	"dual":   NewTemplateValues([]string{"10.88.0.0/16", "fd00::/64"}),
+	"empty":  {},
+}
+
+// textTemplate runs src as renderTemplate did before minicri's evaluator:
+// text/template with missingkey=error.
+func textTemplate(src string, values TemplateValues) (string, error) {
+	t, err := template.New("conf.tmpl").Option("missingkey=error").Parse(src)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	err = t.Execute(&b, values)
+	return b.String(), err
+}
+
+// compareWithTextTemplate fails t when executeTemplate's result differs
+// from text/template's. An unsupported construct must be reported as one.
+func compareWithTextTemplate(t *testing.T, src string, values TemplateValues) {
+	t.Helper()
+	want, wantErr := textTemplate(src, values)
+	got, err := executeTemplate("conf.tmpl", src, values)
+	switch {
+	case errors.Is(err, errUnsupported):
+		return
+	case (err != nil) != (wantErr != nil):
+		t.Errorf("template %q on %+v:\nours: %q, %v\ntext/template: %q, %v", src, values, got, err, want, wantErr)
+	case err == nil && got != want:
+		t.Errorf("template %q on %+v:\nours:          %q\ntext/template: %q", src, values, got, want)
+	}
+}
+
+func TestExecuteTemplateMatchesTextTemplate(t *testing.T) {
+	for name, values := range templateValueCases {
+		for _, src := range templateCases {
+			t.Run(name, func(t *testing.T) { compareWithTextTemplate(t, src, values) })
+		}
+	}
+}
+
+// TestExecuteTemplateRefusesUnsupported: what the evaluator leaves out is
+// an error that names it, not a wrong config.
+func TestExecuteTemplateRefusesUnsupported(t *testing.T) {
+	for src, what := range map[string]string{
+		`{{define "x"}}X{{end}}{{template "x"}}`: "{{template}}",
+		`{{block "b" .}}B{{end}}`:                "{{template}}",
+		`{{html .PodCIDR}}`:                      `function "html"`,
+		`{{slice .Routes 1}}`:                    `function "slice"`,
+	} {
+		_, err := executeTemplate("conf.tmpl", src, NewTemplateValues([]string{"10.88.0.0/16"}))
+		if !errors.Is(err, errUnsupported) || !strings.Contains(err.Error(), what) || !strings.Contains(err.Error(), "conf.tmpl:1:") {
+			t.Errorf("executeTemplate(%q) = %v, want an errUnsupported naming %s at conf.tmpl:1", src, err, what)
+		}
+	}
+}
+
+func FuzzExecuteTemplateMatchesTextTemplate(f *testing.F) {
+	for _, src := range templateCases {
+		f.Add(src, "10.88.0.0/16", "fd00::/64")
+	}
+	f.Fuzz(func(t *testing.T, src, cidr1, cidr2 string) {
+		var cidrs []string
+		for _, c := range []string{cidr1, cidr2} {
+			if c != "" {
+				cidrs = append(cidrs, c)
+			}
+		}
+		compareWithTextTemplate(t, src, NewTemplateValues(cidrs))
+	})
+}

@@ -512,6 +512,24 @@ func (s *templateState) evalBuiltin(dot any, name *parse.IdentifierNode, node pa
 			return nil, s.errorf(node, "error calling %s: %v", name.Ident, err)
 		}
 		return equal == (name.Ident == "eq"), nil
+	case "lt", "le", "gt", "ge":
+		if err := want(2, false); err != nil {
+			return nil, err
+		}
+		vs, err := all()
+		if err != nil {
+			return nil, err
+		}
+		// gt is not le, ge is not lt.
+		orEqual := name.Ident == "le" || name.Ident == "gt"
+		less, err := lt(vs[0], vs[1])
+		if err == nil && orEqual && !less {
+			less, err = eq(vs[0], vs[1:])
+		}
+		if err != nil {
+			return nil, s.errorf(node, "error calling %s: %v", name.Ident, err)
+		}
+		return less == (name.Ident[0] == 'l'), nil
 	case "print", "println":
 		vs, err := all()
 		if err != nil {
@@ -631,6 +649,32 @@ func eq(a any, others []any) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// lt is text/template's lt: basic values of one kind, ordered; ints of
+// either sign together; bools and complex numbers have no order.
+func lt(a, b any) (bool, error) {
+	ka, kb := basicKind(a), basicKind(b)
+	if ka == "" || kb == "" {
+		return false, errors.New("invalid type for comparison")
+	}
+	asInt := func(v any) int {
+		if u, ok := v.(uint8); ok {
+			return int(u)
+		}
+		return v.(int)
+	}
+	switch {
+	case (ka == "int" || ka == "uint") && (kb == "int" || kb == "uint"):
+		return asInt(a) < asInt(b), nil
+	case ka != kb:
+		return false, fmt.Errorf("incompatible types for comparison: %T and %T", a, b)
+	case ka == "float":
+		return a.(float64) < b.(float64), nil
+	case ka == "string":
+		return a.(string) < b.(string), nil
+	}
+	return false, errors.New("invalid type for comparison")
 }
 
 // basicKind is the kind eq compares by value, "" for the rest.

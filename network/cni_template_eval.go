@@ -117,7 +117,8 @@ func (s *templateState) walk(dot any, node parse.Node) error {
 		if err != nil || len(n.Pipe.Decl) > 0 {
 			return err
 		}
-		return s.print(n, v)
+		s.print(v)
+		return nil
 	case *parse.BreakNode:
 		return errBreak
 	case *parse.ContinueNode:
@@ -146,13 +147,14 @@ func (s *templateState) walk(dot any, node parse.Node) error {
 	return s.unsupported(node, fmt.Sprintf("node %s", node))
 }
 
-func (s *templateState) print(node parse.Node, v any) error {
+// print writes an action's value as text/template does: fmt's default
+// format, unescaped.
+func (s *templateState) print(v any) {
 	if v == nil {
 		s.out.WriteString("<no value>")
-		return nil
+		return
 	}
 	fmt.Fprint(s.out, v)
-	return nil
 }
 
 func (s *templateState) walkIfOrWith(dot any, pipe *parse.PipeNode, list, elseList *parse.ListNode, with bool) error {
@@ -215,46 +217,37 @@ func (s *templateState) walkRange(dot any, r *parse.RangeNode) error {
 		}
 		return nil
 	}
-	ran := false
+	// A list gives index and element; an integer n (a byte of a string
+	// too) gives 0..n-1 of its type, as the only value; nil, nothing.
+	var n int
+	var elem func(i int) any
+	_, isList := v.([]string)
 	switch v := v.(type) {
 	case []string:
-		for i, e := range v {
-			ran = true
-			if err := iteration(i, e); err == errBreak {
-				break
-			} else if err != nil {
-				return err
-			}
-		}
+		n, elem = len(v), func(i int) any { return v[i] }
 	case int:
-		if len(decl) > 1 {
-			return s.errorf(r, "can't use %v to iterate over more than one variable", v)
-		}
-		for i := 0; i < v; i++ {
-			ran = true
-			if err := iteration(nil, i); err == errBreak {
-				break
-			} else if err != nil {
-				return err
-			}
-		}
+		n, elem = v, func(i int) any { return i }
 	case uint8:
-		if len(decl) > 1 {
-			return s.errorf(r, "can't use %v to iterate over more than one variable", v)
-		}
-		for i := uint8(0); i < v; i++ {
-			ran = true
-			if err := iteration(nil, i); err == errBreak {
-				break
-			} else if err != nil {
-				return err
-			}
-		}
+		n, elem = int(v), func(i int) any { return uint8(i) }
 	case nil:
 	default:
 		return s.errorf(r, "range can't iterate over %v", v)
 	}
-	if !ran && r.ElseList != nil {
+	if v != nil && !isList && len(decl) > 1 {
+		return s.errorf(r, "can't use %v to iterate over more than one variable", v)
+	}
+	for i := 0; i < n; i++ {
+		var index any
+		if isList {
+			index = i
+		}
+		if err := iteration(index, elem(i)); err == errBreak {
+			break
+		} else if err != nil {
+			return err
+		}
+	}
+	if n <= 0 && r.ElseList != nil {
 		return s.walk(dot, r.ElseList)
 	}
 	return nil
@@ -419,7 +412,19 @@ func (s *templateState) evalBuiltin(dot any, name *parse.IdentifierNode, node pa
 		}
 		return s.evalArg(dot, args[i])
 	}
-	all := func() ([]any, error) {
+	want := func(n int, atLeast bool) error {
+		if nargs == n || atLeast && nargs > n {
+			return nil
+		}
+		if atLeast {
+			return s.errorf(node, "wrong number of args for %s: want at least %d got %d", name.Ident, n, nargs)
+		}
+		return s.errorf(node, "wrong number of args for %s: want %d got %d", name.Ident, n, nargs)
+	}
+	all := func(n int, atLeast bool) ([]any, error) {
+		if err := want(n, atLeast); err != nil {
+			return nil, err
+		}
 		vs := make([]any, nargs)
 		for i := range vs {
 			v, err := arg(i)
@@ -430,14 +435,11 @@ func (s *templateState) evalBuiltin(dot any, name *parse.IdentifierNode, node pa
 		}
 		return vs, nil
 	}
-	want := func(n int, atLeast bool) error {
-		if nargs == n || atLeast && nargs > n {
-			return nil
+	only := func() (any, error) {
+		if err := want(1, false); err != nil {
+			return nil, err
 		}
-		if atLeast {
-			return s.errorf(node, "wrong number of args for %s: want at least %d got %d", name.Ident, n, nargs)
-		}
-		return s.errorf(node, "wrong number of args for %s: want %d got %d", name.Ident, n, nargs)
+		return arg(0)
 	}
 	switch name.Ident {
 	case "and", "or":
@@ -456,20 +458,14 @@ func (s *templateState) evalBuiltin(dot any, name *parse.IdentifierNode, node pa
 		}
 		return v, nil
 	case "not":
-		if err := want(1, false); err != nil {
-			return nil, err
-		}
-		v, err := arg(0)
+		v, err := only()
 		if err != nil {
 			return nil, err
 		}
 		truth, _ := isTrue(v)
 		return !truth, nil
 	case "len":
-		if err := want(1, false); err != nil {
-			return nil, err
-		}
-		v, err := arg(0)
+		v, err := only()
 		if err != nil {
 			return nil, err
 		}
@@ -483,24 +479,17 @@ func (s *templateState) evalBuiltin(dot any, name *parse.IdentifierNode, node pa
 		}
 		return nil, s.errorf(node, "error calling len: len of type %T", v)
 	case "index":
-		if err := want(1, true); err != nil {
-			return nil, err
-		}
-		vs, err := all()
+		vs, err := all(1, true)
 		if err != nil {
 			return nil, err
 		}
 		return s.index(node, vs[0], vs[1:])
 	case "eq", "ne":
-		if err := want(1, true); err != nil {
-			return nil, err
-		}
+		n, atLeast := 1, true
 		if name.Ident == "ne" {
-			if err := want(2, false); err != nil {
-				return nil, err
-			}
+			n, atLeast = 2, false
 		}
-		vs, err := all()
+		vs, err := all(n, atLeast)
 		if err != nil {
 			return nil, err
 		}
@@ -513,10 +502,7 @@ func (s *templateState) evalBuiltin(dot any, name *parse.IdentifierNode, node pa
 		}
 		return equal == (name.Ident == "eq"), nil
 	case "lt", "le", "gt", "ge":
-		if err := want(2, false); err != nil {
-			return nil, err
-		}
-		vs, err := all()
+		vs, err := all(2, false)
 		if err != nil {
 			return nil, err
 		}
@@ -531,7 +517,7 @@ func (s *templateState) evalBuiltin(dot any, name *parse.IdentifierNode, node pa
 		}
 		return less == (name.Ident[0] == 'l'), nil
 	case "print", "println":
-		vs, err := all()
+		vs, err := all(0, true)
 		if err != nil {
 			return nil, err
 		}
@@ -540,10 +526,7 @@ func (s *templateState) evalBuiltin(dot any, name *parse.IdentifierNode, node pa
 		}
 		return fmt.Sprintln(vs...), nil
 	case "printf":
-		if err := want(1, true); err != nil {
-			return nil, err
-		}
-		vs, err := all()
+		vs, err := all(1, true)
 		if err != nil {
 			return nil, err
 		}

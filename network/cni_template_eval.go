@@ -31,6 +31,18 @@ var templateFuncs = map[string]any{
 	"eq": true, "ge": true, "gt": true, "le": true, "lt": true, "ne": true,
 }
 
+// A template's run is bounded, where text/template's is not: the kubelet
+// calls UpdateRuntimeConfig at every node status sync, and a template that
+// ranges over a huge integer would pin a core, or fill memory, each time.
+// A CNI config list is a few KB.
+const (
+	maxTemplateOutput     = 1 << 20
+	maxTemplateIterations = 1 << 20
+)
+
+// errTooBig marks a run stopped by those bounds.
+var errTooBig = errors.New("the template runs too long")
+
 // errBreak and errContinue carry {{break}} and {{continue}} to their range.
 var (
 	errBreak    = errors.New("break")
@@ -51,9 +63,10 @@ type templateVar struct {
 // templateState is one execution: the tree (for error positions), the
 // output and the variable stack, $ at the bottom.
 type templateState struct {
-	tree *parse.Tree
-	out  *strings.Builder
-	vars []templateVar
+	tree       *parse.Tree
+	out        *strings.Builder
+	vars       []templateVar
+	iterations int // of all ranges, against maxTemplateIterations
 }
 
 // executeTemplate parses text as text/template does with the template name
@@ -118,7 +131,7 @@ func (s *templateState) walk(dot any, node parse.Node) error {
 			return err
 		}
 		s.print(v)
-		return nil
+		return s.checkOutput(n)
 	case *parse.BreakNode:
 		return errBreak
 	case *parse.ContinueNode:
@@ -140,11 +153,18 @@ func (s *templateState) walk(dot any, node parse.Node) error {
 		return s.walkRange(dot, n)
 	case *parse.TextNode:
 		s.out.Write(n.Text)
-		return nil
+		return s.checkOutput(n)
 	case *parse.TemplateNode:
 		return s.unsupported(n, "{{template}}")
 	}
 	return s.unsupported(node, fmt.Sprintf("node %s", node))
+}
+
+func (s *templateState) checkOutput(node parse.Node) error {
+	if s.out.Len() > maxTemplateOutput {
+		return fmt.Errorf("%w: %w", s.errorf(node, "output over %d bytes", maxTemplateOutput), errTooBig)
+	}
+	return nil
 }
 
 // print writes an action's value as text/template does: fmt's default
@@ -237,6 +257,9 @@ func (s *templateState) walkRange(dot any, r *parse.RangeNode) error {
 		return s.errorf(r, "can't use %v to iterate over more than one variable", v)
 	}
 	for i := 0; i < n; i++ {
+		if s.iterations++; s.iterations > maxTemplateIterations {
+			return fmt.Errorf("%w: %w", s.errorf(r, "over %d range iterations", maxTemplateIterations), errTooBig)
+		}
 		var index any
 		if isList {
 			index = i

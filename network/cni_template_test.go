@@ -96,13 +96,16 @@ func TestWriteConfFromTemplate(t *testing.T) {
 }
 
 func TestWriteConfFromTemplateRefusesBadTemplates(t *testing.T) {
-	cases := map[string]string{
-		"no such file":       "",
-		"template syntax":    `{"name": "{{.PodCIDR"}`,
-		"unknown field":      `{"name": "{{.NodeName}}"}`,
-		"not a network list": `{"subnet": "{{.PodCIDR}}"}`,
+	cases := map[string]struct{ content, says string }{
+		"no such file":          {"", "no such file"},
+		"template syntax":       {`{"name": "{{.PodCIDR"}`, `template.json:1: bad character U+0022 '"'`},
+		"unknown field":         {`{"name": "{{.NodeName}}"}`, "template.json:1:12: executing at <.NodeName>: can't evaluate field NodeName"},
+		"unsupported function":  {`{"name": "{{html .PodCIDR}}"}`, `template.json:1:12: executing at <html .PodCIDR>: function "html": not supported`},
+		"unsupported construct": {"{\n{{define \"x\"}}{{end}}{{template \"x\"}}", `template.json:2:32: executing at <{{template "x"}}>: {{template}}: not supported`},
+		"not a network list":    {`{"subnet": "{{.PodCIDR}}"}`, "not a network config list"},
 	}
-	for name, content := range cases {
+	for name, tc := range cases {
+		content := tc.content
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			tmpl := filepath.Join(t.TempDir(), "template.json")
@@ -111,8 +114,8 @@ func TestWriteConfFromTemplateRefusesBadTemplates(t *testing.T) {
 			}
 			c := NewCNI(dir, nil, t.TempDir(), nil)
 			written, err := c.WriteConfFromTemplate(tmpl, NewTemplateValues([]string{"10.88.0.0/16"}))
-			if written || !errors.Is(err, ErrNotReady) {
-				t.Fatalf("WriteConfFromTemplate = %v, %v; want ErrNotReady and nothing written", written, err)
+			if written || !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), tmpl) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("WriteConfFromTemplate = %v, %v; want ErrNotReady naming %s and saying %q, and nothing written", written, err, tmpl, tc.says)
 			}
 			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 				t.Errorf("a bad template left %d files in the config directory", len(entries))

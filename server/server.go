@@ -120,11 +120,15 @@ func New(opts Options) (*Server, error) {
 		criu:           &oci.CRIU{ScratchDir: filepath.Join(cfg.Root, checkpointsDir)},
 	}
 	s.useMonitor(conmonMonitor{})
+	var err error
 	if cfg.CgroupDriver == "systemd" {
 		s.scopes = &oci.SystemdScopes{}
 	}
+	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
+		return nil, err
+	}
+	settleRuntimes := s.startRuntimes()
 	s.useCNI(network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")))
-	var err error
 	pinned, err := pinnedImages(cfg.Image)
 	if err != nil {
 		return nil, err
@@ -148,10 +152,6 @@ func New(opts Options) (*Server, error) {
 	// for them (tens of ms); a create that needs one before it is known
 	// waits for that one only.
 	go func() { opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features") }()
-	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
-		return nil, err
-	}
-	s.useRuntimes()
 	s.loadAppArmorProfile(opts.Log)
 	if err := s.openTables(); err != nil {
 		return nil, err
@@ -161,6 +161,7 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.recover()
+	settleRuntimes()
 	if err := s.restoreRuntimeConfig(); err != nil {
 		s.log.WithError(err).Warn("restore the pod CIDR of UpdateRuntimeConfig; the kubelet sends it again")
 	}

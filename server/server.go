@@ -146,12 +146,6 @@ func New(opts Options) (*Server, error) {
 	if dir := unsearchableAbove(s.rootfsStage); dir != "" {
 		s.log.WithField("dir", dir).Warnf("pods in a user namespace cannot start: their runtime reaches their rootfs on %s, below a directory others may not search (docs/security.md)", s.rootfsStage)
 	}
-	// Every kernel probe once, from now on (the image store named the
-	// layers' filesystem), beside the recovery: the answers are in the log
-	// from the start, and the restart of a node's runtime does not wait
-	// for them (tens of ms); a create that needs one before it is known
-	// waits for that one only.
-	go func() { opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features") }()
 	s.loadAppArmorProfile(opts.Log)
 	if err := s.openTables(); err != nil {
 		return nil, err
@@ -172,6 +166,12 @@ func New(opts Options) (*Server, error) {
 		s.Close() // the plugins launched before the socket failed, too
 		return nil, err
 	}
+	// Every kernel probe once, from now on: the answers are in the log from
+	// the start, and the restart of a node's runtime does not wait for them
+	// (tens of ms), nor do they take the CPU from its recovery (each copies
+	// the mount table, which grows with the pods); a create that needs one
+	// before it is known waits for that one only.
+	go func() { opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features") }()
 	return s, nil
 }
 

@@ -302,7 +302,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 	if err = s2.openTables(); err != nil {
 		t.Fatal(err)
 	}
-	s2.recover()
+	s2.recover(bg)
 	st, err := s2.ContainerStatus(bg, &runtime.ContainerStatusRequest{ContainerId: ctrID})
 	if err != nil || st.GetStatus().GetState() != runtime.ContainerState_CONTAINER_EXITED {
 		t.Errorf("recovered container = %v, %v; want exited", st.GetStatus(), err)

@@ -37,15 +37,20 @@ const recoverTimeout = time.Minute
 //
 // Every step is idempotent, so a crash during the repair is repaired by the
 // next start.
-func (s *Server) recover() {
-	ctx, cancel := context.WithTimeout(context.Background(), recoverTimeout)
+//
+// It marks its phases (containers, sandboxes, sweep) on ctx's timer.
+func (s *Server) recover(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
 	defer cancel()
 	s.recoverContainers(ctx)
+	phaseDone(ctx, "containers")
 	attached := s.attachedPods()
 	for _, sb := range s.sandboxes.List() {
 		s.recoverSandbox(ctx, sb, attached)
 	}
+	phaseDone(ctx, "sandboxes")
 	s.sweepOrphans(ctx)
+	phaseDone(ctx, "sweep")
 }
 
 // recoverWorkers is how many containers are watched again (or have their

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,7 @@ import (
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/conmon/wire"
 	"github.com/minicri/minicri/internal/procstat"
+	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/store"
 )
@@ -259,5 +262,24 @@ func TestMonitorLivenessKeysOnStartTime(t *testing.T) {
 	me.JoinDir = "/b"
 	if !alive.of(me) || len(alive) != 2 {
 		t.Errorf("liveness kept %d answers for one monitor and one impostor, want 2", len(alive))
+	}
+}
+
+// The recovery marks its phases on the start's timer, which make bench
+// shows as the rows of a restart.
+func TestRecoverMarksItsPhases(t *testing.T) {
+	ts := newTestServer(t)
+	ts.metrics = metrics.New()
+	ctx, p := ts.withPhases(bg, "Start")
+	ts.recover(ctx)
+	p.observe()
+	rec := httptest.NewRecorder()
+	ts.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, phase := range []string{"containers", "sandboxes", "sweep"} {
+		want := `minicri_operation_phase_duration_seconds_count{operation="Start",phase="` + phase + `"} 1`
+		if !strings.Contains(string(body), want) {
+			t.Errorf("scrape lacks %s", want)
+		}
 	}
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/network"
-	"github.com/minicri/minicri/store"
 )
 
 func TestProcessStartTime(t *testing.T) {
@@ -211,18 +210,7 @@ func TestRecoverPlacesSharedMonitorBeforeRecordingExits(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s2 := &Server{
-		cfg: ts.cfg, version: ts.version, log: ts.log,
-		sandboxNames: store.NewNames(), containerNames: store.NewNames(),
-		monitors: newMonitorPlacement(2), monitorPath: ts.monitorPath,
-		cdi: ts.cdi, pins: ts.pins, runtimes: ts.runtimes,
-	}
-	s2.useCNI(ts.network)
-	s2.useImages(ts.images)
-	s2.useMonitor(fakeMonitor{ts.monitor})
-	if err := s2.openTables(); err != nil {
-		t.Fatal(err)
-	}
+	s2 := ts.restarted(t)
 	logs := logtest.NewLocal(ts.log.Logger)
 	s2.recoverContainers(bg)
 	for _, e := range logs.AllEntries() {

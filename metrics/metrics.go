@@ -67,7 +67,7 @@ func New() *Metrics {
 			"Repairs made by the start-up recovery, by kind.",
 			"kind"),
 		phases: newHistogram("operation_phase_duration_seconds",
-			"Duration of the steps of the costly CRI calls (RunPodSandbox, CreateContainer, StopPodSandbox, RemovePodSandbox) by operation and phase (cni, runtime, monitor, record ...), to see where a call's time goes.",
+			"Duration of the steps of the costly CRI calls (RunPodSandbox, CreateContainer, StopPodSandbox, RemovePodSandbox) and of the daemon's start (Start: records, containers, sweep ...) by operation and phase (cni, runtime, monitor, record ...), to see where a call's time goes.",
 			callBuckets, "operation", "phase"),
 	}
 	m.reg.MustRegister(m.rpcDuration, m.rpcErrors, m.execSync, m.execStream, m.pullBytes, m.pullDuration,

@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +53,13 @@ type NRI struct {
 	// plugins is how many plugins take events, as the library counts them
 	// (pluginCount): a closed one counts until the next event drops it.
 	plugins atomic.Int64
+	// pluginPath is the plugin dir, whose plugins Start launches.
+	pluginPath string
+	// noneLaunched is set by Start when the plugin dir holds no plugin: the
+	// library's synchronization of the launched plugins, the first sync,
+	// then has nobody to tell, and the state need not be made (it reads
+	// every container's config.json: ~15 ms of a restart at 100 pods).
+	noneLaunched atomic.Bool
 }
 
 // New prepares NRI; Start starts the plugins and the socket.
@@ -60,7 +69,7 @@ func New(cfg Config, name, version string, rt Runtime, log *logrus.Entry) (*NRI,
 	setLogger.Do(func() { nrilog.Set(logger{log}) })
 	adaptation.SetPluginRegistrationTimeout(cfg.RegistrationTimeout)
 	adaptation.SetPluginRequestTimeout(cfg.RequestTimeout)
-	n := &NRI{rt: rt, log: log}
+	n := &NRI{rt: rt, log: log, pluginPath: cfg.PluginPath}
 	opts := []adaptation.Option{
 		adaptation.WithMetrics(pluginCount{&n.plugins}),
 		adaptation.WithSocketPath(cfg.SocketPath),
@@ -84,10 +93,35 @@ func (n *NRI) Start() error {
 	if n == nil {
 		return nil
 	}
-	if err := n.a.Start(); err != nil {
+	// The library synchronizes the plugins it launches before it listens
+	// on the socket, so the first sync is theirs; a plugin that connects
+	// later always gets the whole state.
+	n.noneLaunched.Store(!hasPlugins(n.pluginPath))
+	err := n.a.Start()
+	n.noneLaunched.Store(false) // the sync did not run when Start failed early
+	if err != nil {
 		return fmt.Errorf("nri: start: %w", err)
 	}
 	return nil
+}
+
+// hasPlugins reports whether dir may hold a plugin to launch: anything but
+// subdirectories there (the library launches executable files), or a dir
+// it cannot read.
+func hasPlugins(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			return true
+		}
+	}
+	return false
 }
 
 // Stop stops the launched plugins and closes the socket.
@@ -100,6 +134,10 @@ func (n *NRI) Stop() {
 // sync is the library's SyncFn: it runs whenever plugins register, with the
 // plugins' callback, and applies the updates they answer.
 func (n *NRI) sync(ctx context.Context, cb adaptation.SyncCB) error {
+	if n.noneLaunched.CompareAndSwap(true, false) {
+		_, err := cb(ctx, nil, nil)
+		return err
+	}
 	pods, containers, err := n.rt.State(ctx)
 	if err != nil {
 		return fmt.Errorf("list pods and containers: %w", err)

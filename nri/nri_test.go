@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -23,10 +24,20 @@ type fakeRuntime struct {
 
 	mu      sync.Mutex
 	updates []string
+	states  int // how often State was asked
 }
 
 func (f *fakeRuntime) State(context.Context) ([]*api.PodSandbox, []*api.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.states++
 	return f.pods, f.ctrs, nil
+}
+
+func (f *fakeRuntime) stateCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.states
 }
 
 func (f *fakeRuntime) UpdateContainers(_ context.Context, u []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
@@ -77,9 +88,14 @@ func (p *testPlugin) CreateContainer(context.Context, *api.PodSandbox, *api.Cont
 
 func startNRI(t *testing.T, rt Runtime) (_ *NRI, socket string) {
 	t.Helper()
+	return startNRIIn(t, t.TempDir(), rt)
+}
+
+// startNRIIn starts NRI with its socket and plugin dir in dir.
+func startNRIIn(t *testing.T, dir string, rt Runtime) (_ *NRI, socket string) {
+	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	dir := t.TempDir()
 	socket = filepath.Join(dir, "nri.sock")
 	n, err := New(Config{
 		SocketPath:          socket,
@@ -122,6 +138,9 @@ func TestPluginSynchronizedAdjustsAndUpdates(t *testing.T) {
 	n, socket := startNRI(t, rt)
 	if n.Active() {
 		t.Error("Active with no plugin")
+	}
+	if got := rt.stateCalls(); got != 0 {
+		t.Errorf("State asked %d times at a start with no plugin to launch, want 0", got)
 	}
 	p := &testPlugin{synced: make(chan []string, 1)}
 	s := connect(t, socket, p)
@@ -170,6 +189,44 @@ func TestPluginSynchronizedAdjustsAndUpdates(t *testing.T) {
 	}
 	if got := rt.updated(); !slices.Equal(got, []string{"c1"}) {
 		t.Errorf("runtime asked to update %v, want [c1]", got)
+	}
+}
+
+// The start asks for the state only when the plugin dir may hold a plugin
+// to launch: the state of a restart at 100 pods costs ~15 ms.
+func TestStartAsksStateOnlyForPluginsToLaunch(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]os.FileMode // in the plugin dir; a 0 mode is a dir
+		want  int
+	}{
+		{"no plugin dir", nil, 0},
+		{"only subdirectories", map[string]os.FileMode{"sub": 0}, 0},
+		{"a file", map[string]os.FileMode{"10-plugin": 0o644}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, mode := range tc.files {
+				path := filepath.Join(dir, "plugins", name)
+				if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if mode == 0 {
+					err = os.Mkdir(path, 0o700)
+				} else {
+					err = os.WriteFile(path, nil, mode)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			rt := &fakeRuntime{}
+			startNRIIn(t, dir, rt)
+			if got := rt.stateCalls(); got != tc.want {
+				t.Errorf("State asked %d times at start, want %d", got, tc.want)
+			}
+		})
 	}
 }
 

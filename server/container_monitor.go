@@ -278,11 +278,13 @@ func (s *Server) monitorOptions(rec containerRecord, rt monitorRuntime, cfg *run
 }
 
 // sweepMonitorDirs removes the join directories of monitors that are gone:
-// a monitor removes its own when it exits, unless it was killed.
+// a monitor removes its own when it exits, unless it was killed. Each
+// monitor's liveness is read once, however many containers it serves.
 func (s *Server) sweepMonitorDirs() {
+	alive := monitorLiveness{}
 	live := map[string]bool{}
 	for _, c := range s.containers.List() {
-		if c.Monitor.JoinDir != "" && conmon.Alive(c.Monitor.PID, c.Monitor.StartTime) {
+		if c.Monitor.JoinDir != "" && alive.of(c.Monitor) {
 			live[c.Monitor.JoinDir] = true
 		}
 	}

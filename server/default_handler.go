@@ -15,12 +15,28 @@ import (
 // useRuntimes makes the OCI runtime of each configured handler and settles
 // which is the default, once, at start.
 func (s *Server) useRuntimes() {
+	s.startRuntimes()()
+}
+
+// startRuntimes makes the OCI runtime of each configured handler and starts
+// the probes that choose the default; settle waits for them and settles it.
+// A start runs its recovery between the two: the probes are processes
+// (10-20 ms) and the recovery needs no default, only the handlers its
+// records name.
+func (s *Server) startRuntimes() (settle func()) {
 	handlers := runtimeHandlers(s.cfg, s.monitorPath)
 	s.runtimes = ociHandlers{handlers}
-	probeCandidates(s.runtimes)
-	handlers.Default = chooseDefaultHandler(s.cfg.Runtime, s.runtimes, s.log)
-	s.cfg.Runtime.DefaultHandler = handlers.Default
-	warnMissingFixes(s.log, s.runtimes, handlers.Default)
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		probeCandidates(s.runtimes)
+	}()
+	return func() {
+		<-probed
+		handlers.Default = chooseDefaultHandler(s.cfg.Runtime, s.runtimes, s.log)
+		s.cfg.Runtime.DefaultHandler = handlers.Default
+		warnMissingFixes(s.log, s.runtimes, handlers.Default)
+	}
 }
 
 // probeCandidates runs `features` of every runc handler at once: each is a

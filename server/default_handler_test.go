@@ -143,6 +143,41 @@ func TestDefaultHandlerIsTheMostCapableRunc(t *testing.T) {
 	}
 }
 
+// A start goes on with its recovery while the candidates' `features` run,
+// and settles the default once they are done.
+func TestStartRuntimesProbesBesideTheStart(t *testing.T) {
+	dir := t.TempDir()
+	s := newRecordsServer(t)
+	s.cfg = config.Default()
+	release := filepath.Join(dir, "release")
+	p := fakeRuntimeBinary(t, dir, "runc-current", "runc", featuresRunc152)
+	// The probe waits for the test: it ends only once startRuntimes has
+	// returned.
+	wait := "#!/bin/sh\nwhile [ ! -e " + release + " ]; do sleep 0.01; done\n"
+	script, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(wait+strings.TrimPrefix(string(script), "#!/bin/sh\n")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{
+		"runc":         {Path: fakeRuntimeBinary(t, dir, "runc", "runc", featuresRunc115)},
+		"runc-current": {Path: p},
+	}
+	settle := s.startRuntimes()
+	if _, err := s.runtimes.Get("runc-current"); err != nil {
+		t.Errorf("a handler's runtime before the probes end: %v", err)
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	settle()
+	if got, want := s.cfg.Runtime.DefaultHandler, "runc-current"; got != want {
+		t.Errorf("default handler = %q, want %q", got, want)
+	}
+}
+
 // The choice runs each candidate's `features` once, at start: Status and
 // creates afterwards read the kept answer, however often the kubelet asks.
 func TestDefaultHandlerProbesOnceAtStart(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/server/internal/fake"
-	"github.com/minicri/minicri/store"
 )
 
 func TestImageHandlers(t *testing.T) {
@@ -297,20 +296,8 @@ func TestRecoverAfterRestart(t *testing.T) {
 	}
 	// The test's fake monitors' pids are not alive: to the new daemon,
 	// every monitor ended while it was down.
-	s2 := &Server{
-		cfg: ts.cfg, version: ts.version, log: ts.log,
-		sandboxNames: store.NewNames(), containerNames: store.NewNames(),
-		monitors: newMonitorPlacement(1), monitorPath: ts.monitorPath,
-		cdi: ts.cdi, pins: ts.pins, runtimes: ts.runtimes,
-	}
-	s2.useCNI(ts.network)
-	s2.useImages(ts.images)
-	s2.useMonitor(fakeMonitor{ts.monitor})
-	var err error
-	if err = s2.openTables(); err != nil {
-		t.Fatal(err)
-	}
-	s2.recover()
+	s2 := ts.restarted(t)
+	s2.recover(bg)
 	st, err := s2.ContainerStatus(bg, &runtime.ContainerStatusRequest{ContainerId: ctrID})
 	if err != nil || st.GetStatus().GetState() != runtime.ContainerState_CONTAINER_EXITED {
 		t.Errorf("recovered container = %v, %v; want exited", st.GetStatus(), err)

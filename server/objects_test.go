@@ -121,5 +121,5 @@ func (ts *testServer) restart(t *testing.T) {
 	if err := ts.openTables(); err != nil {
 		t.Fatal(err)
 	}
-	ts.recover()
+	ts.recover(bg)
 }

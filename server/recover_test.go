@@ -3,15 +3,24 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	logtest "github.com/sirupsen/logrus/hooks/test"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/conmon/wire"
 	"github.com/minicri/minicri/internal/procstat"
+	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/network"
 )
 
@@ -162,6 +171,103 @@ func TestSweepStopsOnlyRecordedInfraProcesses(t *testing.T) {
 		alive := err == nil && st.Live()
 		if alive == p.stop {
 			t.Errorf("process %s: alive %v after the sweep, want %v", p.what, alive, !p.stop)
+		}
+	}
+}
+
+// A shared monitor that still runs, one of whose containers ended while the
+// daemon was down: the recovery places every container on the monitor
+// before it records that exit, so the release of the ended one does not
+// take the monitor for emptied and wait killGrace for it to end.
+func TestRecoverPlacesSharedMonitorBeforeRecordingExits(t *testing.T) {
+	ts := newTestServer(t, func(c *config.Config) { c.Runtime.MonitorShare = 2 })
+	pod := podConfig("web")
+	podID := ts.runPod(t, pod)
+	var ids []string
+	for _, name := range []string{"a", "b"} {
+		id := ts.createCtr(t, podID, pod, ctrConfig(name))
+		if _, err := ts.StartContainer(bg, &runtime.StartContainerRequest{ContainerId: id}); err != nil {
+			t.Fatalf("StartContainer: %v", err)
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	ended, running := ids[0], ids[1] // the ended one is recovered first
+	// The monitor, to the next daemon, is this process: alive.
+	self, err := procstat.Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	monitor := monitorRef{PID: os.Getpid(), StartTime: self.StartTime, JoinDir: filepath.Join(ts.cfg.RunDir, "monitors", strings.Repeat("e", 64))}
+	for _, id := range ids {
+		if _, err := ts.containers.Update(id, func(r *containerRecord) error { r.Monitor = monitor; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, _ := ts.containers.Get(ended)
+	exit := wire.ExitStatus{Code: 3, At: time.Now()}
+	if err := os.WriteFile(exitFile(rec), exit.Marshal(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := ts.restarted(t)
+	logs := logtest.NewLocal(ts.log.Logger)
+	s2.recoverContainers(bg)
+	for _, e := range logs.AllEntries() {
+		if strings.Contains(e.Message, "still there after its last container") {
+			t.Errorf("the recovery waited for a monitor that serves %s: %s", running, e.Message)
+		}
+	}
+	if got, _ := s2.containers.Get(ended); got.State != stateExited || got.ExitCode != 3 {
+		t.Errorf("ended container: state %v, exit %d; want exited with 3", got.State, got.ExitCode)
+	}
+	if got, _ := s2.containers.Get(running); got.State != stateRunning {
+		t.Errorf("running container: state %v, want running", got.State)
+	}
+	s2.monitors.mu.Lock()
+	placed := s2.ctr(running).placed
+	s2.monitors.mu.Unlock()
+	if placed == nil || placed.ref.PID != monitor.PID {
+		t.Errorf("running container placed on %v, want its monitor %d", placed, monitor.PID)
+	}
+}
+
+// The liveness of a monitor is read once, and a recorded start time that is
+// not the process's is a dead monitor whatever its pid (pid reuse).
+func TestMonitorLivenessKeysOnStartTime(t *testing.T) {
+	self, err := procstat.Read(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	alive := monitorLiveness{}
+	me := monitorRef{PID: os.Getpid(), StartTime: self.StartTime, JoinDir: "/a"}
+	if !alive.of(me) {
+		t.Error("a live monitor is dead")
+	}
+	if alive.of(monitorRef{PID: os.Getpid(), StartTime: self.StartTime + 1}) {
+		t.Error("a pid with another start time is alive")
+	}
+	me.JoinDir = "/b"
+	if !alive.of(me) || len(alive) != 2 {
+		t.Errorf("liveness kept %d answers for one monitor and one impostor, want 2", len(alive))
+	}
+}
+
+// The recovery marks its phases on the start's timer, which make bench
+// shows as the rows of a restart.
+func TestRecoverMarksItsPhases(t *testing.T) {
+	ts := newTestServer(t)
+	ts.metrics = metrics.New()
+	ctx, p := ts.withPhases(bg, "Start")
+	ts.recover(ctx)
+	p.observe()
+	rec := httptest.NewRecorder()
+	ts.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, phase := range []string{"containers", "sandboxes", "sweep"} {
+		want := `minicri_operation_phase_duration_seconds_count{operation="Start",phase="` + phase + `"} 1`
+		if !strings.Contains(string(body), want) {
+			t.Errorf("scrape lacks %s", want)
 		}
 	}
 }

@@ -119,6 +119,27 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 	return ts
 }
 
+// restarted is a new daemon on ts's state, its records read and nothing
+// recovered yet: what a restart's recovery starts from. It shares ts's
+// fakes (the monitors, the network, the images) as a node's daemons share
+// the node.
+func (ts *testServer) restarted(t *testing.T) *Server {
+	t.Helper()
+	s := &Server{
+		cfg: ts.cfg, version: ts.version, log: ts.log,
+		sandboxNames: store.NewNames(), containerNames: store.NewNames(),
+		monitors: newMonitorPlacement(ts.cfg.Runtime.MonitorShare), monitorPath: ts.monitorPath,
+		cdi: ts.cdi, pins: ts.pins, runtimes: ts.runtimes,
+	}
+	s.useCNI(ts.network)
+	s.useImages(ts.images)
+	s.useMonitor(fakeMonitor{ts.monitor})
+	if err := s.openTables(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 var bg = context.Background()
 
 // podConfig is a pod as the kubelet sends it, with its own network.

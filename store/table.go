@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/minicri/minicri/internal/atomicfile"
 )
@@ -93,7 +95,9 @@ type Corrupt struct {
 // object newObject makes. Temp files of interrupted writes are removed.
 // Records that do not parse are returned as corrupt (and left on disk for
 // the operator) rather than failing the open: one bad file must not keep
-// the node's runtime from starting.
+// the node's runtime from starting. The records are read and decoded on
+// every CPU: at a daemon's start, hundreds of them are most of the wait
+// before the recovery.
 func Open[T any, O Object[T]](dir string, newObject func(id string) O) (*Table[T, O], []Corrupt, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("open store %s: %w", dir, err)
@@ -102,35 +106,57 @@ func Open[T any, O Object[T]](dir string, newObject func(id string) O) (*Table[T
 	if err != nil {
 		return nil, nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	t := &Table[T, O]{dir: dir, objects: map[string]O{}, newObject: newObject, write: atomicfile.Write, stage: atomicfile.Replace}
-	var corrupt []Corrupt
+	var ids []string
 	for _, e := range entries {
 		name := e.Name()
-		path := filepath.Join(dir, name)
 		if atomicfile.IsTemp(name) {
-			_ = os.Remove(path)
+			_ = os.Remove(filepath.Join(dir, name))
 			continue
 		}
-		id, ok := strings.CutSuffix(name, ".json")
-		if !ok || e.IsDir() {
-			continue
+		if id, ok := strings.CutSuffix(name, ".json"); ok && !e.IsDir() {
+			ids = append(ids, id)
 		}
-		var v T
-		data, err := os.ReadFile(path)
+	}
+	recs := make([]T, len(ids))
+	errs := make([]error, len(ids))
+	eachIndex(len(ids), func(i int) {
+		data, err := os.ReadFile(filepath.Join(dir, ids[i]+".json"))
 		if err == nil {
-			err = json.Unmarshal(data, &v)
+			err = json.Unmarshal(data, &recs[i])
 		}
-		if err != nil {
-			corrupt = append(corrupt, Corrupt{Path: path, Err: err})
+		errs[i] = err
+	})
+	t := &Table[T, O]{dir: dir, objects: map[string]O{}, newObject: newObject, write: atomicfile.Write, stage: atomicfile.Replace}
+	var corrupt []Corrupt
+	for i, id := range ids {
+		if errs[i] != nil {
+			corrupt = append(corrupt, Corrupt{Path: filepath.Join(dir, id+".json"), Err: errs[i]})
 			continue
 		}
 		obj := newObject(id)
-		*obj.slot() = Slot[T]{rec: v, recorded: true}
+		*obj.slot() = Slot[T]{rec: recs[i], recorded: true}
 		t.objects[id] = obj
 		t.ids = append(t.ids, id)
 	}
 	slices.Sort(t.ids)
 	return t, corrupt, nil
+}
+
+// eachIndex calls fn for 0..n-1, on as many goroutines as there are CPUs.
+func eachIndex(n int, fn func(i int)) {
+	workers := min(n, runtime.GOMAXPROCS(0))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // Put writes a record durably, replacing any with the same ID.

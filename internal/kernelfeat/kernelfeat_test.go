@@ -3,6 +3,7 @@ package kernelfeat
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -37,7 +38,12 @@ func kernelAtLeast(t *testing.T, major, minor int) bool {
 // lowerdir+ and the idmapped tmpfs, yes to the idmapped overlay on ext4.
 func TestProbesMatchKernelRelease(t *testing.T) {
 	requireRoot(t)
-	before := mountCount(t)
+	// Everything the probes make goes under this test's own dirs: the
+	// node's mount table and /tmp change under it (other packages' tests,
+	// daemons), so only what lies in them is this test's to check.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	layers := t.TempDir()
 	for _, c := range []struct {
 		f            *Feature
 		major, minor int
@@ -50,28 +56,35 @@ func TestProbesMatchKernelRelease(t *testing.T) {
 			t.Errorf("%s = %v, want supported=%v (kernel from %d.%d)", c.f.Name, got, want, c.major, c.minor)
 		}
 	}
-	SetLayerDir(t.TempDir())
+	SetLayerDir(layers)
 	if got, want := IDMappedOverlay.Get(), kernelAtLeast(t, 5, 19); got.Supported != want && want {
 		t.Errorf("%s = %v, want supported on a kernel from 5.19 (layers on %s)", IDMappedOverlay.Name, got, os.TempDir())
 	}
-	if after := mountCount(t); after != before {
-		t.Errorf("probes left mounts: %d before, %d after", before, after)
-	}
-	left, _ := os.ReadDir(os.TempDir())
-	for _, e := range left {
-		if strings.HasPrefix(e.Name(), "minicri-probe-") {
-			t.Errorf("probe scratch dir left: %s", e.Name())
+	for _, dir := range []string{tmp, layers} {
+		if n := mountsUnder(t, dir); n != 0 {
+			t.Errorf("probes left %d mounts under %s", n, dir)
+		}
+		left, _ := os.ReadDir(dir)
+		for _, e := range left {
+			t.Errorf("probe scratch dir left: %s", filepath.Join(dir, e.Name()))
 		}
 	}
 }
 
-func mountCount(t *testing.T) int {
+// mountsUnder counts the node's mounts at dir or below it.
+func mountsUnder(t *testing.T, dir string) int {
 	t.Helper()
 	data, err := os.ReadFile(mountinfo.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Count(string(data), "\n")
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			n++
+		}
+	}
+	return n
 }
 
 // Force gives a test the other kernel's answer and restores the probe's.

@@ -127,3 +127,21 @@ func TestRepairsAndMonitorDeaths(t *testing.T) {
 		}
 	}
 }
+
+// TestScrapeIsNeverCompressed: a scrape that offers gzip, as Prometheus and
+// Go's HTTP client do, gets plain text, and the daemon keeps no gzip
+// writer (~0.8 MB of compressor state) on its heap for it.
+func TestScrapeIsNeverCompressed(t *testing.T) {
+	m := New()
+	m.ObserveCall("ExecSync", "OK", time.Millisecond)
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Header.Set("Accept-Encoding", "gzip, zstd")
+	m.Handler().ServeHTTP(rec, req)
+	if enc := rec.Header().Get("Content-Encoding"); enc != "" && enc != "identity" {
+		t.Fatalf("Content-Encoding %q, want none", enc)
+	}
+	if !strings.Contains(rec.Body.String(), `minicri_cri_request_duration_seconds_count{code="OK",method="ExecSync"} 1`) {
+		t.Fatalf("the scrape is not the plain text format:\n%.200q", rec.Body.String())
+	}
+}

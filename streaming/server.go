@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,7 +95,6 @@ type Server struct {
 	listener net.Listener
 	limiter  *connlimit.Listener
 	http     *http.Server
-	errLog   *io.PipeWriter // the HTTP server's log, into ours
 
 	// ctx ends every stream when the server closes.
 	ctx     context.Context
@@ -127,7 +127,6 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 		return nil, err
 	}
 	s.listener = ln
-	s.errLog = s.log.WriterLevel(logrus.DebugLevel)
 	s.http = &http.Server{
 		Handler:           s.routes(),
 		ReadHeaderTimeout: cfg.RequestTimeout,
@@ -136,7 +135,7 @@ func New(cfg Config, rt Runtime) (*Server, error) {
 		IdleTimeout:       cfg.IdleConnTimeout,
 		ConnState:         s.limiter.ConnState,
 		// A client cut off by a timeout is news only when debugging.
-		ErrorLog: log.New(s.errLog, "", 0),
+		ErrorLog: log.New(debugLog{s.log}, "", 0),
 	}
 	go func() {
 		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -256,7 +255,6 @@ func (s *Server) url(kind string, req any) (string, error) {
 // cancelled and the connections closed) and waits a little for them.
 func (s *Server) Close() error {
 	err := s.http.Close()
-	s.errLog.Close()
 	s.cancel()
 	s.mu.Lock()
 	for c := range s.conns {
@@ -380,4 +378,15 @@ func (a adapter) AttachContainer(_ context.Context, _, _, container string, in i
 
 func (a adapter) PortForward(_ context.Context, sandboxID, _ string, port int32, stream io.ReadWriteCloser) error {
 	return a.s.rt.PortForward(a.ctx, sandboxID, port, stream)
+}
+
+// debugLog writes each message of the HTTP server's log as one debug entry
+// of ours. log.Logger hands over one whole message a Write. logrus's own
+// WriterLevel would do the same through a pipe, a goroutine and a 64 KB
+// scanner buffer kept for the daemon's whole life.
+type debugLog struct{ log *logrus.Entry }
+
+func (l debugLog) Write(p []byte) (int, error) {
+	l.log.Debug(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }

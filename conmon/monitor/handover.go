@@ -79,23 +79,29 @@ func parseHandover(args []string) (*monitor, error) {
 		return nil, err
 	}
 	m := newMonitor(cfg)
-	values := make(map[string]string, i)
-	for _, a := range args[:i] {
-		k, v, _ := strings.Cut(a, "=")
-		values[k] = v
+	// A lookup in the dozen key=value arguments, not a map of them: a
+	// shared monitor parses a handover for every container that joins
+	// it, and keeps whatever that allocates.
+	value := func(key string) string {
+		for _, a := range args[:i] {
+			if k, v, _ := strings.Cut(a, "="); k == key {
+				return v
+			}
+		}
+		return ""
 	}
 	for j, fd := range m.handedFDs() {
-		if *fd, err = strconv.Atoi(values[handoverKeys[j]]); err != nil {
+		if *fd, err = strconv.Atoi(value(handoverKeys[j])); err != nil {
 			return nil, errors.New("handover: " + handoverKeys[j] + ": " + err.Error())
 		}
 	}
-	if m.containerPID, err = strconv.Atoi(values["pid"]); err != nil || m.containerPID <= 0 {
-		return nil, errors.New("handover: bad container pid " + strconv.Quote(values["pid"]))
+	if m.containerPID, err = strconv.Atoi(value("pid")); err != nil || m.containerPID <= 0 {
+		return nil, errors.New("handover: bad container pid " + strconv.Quote(value("pid")))
 	}
-	m.oom.path = values["oom-file"]
-	m.oom.start, _ = strconv.Atoi(values["oom-start"])
-	m.sharedPIDNS = values["shared-pidns"] == "true"
-	m.logMade = values["log-made"] == "true"
+	m.oom.path = value("oom-file")
+	m.oom.start, _ = strconv.Atoi(value("oom-start"))
+	m.sharedPIDNS = value("shared-pidns") == "true"
+	m.logMade = value("log-made") == "true"
 	return m, nil
 }
 

@@ -30,8 +30,12 @@ type logWriter struct {
 
 	prefix  [2][]byte // [0] ends in " F ", [1] in " P "
 	storage [2][64]byte
-	iov     [maxIovecs]unix.Iovec
-	n       int // vectors in use
+	// iov is scratch space, empty between two writes: the monitors of a
+	// shared process use their pool's one (pool.add), 1.5 KiB less for
+	// each container; a writer outside a pool makes its own at its first
+	// write.
+	iov *[maxIovecs]unix.Iovec
+	n   int // vectors in use
 }
 
 var newline = []byte{'\n'}
@@ -84,6 +88,9 @@ func (w *logWriter) close() {
 func (w *logWriter) write(stream string, p []byte, now time.Time) error {
 	if w.fd < 0 || len(p) == 0 {
 		return nil
+	}
+	if w.iov == nil {
+		w.iov = new([maxIovecs]unix.Iovec)
 	}
 	w.setPrefixes(stream, now)
 	for len(p) > 0 {

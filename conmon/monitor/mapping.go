@@ -29,8 +29,8 @@ func dropReadOnlyData(buf []byte) {
 			maps = nil
 		}
 		// start-end perms offset dev inode path
-		f := bytes.Fields(line)
-		if len(f) < 6 || string(f[1]) != "r--p" || parseUint(f[4], 10) != exe.Ino {
+		var f [6][]byte
+		if fields(line, f[:]) < len(f) || string(f[1]) != "r--p" || parseUint(f[4], 10) != exe.Ino {
 			continue
 		}
 		lo, hi, ok := bytes.Cut(f[0], []byte{'-'})
@@ -42,6 +42,26 @@ func dropReadOnlyData(buf []byte) {
 		// ever made.
 		unix.Syscall(unix.SYS_MADVISE, start, end-start, unix.MADV_DONTNEED)
 	}
+}
+
+// fields splits line at runs of spaces into f, as bytes.Fields would
+// without making a slice: this runs after every join, and what a monitor
+// allocates stays. It returns how many of f it filled.
+func fields(line []byte, f [][]byte) int {
+	n := 0
+	for n < len(f) {
+		line = bytes.TrimLeft(line, " ")
+		if len(line) == 0 {
+			break
+		}
+		end := bytes.IndexByte(line, ' ')
+		if end < 0 {
+			end = len(line)
+		}
+		f[n], line = line[:end], line[end:]
+		n++
+	}
+	return n
 }
 
 // readInto reads a small file into buf with plain system calls, and

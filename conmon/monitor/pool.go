@@ -23,6 +23,7 @@ type pool struct {
 	epfd     int
 	tags     *epollTags
 	buf      []byte
+	iov      [maxIovecs]unix.Iovec // the log writers' scratch space
 	events   [16]unix.EpollEvent
 	monitors []*monitor
 
@@ -73,6 +74,7 @@ func (t *epollTags) current(ev unix.EpollEvent) bool {
 // add starts serving a created container and reports it to the daemon.
 func (p *pool) add(m *monitor) error {
 	m.epfd, m.tags, m.buf = p.epfd, p.tags, p.buf
+	m.log.iov = &p.iov
 	if err := m.watch(); err != nil {
 		return err
 	}

@@ -59,9 +59,9 @@ type Config struct {
 // Args renders c as minicri-conmon's command line (without the program name).
 func (c Config) Args() []string {
 	var args []string
-	for _, f := range c.stringFlags() {
-		if f.required || *f.field != "" {
-			args = append(args, f.name, *f.field)
+	for _, f := range stringFlags {
+		if v := *c.stringField(f.name); f.required || v != "" {
+			args = append(args, f.name, v)
 		}
 	}
 	for _, a := range c.RuntimeArgs {
@@ -71,9 +71,9 @@ func (c Config) Args() []string {
 	if c.LogMaxLine != 0 {
 		args = append(args, "--log-max-line", strconv.Itoa(c.LogMaxLine))
 	}
-	for _, f := range c.boolFlags() {
-		if *f.field {
-			args = append(args, f.name)
+	for _, name := range boolFlags {
+		if *c.boolFlag(name) {
+			args = append(args, name)
 		}
 	}
 	return args
@@ -108,55 +108,72 @@ func ParseArgs(args []string) (Config, error) {
 	return c, c.Validate()
 }
 
-// stringFlag is a flag that sets one string field; an optional one is
-// left out of Args when the field is empty.
-type stringFlag struct {
+// stringFlags is the one table of the string flags that Args renders and
+// setFlag reads, so that the two cannot drift apart; stringField maps each
+// name to its field. An optional flag is left out of Args when its field is
+// empty. A fixed table and a switch, not a slice of field pointers made per
+// call: a shared monitor parses two command lines for every container that
+// joins it, and with its collector off each such slice stayed on its heap.
+var stringFlags = [...]struct {
 	name     string
-	field    *string
 	required bool
+}{
+	{"--id", true},
+	{"--bundle", true},
+	{"--runtime", true},
+	{"--exit-file", true},
+	{"--socket-dir", true},
+	{"--runtime-root", false},
+	{"--log-path", false},
+	{"--join-dir", false},
+	{"--rootfs", false},
+	{"--rootfs-stage", false},
 }
 
-// stringFlags is the one table of c's string flags that Args renders and
-// setFlag reads, so that the two cannot drift apart.
-func (c *Config) stringFlags() []stringFlag {
-	return []stringFlag{
-		{"--id", &c.ID, true},
-		{"--bundle", &c.Bundle, true},
-		{"--runtime", &c.Runtime, true},
-		{"--exit-file", &c.ExitFile, true},
-		{"--socket-dir", &c.SocketDir, true},
-		{"--runtime-root", &c.RuntimeRoot, false},
-		{"--log-path", &c.LogPath, false},
-		{"--join-dir", &c.JoinDir, false},
-		{"--rootfs", &c.Rootfs, false},
-		{"--rootfs-stage", &c.RootfsStage, false},
+func (c *Config) stringField(name string) *string {
+	switch name {
+	case "--id":
+		return &c.ID
+	case "--bundle":
+		return &c.Bundle
+	case "--runtime":
+		return &c.Runtime
+	case "--exit-file":
+		return &c.ExitFile
+	case "--socket-dir":
+		return &c.SocketDir
+	case "--runtime-root":
+		return &c.RuntimeRoot
+	case "--log-path":
+		return &c.LogPath
+	case "--join-dir":
+		return &c.JoinDir
+	case "--rootfs":
+		return &c.Rootfs
+	case "--rootfs-stage":
+		return &c.RootfsStage
 	}
+	return nil
 }
 
-type boolFlag struct {
-	name  string
-	field *bool
-}
-
-func (c *Config) boolFlags() []boolFlag {
-	return []boolFlag{{"--terminal", &c.Terminal}, {"--stdin", &c.Stdin}, {"--stdin-once", &c.StdinOnce}}
-}
+var boolFlags = [...]string{"--terminal", "--stdin", "--stdin-once"}
 
 func (c *Config) boolFlag(name string) *bool {
-	for _, f := range c.boolFlags() {
-		if f.name == name {
-			return f.field
-		}
+	switch name {
+	case "--terminal":
+		return &c.Terminal
+	case "--stdin":
+		return &c.Stdin
+	case "--stdin-once":
+		return &c.StdinOnce
 	}
 	return nil
 }
 
 func (c *Config) setFlag(name, value string) error {
-	for _, f := range c.stringFlags() {
-		if f.name == name {
-			*f.field = value
-			return nil
-		}
+	if field := c.stringField(name); field != nil {
+		*field = value
+		return nil
 	}
 	switch name {
 	case "--runtime-arg":

@@ -253,7 +253,7 @@ func (b *nodeBench) listRows(label string, containers int) {
 // processes, from /proc/PID/smaps_rollup.
 func (b *nodeBench) memoryRows(label string, pods int) {
 	daemon := pssKB(b.d.cmd.Process.Pid)
-	monitors, infras := conmonPSSByKind()
+	monitors, infras := conmonPSSByKind(b.d.cmd.Process.Pid)
 	sum := func(v []int) int {
 		s := 0
 		for _, kb := range v {
@@ -511,8 +511,10 @@ func addPhaseRows(phases map[string]phaseSeries, ops ...string) {
 
 // conmonPSSByKind splits this run's minicri-conmon and minicri-pause
 // processes into monitors and pod infra processes (`minicri-pause pause`),
-// their PSS in KiB.
-func conmonPSSByKind() (monitors, infras []int) {
+// their PSS in KiB. Every daemon's sealed copy of minicri-pause has the same
+// name, so an infra process counts only as a child of this run's daemon:
+// the infra processes of tests running beside the bench are not its pods'.
+func conmonPSSByKind(daemon int) (monitors, infras []int) {
 	// Infra processes run from the daemon's sealed copy (conmon/pause_sealed.go).
 	exes := map[string]bool{filepath.Join(binDir, "minicri-conmon"): true, "/memfd:minicri-pause (deleted)": true}
 	procs, _ := filepath.Glob("/proc/[0-9]*")
@@ -524,12 +526,26 @@ func conmonPSSByKind() (monitors, infras []int) {
 		cmdline, _ := os.ReadFile(p + "/cmdline")
 		args := strings.Split(string(cmdline), "\x00")
 		if len(args) > 1 && args[1] == "pause" {
-			infras = append(infras, pssKB(pid))
+			if parentPID(pid) == daemon {
+				infras = append(infras, pssKB(pid))
+			}
 		} else {
 			monitors = append(monitors, pssKB(pid))
 		}
 	}
 	return monitors, infras
+}
+
+// parentPID is a process's parent from /proc/PID/status, 0 if unknown.
+func parentPID(pid int) int {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "PPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }
 
 // clockTick is USER_HZ, the unit of /proc/PID/stat's times.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/internal/kernelfeat"
+	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/server"
 )
@@ -269,7 +270,7 @@ func listenSocket(path string, perm os.FileMode) (net.Listener, error) {
 		conn, dialErr := net.DialTimeout("unix", path, time.Second)
 		if dialErr == nil {
 			conn.Close()
-			return nil, fmt.Errorf("socket %s is in use by another server", path)
+			return nil, fmt.Errorf("socket %s is in use by another server (held by %s)", path, procstat.Describe(procstat.SocketHolders(path)))
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("remove stale socket: %w", err)

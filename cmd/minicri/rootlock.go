@@ -50,7 +50,7 @@ func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		daemon := lockDaemon(path)
-		holders := lockHolders(f)
+		holders := procstat.FileHolders(f)
 		if slices.Contains(holders, daemon) && !dying(daemon) {
 			f.Close()
 			return nil, fmt.Errorf("another minicri (pid %d) is using the state root %s; stop it first or choose another --root", daemon, root)
@@ -58,10 +58,10 @@ func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File
 		if time.Now().After(deadline) {
 			f.Close()
 			return nil, fmt.Errorf("the state root %s is still locked after %s by %s (the minicri that took the lock, pid %d, is gone); stop them or choose another --root",
-				root, wait, describe(holders), daemon)
+				root, wait, procstat.Describe(holders), daemon)
 		}
 		if !logged {
-			log.WithFields(logrus.Fields{"root": root, "locked_by_pid": daemon, "holders": describe(holders), "wait": wait.String()}).
+			log.WithFields(logrus.Fields{"root": root, "locked_by_pid": daemon, "holders": procstat.Describe(holders), "wait": wait.String()}).
 				Warn("the state root is still locked, though the minicri that took the lock is gone or dying: waiting for the lock")
 			logged = true
 		}
@@ -84,34 +84,6 @@ func lockDaemon(path string) int {
 	return pid
 }
 
-// lockHolders lists the other processes that have the lock file open: the
-// flock belongs to an open file, so whichever of them holds the locked one
-// holds the lock, whatever pid the file names.
-func lockHolders(f *os.File) []int {
-	var want unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &want); err != nil {
-		return nil
-	}
-	var holders []int
-	self := os.Getpid()
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		fds, _ := os.ReadDir("/proc/" + d.Name() + "/fd")
-		for _, fd := range fds {
-			var st unix.Stat_t
-			if unix.Stat("/proc/"+d.Name()+"/fd/"+fd.Name(), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
-				holders = append(holders, pid)
-				break
-			}
-		}
-	}
-	return holders
-}
-
 // dying is true for a process that is gone, a zombie, or on its way out
 // with a SIGKILL pending: it will release what it holds without anyone's help.
 func dying(pid int) bool {
@@ -132,17 +104,4 @@ func dying(pid int) bool {
 		}
 	}
 	return false
-}
-
-// describe names processes by pid and command line, for an operator.
-func describe(pids []int) string {
-	if len(pids) == 0 {
-		return "no process with the file open (a descriptor in flight, or one that just closed)"
-	}
-	var names []string
-	for _, pid := range pids {
-		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-		names = append(names, fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))))
-	}
-	return strings.Join(names, ", ")
 }

@@ -25,6 +25,32 @@ const rootLockWait = 30 * time.Second
 // rootLockPoll is how often a waiting daemon tries the lock again.
 const rootLockPoll = 100 * time.Millisecond
 
+// lockFDFloor is the lowest descriptor number the lock may have: above
+// every descriptor a child is handed (stdio, ExtraFiles from fd 3 on). A
+// child between its fork and its exec holds a copy of the daemon's table,
+// the listening sockets with it, and a dup2 onto a handed descriptor's
+// number closes that copy; were the lock's number among them, such a child
+// of a killed daemon would hold the sockets (debug.sock answering, the next
+// daemon refused) with the lock already free. Above them, it holds the lock
+// as long as the sockets, and the next daemon's wait for the lock covers
+// both (docs/reliability.md).
+const lockFDFloor = 64
+
+// openAbove opens path (read-write, created 0600, close-on-exec) at a
+// descriptor number of floor or more.
+func openAbove(path string, floor int) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, floor)
+	unix.Close(fd)
+	if err != nil {
+		return nil, fmt.Errorf("move above fd %d: %w", floor, err)
+	}
+	return os.NewFile(uintptr(high), path), nil
+}
+
 // lockStateRoot takes an exclusive lock on the state root for the life of the
 // process: two daemons on one root would corrupt each other's records. The
 // kernel drops the lock when the last descriptor of the lock file's open
@@ -33,7 +59,7 @@ const rootLockPoll = 100 * time.Millisecond
 // lock whose daemon is gone or dying is waited for, up to wait.
 func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File, error) {
 	path := filepath.Join(root, "minicri.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	f, err := openAbove(path, lockFDFloor)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}

@@ -81,7 +81,7 @@ func Describe(pids []int) string {
 		if st, err := Read(pid); err == nil {
 			state = string(st.State)
 		}
-		names = append(names, fmt.Sprintf("pid %d (%s; state %s)", pid,
+		names = append(names, fmt.Sprintf("pid %d (%s) in state %s", pid,
 			strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")), state))
 	}
 	return strings.Join(names, ", ")

@@ -17,7 +17,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/utils"
-	"github.com/containernetworking/cni/pkg/version"
 	"github.com/sirupsen/logrus"
 
 	"github.com/minicri/minicri/internal/tracing"
@@ -77,6 +76,8 @@ type CNI struct {
 	confDir     string
 	binDirs     []string
 	lib         *libcni.CNIConfig
+	exec        *pluginExec
+	cacheDir    string
 	attachments attachmentStore
 	log         logrus.FieldLogger
 
@@ -94,11 +95,10 @@ func NewCNI(confDir string, binDirs []string, cacheDir string, log logrus.FieldL
 		discard.SetOutput(io.Discard)
 		log = discard
 	}
-	exec := &invoke.DefaultExec{
-		RawExec:       &invoke.RawExec{Stderr: pluginStderr{log}},
-		PluginDecoder: version.PluginDecoder{},
-	}
+	exec := &pluginExec{stderr: pluginStderr{log}}
 	return &CNI{
+		exec:        exec,
+		cacheDir:    cacheDir,
 		confDir:     confDir,
 		binDirs:     binDirs,
 		lib:         libcni.NewCNIConfigWithCacheDir(binDirs, cacheDir, exec),

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
@@ -103,6 +104,11 @@ type Server struct {
 	idClaims hostIDClaims
 }
 
+// orphanPluginWait bounds the start's wait for CNI plugins a killed daemon
+// left running: an ADD or DEL takes well under a second; one that takes
+// longer is hung, and is logged and left.
+const orphanPluginWait = 10 * time.Second
+
 // New builds the server and starts its streaming server, which Close stops.
 // It starts nothing that outlives the daemon.
 func New(opts Options) (*Server, error) {
@@ -131,7 +137,13 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	settleRuntimes := s.startRuntimes()
-	s.useCNI(network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni")))
+	cni := network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni"))
+	// Before the recovery tears down a half-made pod's attachment: a killed
+	// daemon's ADD may still be running (network/plugin_lock.go).
+	if err := cni.AwaitOrphanPlugins(orphanPluginWait); err != nil {
+		return nil, err
+	}
+	s.useCNI(cni)
 	pinned, err := pinnedImages(cfg.Image)
 	if err != nil {
 		return nil, err
@@ -325,6 +337,9 @@ func (s *Server) Close() error {
 	s.nri.Stop()
 	if c, ok := s.scopes.(interface{ Close() }); ok {
 		c.Close()
+	}
+	if c, ok := s.cni.(interface{ Close() }); ok {
+		c.Close() // the plugin lock
 	}
 	if s.streams != nil {
 		return s.streams.Close()

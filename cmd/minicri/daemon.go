@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/internal/kernelfeat"
+	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/server"
 )
@@ -266,10 +269,8 @@ func privateDir(dir string) error {
 // never one that a live server still answers on.
 func listenSocket(path string, perm os.FileMode) (net.Listener, error) {
 	if _, err := os.Lstat(path); err == nil {
-		conn, dialErr := net.DialTimeout("unix", path, time.Second)
-		if dialErr == nil {
-			conn.Close()
-			return nil, fmt.Errorf("socket %s is in use by another server", path)
+		if served(path, servedWait) {
+			return nil, fmt.Errorf("socket %s is in use by another server (held by %s)", path, procstat.Describe(procstat.SocketHolders(path)))
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("remove stale socket: %w", err)
@@ -284,6 +285,31 @@ func listenSocket(path string, perm os.FileMode) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
 	return l, nil
+}
+
+// servedWait bounds how long a server has to answer on a socket before
+// the socket is taken for a stale one.
+const servedWait = 2 * time.Second
+
+// served tells whether a server accepts connections on the unix socket at
+// path. A connect alone does not tell: it is queued on any listening
+// socket, also on the copy of a dead daemon's listener that a child forked
+// just before the SIGKILL holds until its exec, or that the kernel is still
+// releasing, which nobody will ever accept on. So it asks, in a form both
+// of minicri's servers answer: gRPC sends its SETTINGS frame on accept, an
+// HTTP server answers the request line (or closes on it). Bytes or an
+// orderly close mean a server; a reset (the listener closed with the
+// connection queued) or silence until wait means none.
+func served(path string, wait time.Duration) bool {
+	conn, err := net.DialTimeout("unix", path, wait)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(wait))
+	_, _ = conn.Write([]byte("HEAD / HTTP/1.0\r\n\r\n"))
+	n, err := conn.Read(make([]byte, 1))
+	return n > 0 || errors.Is(err, io.EOF)
 }
 
 // systemdNotify is the address systemd gave the daemon for its state

@@ -25,6 +25,32 @@ const rootLockWait = 30 * time.Second
 // rootLockPoll is how often a waiting daemon tries the lock again.
 const rootLockPoll = 100 * time.Millisecond
 
+// lockFDFloor is the lowest descriptor number the lock may have: above
+// every descriptor a child is handed (stdio, ExtraFiles from fd 3 on). A
+// child between its fork and its exec holds a copy of the daemon's table,
+// the listening sockets with it, and a dup2 onto a handed descriptor's
+// number closes that copy; were the lock's number among them, such a child
+// of a killed daemon would hold the sockets (debug.sock answering, the next
+// daemon refused) with the lock already free. Above them, it holds the lock
+// as long as the sockets, and the next daemon's wait for the lock covers
+// both (docs/reliability.md).
+const lockFDFloor = 64
+
+// openAbove opens path (read-write, created 0600, close-on-exec) at a
+// descriptor number of floor or more.
+func openAbove(path string, floor int) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, floor)
+	unix.Close(fd)
+	if err != nil {
+		return nil, fmt.Errorf("move above fd %d: %w", floor, err)
+	}
+	return os.NewFile(uintptr(high), path), nil
+}
+
 // lockStateRoot takes an exclusive lock on the state root for the life of the
 // process: two daemons on one root would corrupt each other's records. The
 // kernel drops the lock when the last descriptor of the lock file's open
@@ -33,7 +59,7 @@ const rootLockPoll = 100 * time.Millisecond
 // lock whose daemon is gone or dying is waited for, up to wait.
 func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File, error) {
 	path := filepath.Join(root, "minicri.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	f, err := openAbove(path, lockFDFloor)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file: %w", err)
 	}
@@ -50,7 +76,7 @@ func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		daemon := lockDaemon(path)
-		holders := lockHolders(f)
+		holders := procstat.FileHolders(f)
 		if slices.Contains(holders, daemon) && !dying(daemon) {
 			f.Close()
 			return nil, fmt.Errorf("another minicri (pid %d) is using the state root %s; stop it first or choose another --root", daemon, root)
@@ -58,10 +84,10 @@ func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File
 		if time.Now().After(deadline) {
 			f.Close()
 			return nil, fmt.Errorf("the state root %s is still locked after %s by %s (the minicri that took the lock, pid %d, is gone); stop them or choose another --root",
-				root, wait, describe(holders), daemon)
+				root, wait, procstat.Describe(holders), daemon)
 		}
 		if !logged {
-			log.WithFields(logrus.Fields{"root": root, "locked_by_pid": daemon, "holders": describe(holders), "wait": wait.String()}).
+			log.WithFields(logrus.Fields{"root": root, "locked_by_pid": daemon, "holders": procstat.Describe(holders), "wait": wait.String()}).
 				Warn("the state root is still locked, though the minicri that took the lock is gone or dying: waiting for the lock")
 			logged = true
 		}
@@ -84,34 +110,6 @@ func lockDaemon(path string) int {
 	return pid
 }
 
-// lockHolders lists the other processes that have the lock file open: the
-// flock belongs to an open file, so whichever of them holds the locked one
-// holds the lock, whatever pid the file names.
-func lockHolders(f *os.File) []int {
-	var want unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &want); err != nil {
-		return nil
-	}
-	var holders []int
-	self := os.Getpid()
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		fds, _ := os.ReadDir("/proc/" + d.Name() + "/fd")
-		for _, fd := range fds {
-			var st unix.Stat_t
-			if unix.Stat("/proc/"+d.Name()+"/fd/"+fd.Name(), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
-				holders = append(holders, pid)
-				break
-			}
-		}
-	}
-	return holders
-}
-
 // dying is true for a process that is gone, a zombie, or on its way out
 // with a SIGKILL pending: it will release what it holds without anyone's help.
 func dying(pid int) bool {
@@ -132,17 +130,4 @@ func dying(pid int) bool {
 		}
 	}
 	return false
-}
-
-// describe names processes by pid and command line, for an operator.
-func describe(pids []int) string {
-	if len(pids) == 0 {
-		return "no process with the file open (a descriptor in flight, or one that just closed)"
-	}
-	var names []string
-	for _, pid := range pids {
-		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-		names = append(names, fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))))
-	}
-	return strings.Join(names, ", ")
 }

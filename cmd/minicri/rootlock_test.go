@@ -128,3 +128,24 @@ func TestLockStateRootGivesUpAfterTheWait(t *testing.T) {
 		t.Fatalf("err = %v, want still locked, naming holder %d", err, holder.Process.Pid)
 	}
 }
+
+// The lock's descriptor lies above every one a child is handed (the infra
+// process gets fds 3 to 5): a child between its fork and its exec never
+// closes its copy of the lock by a dup2 while it still holds the daemon's
+// listening sockets, so a next daemon that took the lock never finds the
+// old one's sockets answering.
+func TestTheLockIsAboveHandedDescriptors(t *testing.T) {
+	root := t.TempDir()
+	f, err := lockStateRoot(root, time.Second, logrus.NewEntry(logrus.New()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const handed = 3 + 3 // stdio and the infra process's three ExtraFiles
+	if int(f.Fd()) < handed {
+		t.Errorf("the lock is fd %d, among the %d a child is handed", f.Fd(), handed)
+	}
+	if flags, err := unix.FcntlInt(f.Fd(), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Errorf("the lock's descriptor is not close-on-exec (flags %#x, %v)", flags, err)
+	}
+}

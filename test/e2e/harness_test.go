@@ -23,6 +23,8 @@ import (
 
 	internalapi "k8s.io/cri-api/pkg/apis"
 	remote "k8s.io/cri-client/pkg"
+
+	"github.com/minicri/minicri/conmon"
 )
 
 // binDir holds the minicri binaries under test: $MINICRI_BIN_DIR when set (the
@@ -174,7 +176,10 @@ func NewDaemon(t testing.TB, opts ...DaemonOption) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		stopRecordedInfras(filepath.Join(dir, "run"))
+		os.RemoveAll(dir)
+	})
 	d := &Daemon{
 		Dir:    dir,
 		Root:   filepath.Join(dir, "root"),
@@ -363,4 +368,19 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// stopRecordedInfras kills the infra processes the pod dirs under runDir
+// record (pid and start time, as the daemon finds them): a test that
+// failed before it removed its pods (a daemon that did not come up) would
+// leave them running, and the RemoveAll after it takes their records, so
+// that no later daemon could find them.
+func stopRecordedInfras(runDir string) {
+	dirs, _ := filepath.Glob(filepath.Join(runDir, "pods", "*"))
+	for _, dir := range dirs {
+		in, err := conmon.RecordedInfra(dir)
+		if err == nil && in.PID > 0 && conmon.Alive(in.PID, in.StartTime) {
+			_ = syscall.Kill(in.PID, syscall.SIGKILL)
+		}
+	}
 }

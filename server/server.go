@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc"
@@ -104,6 +105,8 @@ type Server struct {
 	// imageGC is closed when the image store's collection at start is
 	// done (collectImageGarbage); nil when none runs.
 	imageGC chan struct{}
+	// probes runs the kernel probes a while after the start; Close stops it.
+	probes *time.Timer
 }
 
 // New builds the server and starts its streaming server, which Close stops.
@@ -179,14 +182,23 @@ func New(opts Options) (*Server, error) {
 	}
 	phases.done("nri")
 	phases.observe()
-	// Every kernel probe once, from now on: the answers are in the log from
-	// the start, and the restart of a node's runtime does not wait for them
-	// (tens of ms), nor do they take the CPU from its recovery (each copies
-	// the mount table, which grows with the pods); a create that needs one
-	// before it is known waits for that one only.
-	go func() { opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features") }()
+	// Every kernel probe once, kernelProbeDelay from now: the answers are in
+	// the log from the first second, and the restart of a node's runtime
+	// does not wait for them (tens of ms), nor do they take the CPU from its
+	// recovery or its first calls (each copies the mount table, which grows
+	// with the pods: ~12 ms of CPU at 100 pods, which took ~3 ms from the
+	// first Version and ListPodSandbox when run at once); a create or a
+	// Status that needs one before it is known runs that one itself.
+	s.probes = time.AfterFunc(kernelProbeDelay, func() {
+		opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features")
+	})
 	return s, nil
 }
+
+// kernelProbeDelay is how long after the start the kernel probes run: past
+// a restart's first calls (a kubelet's reconnect, its Version, Status and
+// lists), which answer in milliseconds.
+const kernelProbeDelay = time.Second
 
 // loadAppArmorProfile loads the default AppArmor profile on a host that
 // has AppArmor. A failure does not stop the daemon: the containers that
@@ -345,6 +357,9 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 // Close releases what New acquired; open exec, attach and port-forward
 // streams end.
 func (s *Server) Close() error {
+	if s.probes != nil {
+		s.probes.Stop()
+	}
 	if s.imageGC != nil {
 		<-s.imageGC
 	}

@@ -102,11 +102,11 @@ type Server struct {
 	// idClaims hold the host IDs of the pods being made
 	// (sandbox_userns_claims.go).
 	idClaims hostIDClaims
-	// imageGC is closed when the image store's collection at start is
-	// done (collectImageGarbage); nil when none runs.
-	imageGC chan struct{}
-	// probes runs the kernel probes a while after the start; Close stops it.
-	probes *time.Timer
+	// afterStart runs, afterStartDelay after the start, what the start
+	// leaves for later (runAfterStart); Close stops it, or waits for
+	// afterStartDone if it has begun.
+	afterStart     *time.Timer
+	afterStartDone chan struct{}
 }
 
 // New builds the server and starts its streaming server, which Close stops.
@@ -148,7 +148,6 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.useImages(images)
-	s.collectImageGarbage(images)
 	s.rootfsStage = rootfsStageDir(cfg.RunDir)
 	if err := makeRootfsStage(s.rootfsStage); err != nil {
 		return nil, err
@@ -182,23 +181,38 @@ func New(opts Options) (*Server, error) {
 	}
 	phases.done("nri")
 	phases.observe()
-	// Every kernel probe once, kernelProbeDelay from now: the answers are in
-	// the log from the first second, and the restart of a node's runtime
-	// does not wait for them (tens of ms), nor do they take the CPU from its
-	// recovery or its first calls (each copies the mount table, which grows
-	// with the pods: ~12 ms of CPU at 100 pods, which took ~3 ms from the
-	// first Version and ListPodSandbox when run at once); a create or a
-	// Status that needs one before it is known runs that one itself.
-	s.probes = time.AfterFunc(kernelProbeDelay, func() {
-		opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features")
-	})
+	s.runAfterStart(images)
 	return s, nil
 }
 
-// kernelProbeDelay is how long after the start the kernel probes run: past
-// a restart's first calls (a kubelet's reconnect, its Version, Status and
-// lists), which answer in milliseconds.
-const kernelProbeDelay = time.Second
+// afterStartDelay is how long after the start runAfterStart's work begins:
+// past a restart's first calls (a kubelet's reconnect, its Version, Status
+// and lists), which answer in milliseconds.
+const afterStartDelay = time.Second
+
+// runAfterStart runs, afterStartDelay from now, what a restart need not
+// wait for nor share its CPU with (on two cores the recovery's decoding
+// and the runc probes take both):
+//   - the image store's collection, what a crashed pull, import or
+//     removal left: with a node's pods it reads every rootfs record and
+//     lists the content (4-12 ms). It takes the store's locks as another
+//     process's collection (minicri image import) does while the daemon
+//     serves; a pull or create meanwhile waits at the content lock.
+//   - every kernel probe once, for the log. Each copies the mount table,
+//     which grows with the pods: ~12 ms of CPU at 100 pods, which took ~3
+//     ms from the first Version and ListPodSandbox when run at once. A
+//     create or a Status that needs a probe before then runs it itself.
+func (s *Server) runAfterStart(st *image.Store) {
+	done := make(chan struct{})
+	s.afterStartDone = done
+	s.afterStart = time.AfterFunc(afterStartDelay, func() {
+		defer close(done)
+		if err := st.CollectGarbage(); err != nil {
+			s.log.WithError(err).Warn("image store: garbage collection after the start failed; the next removal or refused pull runs it again")
+		}
+		s.log.WithField("features", kernelfeat.Report()).Info("kernel features")
+	})
+}
 
 // loadAppArmorProfile loads the default AppArmor profile on a host that
 // has AppArmor. A failure does not stop the daemon: the containers that
@@ -214,7 +228,7 @@ func (s *Server) loadAppArmorProfile(log *logrus.Entry) {
 }
 
 // openImages opens the image store without its garbage collection, which
-// collectImageGarbage runs beside the start.
+// runAfterStart runs after the start.
 func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 	live := imageReloadable(cfg)
 	st, err := image.Open(image.Options{
@@ -235,23 +249,6 @@ func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 		return nil, fmt.Errorf("open image store: %w", err)
 	}
 	return st, nil
-}
-
-// collectImageGarbage runs the image store's collection (what a crashed
-// pull, import or removal left) beside the recovery, not before it: with
-// a node's pods it reads every rootfs record and lists the content, 4-12
-// ms of a restart. It takes the store's locks as another process's
-// collection would; a pull or a create that comes meanwhile waits for it
-// at the content lock. Close waits for it.
-func (s *Server) collectImageGarbage(st *image.Store) {
-	done := make(chan struct{})
-	s.imageGC = done
-	go func() {
-		defer close(done)
-		if err := st.CollectGarbage(); err != nil {
-			s.log.WithError(err).Warn("image store: garbage collection at start failed; the next removal or pull runs it again")
-		}
-	}()
 }
 
 // imageLimits are the unpack bounds of the [image] keys.
@@ -357,11 +354,8 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 // Close releases what New acquired; open exec, attach and port-forward
 // streams end.
 func (s *Server) Close() error {
-	if s.probes != nil {
-		s.probes.Stop()
-	}
-	if s.imageGC != nil {
-		<-s.imageGC
+	if s.afterStart != nil && !s.afterStart.Stop() {
+		<-s.afterStartDone // begun: the collection may be removing files
 	}
 	s.nri.Stop()
 	if c, ok := s.scopes.(interface{ Close() }); ok {

@@ -293,8 +293,8 @@ func TestCrashDuringPullImageLeavesNoImage(t *testing.T) {
 	if err != nil || resp.GetImage() != nil {
 		t.Fatalf("ImageStatus after a cut pull: %v, %v; want no image", resp.GetImage(), err)
 	}
-	// The image store's collection runs beside the restart's recovery
-	// (server.collectImageGarbage), so it may end after the socket answers.
+	// The image store's collection runs a second after the restart
+	// (server.runAfterStart), after the socket answers.
 	waitFor(t, "the half-written files of the cut pull removed after the restart", 30*time.Second, func() bool {
 		return len(d.filesBelowImageTmp()) == 0
 	})

@@ -36,6 +36,14 @@ func (s *Store) removeSearchACLs() error {
 		}
 	}
 	for _, dir := range dirs {
+		// 0700 is private whatever ACL the dir has: with an ACL of named
+		// entries the group bits are its mask, and a mask of nothing grants
+		// them nothing. A stat is what a restart pays for each rootfs dir;
+		// the xattr removal and the chmod write the inode (~5 ms at 100
+		// containers).
+		if fi, err := os.Lstat(dir); err == nil && fi.IsDir() && fi.Mode()&(os.ModePerm|os.ModeSetuid|os.ModeSetgid|os.ModeSticky) == 0o700 {
+			continue
+		}
 		err := unix.Removexattr(dir, aclXattr)
 		if err != nil && !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP) {
 			return fmt.Errorf("image store repair: remove ACL of %s: %w", dir, err)

@@ -175,6 +175,36 @@ func TestOlderSearchACLsRemoved(t *testing.T) {
 	}
 }
 
+// TestMaskedACLKeepsADirPrivate is why removeSearchACLs skips a 0700 dir
+// without reading its ACL: an ACL's named entries are under its mask, which
+// the group bits show, so a dir whose mode reads 0700 lets no host uid in,
+// whatever entries it holds.
+func TestMaskedACLKeepsADirPrivate(t *testing.T) {
+	requireRoot(t)
+	dir := filepath.Join(searchableTempDir(t), "private")
+	if err := os.MkdirAll(filepath.Join(dir, "inner"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(dir, aclXattr, olderSearchACL(testHostRoot), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := runAs(testHostRoot, "stat", filepath.Join(dir, "inner")); err != nil {
+		t.Fatalf("the search ACL does not let the uid in, the test proves nothing: %v", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil { // the mask to nothing, the named entry kept
+		t.Fatal(err)
+	}
+	if _, err := unix.Getxattr(dir, aclXattr, make([]byte, 256)); err != nil {
+		t.Fatalf("the chmod dropped the ACL, the test proves nothing: %v", err)
+	}
+	if err := runAs(testHostRoot, "stat", filepath.Join(dir, "inner")); err == nil {
+		t.Error("a 0700 dir with a named search entry let its uid in")
+	}
+}
+
 // olderSearchACL is the access ACL older versions wrote: rwx for the
 // owner, search for uid, nothing for group and others, a --x mask
 // (include/uapi/linux/posix_acl_xattr.h).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -172,19 +171,23 @@ func (s *Store) readRootfsRecords() (records []rootfsRecord, orphans []string, e
 	return records, orphans, nil
 }
 
-// Rootfses returns the IDs of every prepared rootfs, sorted, so that the
-// daemon can remove those of containers it no longer knows at start-up.
+// Rootfses returns the IDs of every rootfs, sorted, so that the daemon can
+// remove those of containers it no longer knows at start-up: from the
+// snapshots directory alone, no record read (a restart with 100 containers
+// read and decoded 100), so a half-made one (its record never written) is
+// among them; RemoveRootfs removes either.
 func (s *Store) Rootfses() []string {
-	records, _, err := s.readRootfsRecords()
+	entries, err := os.ReadDir(s.path(snapshotsDir))
 	if err != nil {
 		s.log.WithError(err).Warn("image store: cannot list rootfses")
 	}
-	ids := make([]string, 0, len(records))
-	for _, r := range records {
-		ids = append(ids, r.ID)
+	ids := make([]string, 0, len(entries))
+	for _, e := range entries {
+		if e.IsDir() && validRootfsID(e.Name()) == nil {
+			ids = append(ids, e.Name())
+		}
 	}
-	sort.Strings(ids)
-	return ids
+	return ids // ReadDir sorts by name
 }
 
 // MountRootfs mounts the overlay of rootfs id (the image's layers under its

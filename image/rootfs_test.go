@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -76,6 +77,31 @@ func TestRootfsShowsTheLayerFormat(t *testing.T) {
 	}
 	if ids := s.Rootfses(); len(ids) != 1 || ids[0] != "ctr1" {
 		t.Fatalf("Rootfses = %v, want [ctr1]", ids)
+	}
+	// A half-made rootfs (no record) is listed too, for the daemon's sweep
+	// to remove; what is no rootfs ID (a stray file, a dot dir) is not.
+	for _, dir := range []string{"ctr0/upper", ".stray"} {
+		if err := os.MkdirAll(filepath.Join(s.path(snapshotsDir), dir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(s.path(snapshotsDir), "file"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if ids := s.Rootfses(); !slices.Equal(ids, []string{"ctr0", "ctr1"}) {
+		t.Fatalf("Rootfses = %v, want [ctr0 ctr1]", ids)
+	}
+	if err := s.RemoveRootfs("ctr0"); err != nil {
+		t.Fatalf("remove a half-made rootfs: %v", err)
+	}
+	if _, err := os.Lstat(s.rootfsDir("ctr0")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the half-made rootfs is left: %v", err)
+	}
+	if err := os.RemoveAll(filepath.Join(s.path(snapshotsDir), ".stray")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(s.path(snapshotsDir), "file")); err != nil {
+		t.Fatal(err)
 	}
 	// A mounted rootfs is unmounted by its removal.
 	if _, err := s.MountRootfs("ctr1"); err != nil {

@@ -84,6 +84,23 @@ type indexFile struct {
 // layers (unless another process is pulling into the same root right now;
 // then the last pull to finish does it).
 func New(opts Options) (*Store, error) {
+	s, err := Open(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.CollectGarbage(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Open is New without the garbage collection, for a caller that runs
+// CollectGarbage itself, later or beside other work: a daemon's restart
+// need not wait for it (it reads every rootfs record and lists the
+// content). Nothing is unsafe meanwhile: the collection takes the same
+// locks as when another process (minicri image import) runs it while the
+// daemon serves.
+func Open(opts Options) (*Store, error) {
 	if opts.Root == "" {
 		return nil, errors.New("image store: root directory not set")
 	}
@@ -121,10 +138,17 @@ func New(opts Options) (*Store, error) {
 	if err := s.repairGeneration(); err != nil {
 		return nil, err
 	}
-	if err := s.requestGC(); err != nil {
-		return nil, fmt.Errorf("image store repair: %w", err)
-	}
 	return s, nil
+}
+
+// CollectGarbage repairs what a crashed pull, import or removal left (temp
+// files, half-made rootfses, unreferenced blobs and layers), unless another
+// process holds the content lock; then the last one to release it does.
+func (s *Store) CollectGarbage() error {
+	if err := s.requestGC(); err != nil {
+		return fmt.Errorf("image store repair: %w", err)
+	}
+	return nil
 }
 
 // repairGeneration rewrites the generation file when a writer died between

@@ -276,6 +276,46 @@ func TestNewRepairsLeftovers(t *testing.T) {
 	}
 }
 
+// TestOpenLeavesTheCollectionToCollectGarbage: Open (the daemon's start)
+// repairs no content, and CollectGarbage, run after it, does what New does.
+func TestOpenLeavesTheCollectionToCollectGarbage(t *testing.T) {
+	root := t.TempDir()
+	s := newTestStore(t, Options{Root: root})
+	img := importImages(t, s, map[string]v1.Image{"example.com/app:1": tim.Busybox(t)})[0]
+	leftovers := []string{
+		filepath.Join(root, blobsDir, strings.Repeat("ab", 32)),
+		filepath.Join(root, snapshotsDir, "halfmade", "upper", "file"),
+	}
+	for _, p := range leftovers {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s2, err := Open(Options{Root: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range leftovers {
+		if _, err := os.Lstat(p); err != nil {
+			t.Fatalf("Open collected %s already (%v): the daemon's start would wait for the collection", p, err)
+		}
+	}
+	if err := s2.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range leftovers {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("leftover %s survived CollectGarbage (%v)", p, err)
+		}
+	}
+	if got, err := s2.Get(img.ID); err != nil || !blobExists(s2, got.Layers[0].Digest) {
+		t.Fatalf("the image lost content in the collection: %v", err)
+	}
+}
+
 func TestImportExportRoundTrip(t *testing.T) {
 	multi, bb := tim.MultiLayer(t), tim.Busybox(t, tim.OCI())
 	byRef := map[string]v1.Image{"example.com/multi:1": multi, "busybox:latest": bb}

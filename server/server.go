@@ -102,6 +102,11 @@ type Server struct {
 	// idClaims hold the host IDs of the pods being made
 	// (sandbox_userns_claims.go).
 	idClaims hostIDClaims
+	// afterStart runs, afterStartDelay after the start, what the start
+	// leaves for later (runAfterStart); Close stops it, or waits for
+	// afterStartDone if it has begun.
+	afterStart     *time.Timer
+	afterStartDone chan struct{}
 }
 
 // orphanPluginWait bounds the start's wait for CNI plugins a killed daemon
@@ -187,13 +192,37 @@ func New(opts Options) (*Server, error) {
 	}
 	phases.done("nri")
 	phases.observe()
-	// Every kernel probe once, from now on: the answers are in the log from
-	// the start, and the restart of a node's runtime does not wait for them
-	// (tens of ms), nor do they take the CPU from its recovery (each copies
-	// the mount table, which grows with the pods); a create that needs one
-	// before it is known waits for that one only.
-	go func() { opts.Log.WithField("features", kernelfeat.Report()).Info("kernel features") }()
+	s.runAfterStart(images)
 	return s, nil
+}
+
+// afterStartDelay is how long after the start runAfterStart's work begins:
+// past a restart's first calls (a kubelet's reconnect, its Version, Status
+// and lists), which answer in milliseconds.
+const afterStartDelay = time.Second
+
+// runAfterStart runs, afterStartDelay from now, what a restart need not
+// wait for nor share its CPU with (on two cores the recovery's decoding
+// and the runc probes take both):
+//   - the image store's collection, what a crashed pull, import or
+//     removal left: with a node's pods it reads every rootfs record and
+//     lists the content (4-12 ms). It takes the store's locks as another
+//     process's collection (minicri image import) does while the daemon
+//     serves; a pull or create meanwhile waits at the content lock.
+//   - every kernel probe once, for the log. Each copies the mount table,
+//     which grows with the pods: ~12 ms of CPU at 100 pods, which took ~3
+//     ms from the first Version and ListPodSandbox when run at once. A
+//     create or a Status that needs a probe before then runs it itself.
+func (s *Server) runAfterStart(st *image.Store) {
+	done := make(chan struct{})
+	s.afterStartDone = done
+	s.afterStart = time.AfterFunc(afterStartDelay, func() {
+		defer close(done)
+		if err := st.CollectGarbage(); err != nil {
+			s.log.WithError(err).Warn("image store: garbage collection after the start failed; the next removal or refused pull runs it again")
+		}
+		s.log.WithField("features", kernelfeat.Report()).Info("kernel features")
+	})
 }
 
 // loadAppArmorProfile loads the default AppArmor profile on a host that
@@ -209,9 +238,11 @@ func (s *Server) loadAppArmorProfile(log *logrus.Entry) {
 	}
 }
 
+// openImages opens the image store without its garbage collection, which
+// runAfterStart runs after the start.
 func openImages(cfg config.Config, log *logrus.Entry) (*image.Store, error) {
 	live := imageReloadable(cfg)
-	st, err := image.New(image.Options{
+	st, err := image.Open(image.Options{
 		Root:                   filepath.Join(cfg.Root, "image"),
 		PrivateParents:         []string{cfg.Root},
 		Registries:             live.Registries,
@@ -334,6 +365,9 @@ func (s *Server) startStreaming(log *logrus.Entry) error {
 // Close releases what New acquired; open exec, attach and port-forward
 // streams end.
 func (s *Server) Close() error {
+	if s.afterStart != nil && !s.afterStart.Stop() {
+		<-s.afterStartDone // begun: the collection may be removing files
+	}
 	s.nri.Stop()
 	if c, ok := s.scopes.(interface{ Close() }); ok {
 		c.Close()

@@ -48,7 +48,7 @@ func (f Features) HasFixes() bool {
 const featuresTimeout = 10 * time.Second
 
 // Features runs the runtime's `features` subcommand once and keeps the
-// answer. A runtime without the subcommand (or whose binary is missing) has
+// answer, in memory and in FeaturesCache for the next start. A runtime without the subcommand (or whose binary is missing) has
 // no features; the error says why, for the log.
 func (r *Runtime) Features() (Features, error) {
 	r.featuresOnce.Do(func() { r.features, r.featuresErr = r.probeFeatures() })
@@ -60,6 +60,27 @@ func (r *Runtime) probeFeatures() (Features, error) {
 	if err != nil {
 		return Features{}, err
 	}
+	if r.FeaturesCache == "" {
+		return runFeatures(path)
+	}
+	// The binary's identity is taken before it runs: one replaced meanwhile
+	// is probed again at the next start.
+	key, err := binaryKey(path)
+	if err != nil {
+		return runFeatures(path)
+	}
+	if f, ok := cachedFeaturesOf(r.FeaturesCache, key); ok {
+		return f, nil
+	}
+	f, err := runFeatures(path)
+	if err == nil {
+		_ = keepFeatures(r.FeaturesCache, key, f)
+	}
+	return f, err
+}
+
+// runFeatures runs the binary at path for its features.
+func runFeatures(path string) (Features, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), featuresTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, "features")

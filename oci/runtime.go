@@ -46,6 +46,11 @@ type Runtime struct {
 	// then runs the runtime detached under "ExecShim exec", which waits
 	// for the process, so the runtime does not copy its output.
 	ExecShim string
+	// FeaturesCache, when set, is a private directory where the answer of
+	// `features` is kept for the next daemon start, for as long as the
+	// binary is the same file (features_cache.go). Only a successful
+	// answer is kept.
+	FeaturesCache string
 
 	resolveMu sync.Mutex
 	resolved  string

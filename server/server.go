@@ -273,8 +273,9 @@ func imageLimits(cfg config.Config) image.Limits {
 
 func runtimeHandlers(cfg config.Config, execShim string) *oci.Handlers {
 	h := &oci.Handlers{Default: cfg.Runtime.DefaultHandler, Runtimes: map[string]*oci.Runtime{}}
+	features := filepath.Join(cfg.RunDir, runtimeFeaturesDir)
 	for name, rc := range cfg.Runtime.Handlers {
-		h.Runtimes[name] = &oci.Runtime{Name: name, Path: rc.Path, Root: rc.Root, SystemdCgroup: cfg.CgroupDriver == "systemd", ExecShim: execShim}
+		h.Runtimes[name] = &oci.Runtime{Name: name, Path: rc.Path, Root: rc.Root, SystemdCgroup: cfg.CgroupDriver == "systemd", ExecShim: execShim, FeaturesCache: features}
 	}
 	return h
 }
@@ -298,6 +299,10 @@ func findMonitor(name string) (string, error) {
 	}
 	return path, nil
 }
+
+// runtimeFeaturesDir, under the run dir, keeps the runtimes' `features`
+// answers from one start to the next (oci/features_cache.go).
+const runtimeFeaturesDir = "runtime-features"
 
 // The directories of the record tables under the state root.
 const (

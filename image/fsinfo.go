@@ -1,6 +1,7 @@
 package image
 
 import (
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -8,47 +9,115 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/minicri/minicri/internal/atomicfile"
 	"github.com/minicri/minicri/internal/mountinfo"
 )
 
-// usageTTL is how long FsInfo answers from its last walk when no image was
-// added or removed meanwhile: the kubelet asks every few seconds, and
-// walking a big store is not free.
+// usageTTL is how long FsInfo's answer is taken as current when no image
+// was added or removed meanwhile: the kubelet asks every few seconds, and a
+// walk of the store, which holds the containers' writable layers too, costs
+// what the pods wrote.
 var usageTTL = 10 * time.Second
 
+// usageName, in the store's root, keeps the last measure for the next
+// start: the kubelet's image client asks ImageFsInfo first thing, and a
+// walk on a restarted daemon's first call took longer than its recovery
+// of 100 pods.
+const usageName = "fs-usage.json"
+
+// usageCache is a measure of the store and the catalog generation it was
+// taken at.
 type usageCache struct {
-	gen   uint64
-	at    time.Time
-	usage FsUsage
+	Gen   uint64
+	At    time.Time
+	Usage FsUsage
 }
 
 // FsInfo reports the filesystem of the store and what the store uses on it:
 // bytes (allocated blocks) and inodes of blobs, layers and container upper
 // dirs, each inode counted once however many hard links it has.
+//
+// Only a pull or a removal (a new catalog generation) makes a caller wait
+// for a walk of the store. A measure older than usageTTL is answered as it
+// is while one walk in the background takes a new one, as containerd
+// answers from its periodic sync: what the pods write never holds a call.
 func (s *Store) FsInfo() (FsUsage, error) {
 	c, err := s.current()
 	if err != nil {
 		return FsUsage{}, err
 	}
-	s.mu.Lock()
-	cached := s.usage
-	s.mu.Unlock()
-	if cached != nil && cached.gen == c.gen && time.Since(cached.at) < usageTTL {
-		return cached.usage, nil
+	if u := s.lastUsage(); u != nil && u.Gen == c.gen {
+		if time.Since(u.At) >= usageTTL {
+			s.refreshUsage()
+		}
+		return u.Usage, nil
 	}
-	mountpoint, err := mountpointOf(s.root)
+	s.measureMu.Lock()
+	defer s.measureMu.Unlock()
+	if u := s.lastUsage(); u != nil && u.Gen == c.gen {
+		return u.Usage, nil // measured by the call before this one
+	}
+	u, err := s.measureUsage(c.gen)
 	if err != nil {
 		return FsUsage{}, err
 	}
+	return u.Usage, nil
+}
+
+// lastUsage is the last measure: the one in memory, or at a daemon's first
+// call the one the last daemon kept.
+func (s *Store) lastUsage() *usageCache {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.usage == nil && !s.usageLoaded {
+		s.usageLoaded = true
+		var u usageCache
+		if data, err := os.ReadFile(s.path(usageName)); err == nil && json.Unmarshal(data, &u) == nil {
+			s.usage = &u
+		}
+	}
+	return s.usage
+}
+
+// refreshUsage measures the store again in the background, once at a time.
+func (s *Store) refreshUsage() {
+	if !s.measureMu.TryLock() {
+		return // a measure is under way
+	}
+	go func() {
+		defer s.measureMu.Unlock()
+		c, err := s.current()
+		if err == nil {
+			_, err = s.measureUsage(c.gen)
+		}
+		if err != nil {
+			s.log.WithError(err).Warn("image store: measure of its disk usage failed; ImageFsInfo answers the last one")
+		}
+	}()
+}
+
+// measureUsage walks the store, keeps the measure and returns it. The
+// caller holds measureMu.
+func (s *Store) measureUsage(gen uint64) (*usageCache, error) {
+	mountpoint, err := mountpointOf(s.root)
+	if err != nil {
+		return nil, err
+	}
 	bytes, inodes, err := diskUsage(s.root)
 	if err != nil {
-		return FsUsage{}, fmt.Errorf("image store usage: %w", err)
+		return nil, fmt.Errorf("image store usage: %w", err)
 	}
-	usage := FsUsage{Mountpoint: mountpoint, UsedBytes: bytes, InodesUsed: inodes}
+	u := &usageCache{Gen: gen, At: time.Now(), Usage: FsUsage{Mountpoint: mountpoint, UsedBytes: bytes, InodesUsed: inodes}}
 	s.mu.Lock()
-	s.usage = &usageCache{gen: c.gen, at: time.Now(), usage: usage}
+	if s.usage == nil || s.usage.Gen <= gen {
+		s.usage = u
+	}
 	s.mu.Unlock()
-	return usage, nil
+	// Best effort: without it, the next daemon's first call walks.
+	if data, err := json.Marshal(u); err == nil {
+		_ = atomicfile.Replace(s.path(usageName), data, 0o600)
+	}
+	return u, nil
 }
 
 func (s *Store) invalidateUsage() {
@@ -85,10 +154,14 @@ func diskUsage(root string) (bytes, inodes uint64, err error) {
 		} else if st.Dev != rootDev {
 			return filepath.SkipDir
 		}
-		if seen[st.Ino] {
-			return nil
+		// Only a file of several links can be met again: the set holds
+		// those, not every inode of what the pods wrote.
+		if st.Nlink > 1 && !d.IsDir() {
+			if seen[st.Ino] {
+				return nil
+			}
+			seen[st.Ino] = true
 		}
-		seen[st.Ino] = true
 		inodes++
 		bytes += uint64(st.Blocks) * 512
 		return nil

@@ -65,6 +65,10 @@ type Store struct {
 	mu    sync.Mutex
 	cat   *catalog // last catalog read or written; nil until the first read
 	usage *usageCache
+	// usageLoaded: the measure kept by the last daemon was read (fsinfo.go).
+	usageLoaded bool
+	// measureMu is held by the one walk of the store at a time.
+	measureMu sync.Mutex
 }
 
 // catalog is an immutable snapshot of images.json.

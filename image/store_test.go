@@ -3,6 +3,7 @@ package image
 import (
 	"archive/tar"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -184,13 +186,87 @@ func TestFsInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Back to the empty store's usage, plus images.json and generation.
-	if gone.UsedBytes > empty.UsedBytes+8192 || gone.InodesUsed > empty.InodesUsed+2 {
+	// Back to the empty store's usage, plus images.json, generation and
+	// the kept measure (usageName).
+	if gone.UsedBytes > empty.UsedBytes+12288 || gone.InodesUsed > empty.InodesUsed+3 {
 		t.Errorf("FsInfo after removal %+v, want it back to about %+v", gone, empty)
 	}
 }
 
 func len64[T any](s []T) uint64 { return uint64(len(s)) }
+
+// What is written below the store between two pulls (the containers'
+// writable layers) never makes a caller wait for a walk: a measure older
+// than usageTTL is answered, and a new one taken in the background. A
+// restarted daemon's first call answers the last daemon's measure.
+func TestFsInfoWalksOutsideTheCall(t *testing.T) {
+	defer func(ttl time.Duration) { usageTTL = ttl }(usageTTL)
+	usageTTL = time.Hour
+	root := t.TempDir()
+	s := newTestStore(t, Options{Root: root})
+	first, err := s.FsInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pod's writes: 64 files of 64 KiB in a writable layer.
+	// (Not in snapshots/, where the new store's collection would take it
+	// for a half-made rootfs.)
+	upper := filepath.Join(root, "pod-writes")
+	if err := os.MkdirAll(upper, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 64 {
+		if err := os.WriteFile(filepath.Join(upper, fmt.Sprint(i)), make([]byte, 64<<10), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A restart: the new store answers the kept measure without a walk.
+	restarted := newTestStore(t, Options{Root: root})
+	if got, err := restarted.FsInfo(); err != nil || got != first {
+		t.Fatalf("restarted FsInfo = %+v, %v; want the kept measure %+v", got, err, first)
+	}
+	// Stale: the call answers at once, the walk after it sees the writes.
+	usageTTL = 0
+	if got, err := restarted.FsInfo(); err != nil || got != first {
+		t.Fatalf("stale FsInfo = %+v, %v; want the last measure %+v", got, err, first)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := restarted.FsInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.UsedBytes >= first.UsedBytes+64*64<<10 && got.InodesUsed >= first.InodesUsed+65 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("FsInfo %+v 10 s after the writes, before them %+v: the background walk never came", got, first)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A file's links are one inode, counted once.
+	before := restarted.measureLocked(t)
+	for i := range 8 {
+		if err := os.Link(filepath.Join(upper, "0"), filepath.Join(upper, fmt.Sprint("link", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := restarted.measureLocked(t); after.InodesUsed != before.InodesUsed || after.UsedBytes != before.UsedBytes {
+		t.Errorf("8 more links to a file: %+v, before them %+v; want the same", after, before)
+	}
+}
+
+// measureLocked walks the store as FsInfo does after a pull.
+func (s *Store) measureLocked(t *testing.T) FsUsage {
+	t.Helper()
+	s.measureMu.Lock()
+	defer s.measureMu.Unlock()
+	u, err := s.measureUsage(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Usage
+}
 
 // TestTwoStoresOneRoot is the daemon and `minicri image import` on one
 // root: each sees what the other did, without a restart.

@@ -98,6 +98,10 @@ func monitorEnv() []string {
 		// per-P caches and more threads. GOMAXPROCS must be in the
 		// environment: the runtime sizes itself before main runs.
 		"GOMAXPROCS=1",
+		// No heap profile sampling: nobody can fetch a monitor's, and
+		// each sample touched the runtime's table of stacks. Set before
+		// main, as GOMAXPROCS, so that no allocation is sampled.
+		"GODEBUG=memprofilerate=0",
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -38,6 +39,10 @@ const (
 	defaultProfileWait   = 30 * time.Second
 )
 
+// defaultMemProfileRate is Go's own sampling of the heap profile: one
+// sample per 512 KiB allocated on average.
+const defaultMemProfileRate = 512 * 1024
+
 // startObservability starts the endpoints the configuration asks for: the
 // Prometheus metrics (metrics.address) and Go's profiles (profile_address).
 // Both are off by default; the metrics are nil, and nothing counted, while
@@ -61,6 +66,7 @@ func startObservability(cfg config.Config, log *logrus.Entry) (*metrics.Metrics,
 		stops = append(stops, closeFn)
 	}
 	if cfg.ProfileAddress != "" {
+		runtime.MemProfileRate = defaultMemProfileRate // off until now (main)
 		// Its own mux, not http.DefaultServeMux: nothing else is served there.
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/minicri/minicri/config"
 )
 
 // TestServeHTTPOnUnixSocket: an absolute path is served on a unix socket of
@@ -60,5 +63,30 @@ func TestServeHTTPOnUnixSocket(t *testing.T) {
 	stop()
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Fatalf("the socket outlived its endpoint: %v", err)
+	}
+}
+
+// The heap profile is sampled only while the profile endpoint can serve it.
+func TestHeapSamplingOnlyWithTheProfileEndpoint(t *testing.T) {
+	defer func(rate int) { runtime.MemProfileRate = rate }(runtime.MemProfileRate)
+	runtime.MemProfileRate = 0 // as main leaves it
+	log := logrus.NewEntry(logrus.New())
+	var cfg config.Config
+	_, stop, err := startObservability(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if runtime.MemProfileRate != 0 {
+		t.Fatalf("heap sampling on (rate %d) with no profile endpoint", runtime.MemProfileRate)
+	}
+	cfg.ProfileAddress = filepath.Join(t.TempDir(), "debug.sock")
+	_, stop, err = startObservability(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if runtime.MemProfileRate != defaultMemProfileRate {
+		t.Fatalf("heap sampling rate %d with the profile endpoint on, want %d", runtime.MemProfileRate, defaultMemProfileRate)
 	}
 }

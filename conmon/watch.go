@@ -1,10 +1,10 @@
 package conmon
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -24,40 +24,80 @@ import (
 // end, were two stacks per container, a MiB of the daemon's memory at 100
 // pods.
 func WatchContainer(socketDir string, done func()) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := dial(ctx, socketDir, wire.ControlSocket)
-	if errors.Is(err, ErrNotRunning) || errors.Is(err, os.ErrNotExist) {
+	fd, err := connectWait(socketDir, time.Now().Add(watchConnectWait))
+	switch {
+	case err == nil:
+		return watchFD(fd, done)
+	case errors.Is(err, ErrNotRunning):
 		go done()
 		return nil
-	}
-	if err != nil {
+	default:
 		return fmt.Errorf("watch container: %w", err)
 	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte(wire.RequestWait)); err != nil {
-		go done() // the monitor closed the socket meanwhile: done
-		return nil
+}
+
+// watchConnectWait bounds the wait for room in a monitor's backlog.
+const watchConnectWait = 10 * time.Second
+
+// connectWait is the watch's connection made and asked for in three
+// syscalls: a non-blocking socket of the watcher's own, a connect that
+// completes at once when the monitor's backlog has room, and the request.
+// A restart watches every container of the node this way; through the
+// runtime's dialer each also cost a timer, a poller registration and a
+// duplicate descriptor. While the backlog is full (a monitor that stopped
+// accepting for a moment), the connect is tried again until deadline: the
+// runtime's dialer failed at once, and a failed watch counts as a monitor
+// gone.
+func connectWait(socketDir string, deadline time.Time) (int, error) {
+	path := socketDir + "/" + wire.ControlSocket
+	if len(path) > wire.MaxSocketPath {
+		dir, err := unix.Open(socketDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, notRunning(err)
+		}
+		defer unix.Close(dir)
+		path = "/proc/self/fd/" + strconv.Itoa(dir) + "/" + wire.ControlSocket
 	}
-	// The watcher's own descriptor of the connection: conn's is the
-	// runtime's poller's, closed on return.
-	raw, err := conn.SyscallConn()
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("watch container: %w", err)
+		return -1, err
 	}
-	fd := -1
-	if cerr := raw.Control(func(c uintptr) { fd, err = unix.FcntlInt(c, unix.F_DUPFD_CLOEXEC, 0) }); cerr != nil {
-		err = cerr
+	addr := &unix.SockaddrUnix{Name: path}
+	for {
+		err = unix.Connect(fd, addr)
+		if err == unix.EAGAIN && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		if err != unix.EINTR {
+			break
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("watch container: %w", err)
+	switch err {
+	case nil, unix.EISCONN:
+		err = unix.Sendmsg(fd, []byte(wire.RequestWait), nil, nil, unix.MSG_NOSIGNAL)
+		if err == unix.EPIPE || err == unix.ECONNRESET {
+			err = fmt.Errorf("%w: %w", ErrNotRunning, err) // closed meanwhile: done
+		}
+	case unix.EAGAIN:
+		err = fmt.Errorf("the monitor's backlog stayed full for %s", watchConnectWait)
+	default:
+		err = notRunning(err)
 	}
-	w, err := theWatcher()
 	if err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("watch container: %w", err)
+		return -1, err
 	}
-	if err := w.add(fd, done); err != nil {
+	return fd, nil
+}
+
+// watchFD hands a watch connection to the watcher.
+func watchFD(fd int, done func()) error {
+	w, err := theWatcher()
+	if err == nil {
+		err = w.add(fd, done)
+	}
+	if err != nil {
 		unix.Close(fd)
 		return fmt.Errorf("watch container: %w", err)
 	}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"math"
+	"runtime/debug"
+	"testing"
+)
+
+// The start collects nothing, under a memory limit; settle puts the
+// serving target in force and lifts the limit. An operator's GOGC is
+// never touched.
+func TestTuneGC(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
+
+	settle := tuneGC()
+	if p := debug.SetGCPercent(-1); p != -1 {
+		t.Errorf("GC percent during the start = %d, want off (-1)", p)
+	}
+	if l := debug.SetMemoryLimit(-1); l != startMemoryLimit {
+		t.Errorf("memory limit during the start = %d, want %d", l, startMemoryLimit)
+	}
+	settle()
+	if p := debug.SetGCPercent(defaultGCPercent); p != defaultGCPercent {
+		t.Errorf("GC percent once serving = %d, want %d", p, defaultGCPercent)
+	}
+	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
+		t.Errorf("memory limit once serving = %d, want none", l)
+	}
+
+	t.Setenv("GOGC", "100")
+	debug.SetGCPercent(100)
+	tuneGC()()
+	if p := debug.SetGCPercent(100); p != 100 {
+		t.Errorf("GC percent with GOGC=100 in the environment = %d, want 100", p)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"os"
 	"runtime/debug"
 	"testing"
 )
@@ -13,6 +14,10 @@ func TestTuneGC(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	defer debug.SetMemoryLimit(debug.SetMemoryLimit(math.MaxInt64))
 
+	if v, set := os.LookupEnv("GOGC"); set {
+		t.Setenv("GOGC", v) // restored after the test
+		os.Unsetenv("GOGC")
+	}
 	settle := tuneGC()
 	if p := debug.SetGCPercent(-1); p != -1 {
 		t.Errorf("GC percent during the start = %d, want off (-1)", p)

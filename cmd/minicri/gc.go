@@ -20,31 +20,33 @@ const defaultGCPercent = 50
 // The start collects nothing: reading a node's records and watching its
 // containers again allocates a few MB that the daemon mostly keeps, and
 // at GOGC=50 its 2 MB goal made four cycles of a restart at 100 pods,
-// ~8 ms of CPU beside the recovery on two cores. startMemoryLimit is the
-// bound meanwhile (a collection when the daemon's memory reaches it), and
-// gcSettleDelay after the daemon serves, past a restart's first calls,
-// the serving target applies.
+// ~8 ms of CPU beside the recovery on two cores. startMemoryLimit bounds
+// it meanwhile (the collector runs when the daemon's Go memory reaches
+// it: a pull in the first second collects, as a node's start at 100 pods,
+// ~12 MiB, does not), and gcSettleDelay after the daemon serves, past a
+// restart's first calls, the serving target applies.
 const (
-	startMemoryLimit = 128 << 20
+	startMemoryLimit = 32 << 20
 	gcSettleDelay    = time.Second
 )
 
 // tuneGC turns the collection off for the start and returns what puts the
-// serving target in force. A GOGC in the environment is left alone, start
-// included; a GOMEMLIMIT stays the limit.
+// serving target in force. An operator's GOGC or GOMEMLIMIT is left
+// alone, start included: the first is the target from the first line,
+// the second the bound it sets is theirs.
 func tuneGC() (settle func()) {
 	if _, set := os.LookupEnv("GOGC"); set {
 		return func() {}
 	}
-	ownLimit := debug.SetMemoryLimit(-1) == math.MaxInt64
-	if ownLimit {
-		debug.SetMemoryLimit(startMemoryLimit)
+	serving := func() { debug.SetGCPercent(defaultGCPercent) }
+	if _, set := os.LookupEnv("GOMEMLIMIT"); set {
+		serving()
+		return func() {}
 	}
+	debug.SetMemoryLimit(startMemoryLimit)
 	debug.SetGCPercent(-1)
 	return func() {
-		debug.SetGCPercent(defaultGCPercent)
-		if ownLimit {
-			debug.SetMemoryLimit(math.MaxInt64)
-		}
+		serving()
+		debug.SetMemoryLimit(math.MaxInt64)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -18,19 +17,29 @@ import (
 	"github.com/minicri/minicri/internal/chans"
 )
 
-// dial connects to one of the monitor's sockets. A socket directory too long
-// for sun_path is reached through /proc/self/fd: the monitor binds its
-// sockets by relative names, so the directory's length is not its limit.
-func dial(ctx context.Context, socketDir, name string) (*net.UnixConn, error) {
-	path := socketDir + "/" + name
-	if len(path) > wire.MaxSocketPath {
-		dir, err := os.OpenFile(socketDir, unix.O_PATH|unix.O_DIRECTORY, 0)
-		if err != nil {
-			return nil, notRunning(err)
-		}
-		defer dir.Close() // the connection, once made, no longer needs it
-		path = "/proc/self/fd/" + strconv.Itoa(int(dir.Fd())) + "/" + name
+// socketPath is the path to connect to one of the monitor's sockets. A
+// socket directory too long for sun_path is reached through /proc/self/fd:
+// the monitor binds its sockets by relative names, so the directory's
+// length is not its limit. done closes that directory once connected.
+func socketPath(socketDir, name string) (path string, done func(), err error) {
+	path = socketDir + "/" + name
+	if len(path) <= wire.MaxSocketPath {
+		return path, func() {}, nil
 	}
+	dir, err := unix.Open(socketDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, notRunning(err)
+	}
+	return "/proc/self/fd/" + strconv.Itoa(dir) + "/" + name, func() { unix.Close(dir) }, nil
+}
+
+// dial connects to one of the monitor's sockets (socketPath).
+func dial(ctx context.Context, socketDir, name string) (*net.UnixConn, error) {
+	path, done, err := socketPath(socketDir, name)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unixpacket", path)
 	if err != nil {

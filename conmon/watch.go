@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"time"
 
@@ -49,15 +48,11 @@ const watchConnectWait = 10 * time.Second
 // runtime's dialer failed at once, and a failed watch counts as a monitor
 // gone.
 func connectWait(socketDir string, deadline time.Time) (int, error) {
-	path := socketDir + "/" + wire.ControlSocket
-	if len(path) > wire.MaxSocketPath {
-		dir, err := unix.Open(socketDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return -1, notRunning(err)
-		}
-		defer unix.Close(dir)
-		path = "/proc/self/fd/" + strconv.Itoa(dir) + "/" + wire.ControlSocket
+	path, closeDir, err := socketPath(socketDir, wire.ControlSocket)
+	if err != nil {
+		return -1, err
 	}
+	defer closeDir()
 	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, err

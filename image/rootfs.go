@@ -333,6 +333,7 @@ func (s *Store) RemoveRootfs(id string) error {
 	if err != nil || trash == "" {
 		return err
 	}
+	s.forgetRootfsUsage(id)
 	if err := os.RemoveAll(trash); err != nil {
 		return fmt.Errorf("remove rootfs %s: %w", id, err)
 	}

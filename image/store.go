@@ -69,6 +69,8 @@ type Store struct {
 	usageLoaded bool
 	// measureMu is held by the one walk of the store at a time.
 	measureMu sync.Mutex
+	// rootfsUsage: the measures of the containers' writable layers.
+	rootfsUsage rootfsUsages
 }
 
 // catalog is an immutable snapshot of images.json.

@@ -128,9 +128,15 @@ func (s *Store) invalidateUsage() {
 
 // diskUsage walks root without crossing into other filesystems (mounted
 // container rootfses would count their layers twice).
+//
+// A file of n links is met n times; each meeting counts 1/n of it. The
+// sums are kept per link count, so the division is exact when all the
+// links are inside root, and the walk keeps no set of inodes: what it
+// holds does not grow with the files a pod makes.
 func diskUsage(root string) (bytes, inodes uint64, err error) {
 	var rootDev uint64
-	seen := map[uint64]bool{}
+	type shared struct{ meetings, blocks uint64 }
+	byLinks := map[uint64]*shared{} // link count → what files of that many links added
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if os.IsNotExist(err) {
@@ -154,18 +160,25 @@ func diskUsage(root string) (bytes, inodes uint64, err error) {
 		} else if st.Dev != rootDev {
 			return filepath.SkipDir
 		}
-		// Only a file of several links can be met again: the set holds
-		// those, not every inode of what the pods wrote.
 		if st.Nlink > 1 && !d.IsDir() {
-			if seen[st.Ino] {
-				return nil
+			sh := byLinks[st.Nlink]
+			if sh == nil {
+				sh = &shared{}
+				byLinks[st.Nlink] = sh
 			}
-			seen[st.Ino] = true
+			sh.meetings++
+			sh.blocks += uint64(st.Blocks)
+			return nil
 		}
 		inodes++
 		bytes += uint64(st.Blocks) * 512
 		return nil
 	})
+	for links, sh := range byLinks {
+		// Rounded up: a file whose other links are outside root still counts.
+		inodes += (sh.meetings + links - 1) / links
+		bytes += (sh.blocks*512 + links - 1) / links
+	}
 	return bytes, inodes, err
 }
 

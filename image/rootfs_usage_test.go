@@ -116,3 +116,72 @@ func waitUsage(t *testing.T, s *Store, id string, ok func(FsUsage) bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A file of several links is one inode however its links are met, with no
+// set of inodes kept: each meeting counts its share.
+func TestDiskUsageCountsLinkedFilesOnce(t *testing.T) {
+	const block = 4096 // the test files' size: one block on any filesystem here
+	cases := []struct {
+		name        string
+		make        func(t *testing.T, root, outside string)
+		wantInodes  uint64 // besides root itself
+		wantAtLeast uint64 // bytes, besides root's
+	}{
+		{"one file, nine links", func(t *testing.T, root, _ string) {
+			writeBlock(t, filepath.Join(root, "f"))
+			for i := range 8 {
+				link(t, filepath.Join(root, "f"), filepath.Join(root, "l"+string(rune('a'+i))))
+			}
+		}, 1, block},
+		{"two files, two links each", func(t *testing.T, root, _ string) {
+			for _, f := range []string{"f", "g"} {
+				writeBlock(t, filepath.Join(root, f))
+				link(t, filepath.Join(root, f), filepath.Join(root, f+"2"))
+			}
+		}, 2, 2 * block},
+		{"a link outside the walk", func(t *testing.T, root, outside string) {
+			writeBlock(t, filepath.Join(root, "f"))
+			link(t, filepath.Join(root, "f"), filepath.Join(outside, "f"))
+		}, 1, block / 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			base := t.TempDir()
+			root, outside := filepath.Join(base, "root"), filepath.Join(base, "outside")
+			for _, d := range []string{root, outside} {
+				if err := os.Mkdir(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			emptyBytes, emptyInodes, err := diskUsage(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.make(t, root, outside)
+			bytes, inodes, err := diskUsage(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inodes-emptyInodes != c.wantInodes || bytes-emptyBytes < c.wantAtLeast || bytes-emptyBytes > c.wantAtLeast+block {
+				t.Errorf("diskUsage = %d bytes, %d inodes more than empty; want %d inodes, %d bytes (within a block)",
+					bytes-emptyBytes, inodes-emptyInodes, c.wantInodes, c.wantAtLeast)
+			}
+		})
+	}
+}
+
+func writeBlock(t *testing.T, path string) {
+	t.Helper()
+	data := make([]byte, 4096)
+	data[0] = 1 // not a hole
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func link(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.Link(from, to); err != nil {
+		t.Fatal(err)
+	}
+}

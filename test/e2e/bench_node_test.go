@@ -102,8 +102,8 @@ func (b *nodeBench) round(pods, perPod int, pidMode runtime.NamespaceMode, full 
 	}
 	startPhases := phaseDelta(before, b.scrapePhases())
 	floor := p50(runcFloor) + p50(addFloor)
-	addBenchRow(benchRow{measure: "runc run -d (floor), p50", value: ms(p50(runcFloor)), unit: "ms"})
-	addBenchRow(benchRow{measure: "CNI ADD (floor), p50", value: ms(p50(addFloor)), unit: "ms"})
+	addBenchRow(benchRow{measure: "runc run -d (floor), p50", value: ms(p50(runcFloor)), unit: "ms", goal: floorGoal})
+	addBenchRow(benchRow{measure: "CNI ADD (floor), p50", value: ms(p50(addFloor)), unit: "ms", goal: floorGoal})
 	addBenchRow(benchRow{measure: fmt.Sprintf("pod + %d container start, %s, p50", perPod, label), value: ms(p50(starts)), floor: ms(floor), unit: "ms", goal: "<= runc + CNI ADD + 10 ms (1 ctr)"})
 	addPhaseRows(startPhases, "RunPodSandbox", "CreateContainer", "StartContainer")
 
@@ -128,7 +128,7 @@ func (b *nodeBench) round(pods, perPod int, pidMode runtime.NamespaceMode, full 
 		}
 	}
 	stopPhases := phaseDelta(before, b.scrapePhases())
-	addBenchRow(benchRow{measure: "CNI DEL (floor), p50", value: ms(p50(delFloor)), unit: "ms"})
+	addBenchRow(benchRow{measure: "CNI DEL (floor), p50", value: ms(p50(delFloor)), unit: "ms", goal: floorGoal})
 	addBenchRow(benchRow{measure: "StopPodSandbox, " + label + ", p50", value: ms(p50(stops)), floor: ms(p50(delFloor)), unit: "ms", goal: "<= CNI DEL + 15 ms"})
 	addBenchRow(benchRow{measure: "RemovePodSandbox, " + label + ", p50", value: ms(p50(removes)), unit: "ms", goal: "<= 25 ms at 100 pods"})
 	addPhaseRows(stopPhases, "StopPodSandbox", "RemovePodSandbox")
@@ -212,8 +212,8 @@ func (b *nodeBench) execRows(id, label string) {
 		}
 	}
 	addBenchRow(benchRow{measure: "ExecSync `true`, " + label + ", p50", value: ms(p50(ours)), floor: ms(p50(floor)), unit: "ms", goal: "<= 1.1 x runc exec, flat"})
-	addBenchRow(benchRow{measure: "ExecSync `true`, " + label + ", p99", value: ms(pct(ours, 99)), floor: ms(pct(floor, 99)), unit: "ms"})
-	addBenchRow(benchRow{measure: "CPU per ExecSync (daemon + children), " + label, value: ms(ourCPU / runs), floor: ms(floorCPU / runs), unit: "ms"})
+	addBenchRow(benchRow{measure: "ExecSync `true`, " + label + ", p99", value: ms(pct(ours, 99)), floor: ms(pct(floor, 99)), unit: "ms", goal: "<= 1.5 x runc exec"})
+	addBenchRow(benchRow{measure: "CPU per ExecSync (daemon + children), " + label, value: ms(ourCPU / runs), floor: ms(floorCPU / runs), unit: "ms", goal: "<= 1.2 x runc exec"})
 	// The call as the daemon timed it: what is left is the client and the socket.
 	addPhaseRows(phaseDelta(before, b.scrapePhases()), "call/ExecSync")
 }
@@ -262,10 +262,10 @@ func (b *nodeBench) memoryRows(label string, pods int) {
 		return s
 	}
 	total := daemon + sum(monitors) + sum(infras)
-	addBenchRow(benchRow{measure: "PSS daemon, " + label, value: float64(daemon) / 1024, unit: "MiB"})
-	addBenchRow(benchRow{measure: fmt.Sprintf("PSS monitors (%d), per pod, %s", len(monitors), label), value: float64(sum(monitors)) / float64(pods), unit: "KiB"})
+	addBenchRow(benchRow{measure: "PSS daemon, " + label, value: float64(daemon) / 1024, unit: "MiB", goal: "<= 28 MiB at 100 pods"})
+	addBenchRow(benchRow{measure: fmt.Sprintf("PSS monitors (%d), per pod, %s", len(monitors), label), value: float64(sum(monitors)) / float64(pods), unit: "KiB", goal: "<= 100 KiB a container at 100 pods"})
 	if len(infras) > 0 {
-		addBenchRow(benchRow{measure: fmt.Sprintf("PSS infra processes (%d), each, %s", len(infras), label), value: float64(sum(infras)) / float64(len(infras)), unit: "KiB"})
+		addBenchRow(benchRow{measure: fmt.Sprintf("PSS infra processes (%d), each, %s", len(infras), label), value: float64(sum(infras)) / float64(len(infras)), unit: "KiB", goal: "<= 64 KiB"})
 	}
 	// One container a pod, as DESIGN.md's goal; a pod of two sharing its
 	// PID namespace adds an infra process and a container.

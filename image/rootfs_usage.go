@@ -59,9 +59,7 @@ func (s *Store) RootfsUsage(id string) (FsUsage, error) {
 		return FsUsage{}, fmt.Errorf("rootfs %s: %w", id, ErrNotFound)
 	}
 	m := s.askRootfsUsage(id)
-	select {
-	case <-m.measured:
-	case <-time.After(firstMeasureWait):
+	if !m.waitMeasured() {
 		return FsUsage{}, fmt.Errorf("rootfs %s: %w", id, ErrNotMeasured)
 	}
 	u := &s.rootfsUsage
@@ -71,6 +69,23 @@ func (s *Store) RootfsUsage(id string) (FsUsage, error) {
 		return FsUsage{}, fmt.Errorf("usage of rootfs %s: %w", id, m.err)
 	}
 	return m.usage, nil
+}
+
+// waitMeasured waits up to firstMeasureWait for m's first walk to end.
+func (m *rootfsMeasure) waitMeasured() bool {
+	select {
+	case <-m.measured:
+		return true
+	default:
+	}
+	timer := time.NewTimer(firstMeasureWait)
+	defer timer.Stop()
+	select {
+	case <-m.measured:
+		return true
+	case <-timer.C:
+		return false
+	}
 }
 
 func (s *Store) upperDir(id string) string {

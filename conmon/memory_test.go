@@ -68,14 +68,14 @@ func TestMonitorMemory(t *testing.T) {
 			pids := startIdleContainers(t, n)
 			settle(t, pids)
 			own = perContainer(t, pids, n)
-			t.Logf("minicri-conmon, a monitor per container, %2d containers: %v per container   goal <= C conmon", n, own)
+			t.Logf("minicri-conmon, a monitor per container, %2d containers: %v per container   goal < 1 MiB (not the default: monitor_share is 8)", n, own)
 		})
 		t.Run(fmt.Sprintf("shared-%d", n), func(t *testing.T) {
 			pids := startSharedContainers(t, n)
 			settle(t, pids)
 			shared = perContainer(t, pids, n)
 
-			t.Logf("minicri-conmon, one shared monitor,      %2d containers: %v per container   goal < a monitor per container", n, shared)
+			t.Logf("minicri-conmon, one shared monitor,      %2d containers: %v per container   goal <= C conmon", n, shared)
 		})
 		if own.pss > 4096 || own.private > 4096 {
 			t.Errorf("minicri-conmon with %d containers uses %v each, want under 4 MiB", n, own)

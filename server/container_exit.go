@@ -16,11 +16,42 @@ import (
 // with it: the monitor closes the watch's connection right after writing
 // the exit file, or dies, with no polling either way.
 func (s *Server) watchContainer(rec containerRecord) {
+	s.tryWatch(rec, 0)
+}
+
+// Waits between the tries of a watch that failed while its monitor lives.
+var (
+	watchRetryFirst = 100 * time.Millisecond
+	watchRetryMax   = 5 * time.Second
+)
+
+// monitorAlive is conmon.Alive (a test's monitors have no processes).
+var monitorAlive = conmon.Alive
+
+// tryWatch watches the container, or, when the watch fails, decides by its
+// monitor: gone, the container is recorded as ended (and killed when it
+// left no exit file); alive, the failure was the daemon's own (out of
+// descriptors or memory, a backlog full for long) and must not cost the
+// container its life, so the watch is tried again, ever less often, for
+// as long as the monitor lives and the container is known.
+func (s *Server) tryWatch(rec containerRecord, tries int) {
 	err := s.monitor.WatchContainer(rec.Bundle, func() { s.recordExit(rec.ID) })
-	if err != nil {
-		s.log.WithField("container", rec.ID).WithError(err).Warn("cannot watch the container's monitor; treating it as gone")
-		s.recordExit(rec.ID)
+	if err == nil {
+		return
 	}
+	log := s.log.WithField("container", rec.ID).WithError(err)
+	if !monitorAlive(rec.Monitor.PID, rec.Monitor.StartTime) {
+		log.Warn("cannot watch the container's monitor, which is gone")
+		s.recordExit(rec.ID)
+		return
+	}
+	wait := min(watchRetryFirst<<min(tries, 16), watchRetryMax)
+	log.WithField("retry_in", wait).Warn("cannot watch the container's monitor, which still runs; trying again")
+	time.AfterFunc(wait, func() {
+		if cur, err := s.containers.Get(rec.ID); err == nil && cur.State != stateExited {
+			s.tryWatch(rec, tries+1)
+		}
+	})
 }
 
 // recordExit writes a container's end into its record, from the monitor's

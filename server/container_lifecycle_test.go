@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc/codes"
@@ -214,6 +215,64 @@ func TestMonitorDeathRecordsTheContainerFailed(t *testing.T) {
 	if st.GetStatus().GetState() != runtime.ContainerState_CONTAINER_EXITED || st.GetStatus().GetReason() != "Error" ||
 		st.GetStatus().GetExitCode() != 128+int32(syscall.SIGKILL) {
 		t.Errorf("status = %v, want exited, Error, 137", st.GetStatus())
+	}
+}
+
+// A watch that fails while the container's monitor lives (the daemon out
+// of descriptors) is the daemon's failure, not the container's: it is tried
+// again, and the container keeps running. Only a monitor that is gone gets
+// the container killed and recorded as failed.
+func TestWatchFailureKillsOnlyWhenTheMonitorIsGone(t *testing.T) {
+	defer func(first, most time.Duration, alive func(int, uint64) bool) {
+		watchRetryFirst, watchRetryMax, monitorAlive = first, most, alive
+	}(watchRetryFirst, watchRetryMax, monitorAlive)
+	watchRetryFirst, watchRetryMax = time.Millisecond, 5*time.Millisecond
+	for _, c := range []struct {
+		name         string
+		monitorAlive bool
+	}{
+		{"monitor alive", true},
+		{"monitor gone", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			monitorAlive = func(int, uint64) bool { return c.monitorAlive }
+			ts := newTestServer(t)
+			ts.monitor.Fail("WatchContainer", syscall.EMFILE)
+			pod := podConfig("web")
+			id := ts.createCtr(t, ts.runPod(t, pod), pod, ctrConfig("app"))
+			if !c.monitorAlive {
+				ts.waitExited(t, id)
+				if kills := ts.runc.Kills(); len(kills) == 0 || kills[len(kills)-1] != syscall.SIGKILL {
+					t.Errorf("signals = %v, want the orphan's SIGKILL", kills)
+				}
+				return
+			}
+			if _, err := ts.StartContainer(bg, &runtime.StartContainerRequest{ContainerId: id}); err != nil {
+				t.Fatalf("StartContainer while the watch fails: %v", err)
+			}
+			waitFor(t, "three tries of the watch", func() bool { return ts.monitor.WatchCalls() >= 3 })
+			if got := ts.ctrState(t, id); got != runtime.ContainerState_CONTAINER_RUNNING {
+				t.Fatalf("after failed watches of a live monitor the container is %s, want running", got)
+			}
+			if kills := ts.runc.Kills(); len(kills) != 0 {
+				t.Fatalf("signals = %v after failed watches of a live monitor, want none", kills)
+			}
+			// The watch comes back, and sees the container's own exit.
+			ts.monitor.Fail("WatchContainer", nil)
+			tries := ts.monitor.WatchCalls()
+			waitFor(t, "a try after the failures ended", func() bool { return ts.monitor.WatchCalls() > tries })
+			if err := ts.monitor.Exit(id, 3); err != nil {
+				t.Fatal(err)
+			}
+			ts.waitExited(t, id)
+			st, err := ts.ContainerStatus(bg, &runtime.ContainerStatusRequest{ContainerId: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.GetStatus().GetExitCode() != 3 {
+				t.Errorf("exit code %d, want the container's own 3", st.GetStatus().GetExitCode())
+			}
+		})
 	}
 }
 

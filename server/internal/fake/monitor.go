@@ -20,14 +20,15 @@ const firstPID = 1 << 23
 // each container's watch channel and writes its exit file on Exit.
 type Monitor struct {
 	Failures
-	mu       sync.Mutex
-	nextPID  int
-	served   map[string]conmon.Options // by container ID
-	watches  map[string]chan struct{}  // by socket dir
-	monitors map[string]conmon.Created // by join dir
-	infra    map[int]bool
-	reopens  map[string]int // by socket dir
-	cancels  int
+	mu         sync.Mutex
+	nextPID    int
+	served     map[string]conmon.Options // by container ID
+	watches    map[string]chan struct{}  // by socket dir
+	monitors   map[string]conmon.Created // by join dir
+	infra      map[int]bool
+	reopens    map[string]int // by socket dir
+	cancels    int
+	watchCalls int // WatchContainer calls, failed or not
 
 	// AttachOutput is what an Attach gets on stdout.
 	AttachOutput string
@@ -88,6 +89,13 @@ func (p *PendingJoin) Cancel() {
 	p.m.mu.Unlock()
 }
 
+// WatchCalls counts the WatchContainer calls, failed or not.
+func (m *Monitor) WatchCalls() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.watchCalls
+}
+
 // Cancels counts the PendingJoins cancelled.
 func (m *Monitor) Cancels() int {
 	m.mu.Lock()
@@ -117,6 +125,9 @@ func (m *Monitor) serve(o conmon.Options) {
 }
 
 func (m *Monitor) WatchContainer(socketDir string, done func()) error {
+	m.mu.Lock()
+	m.watchCalls++
+	m.mu.Unlock()
 	ch, err := m.watch(socketDir)
 	if err != nil {
 		return err

@@ -14,6 +14,8 @@ import (
 
 	criu "github.com/checkpoint-restore/go-criu/v8"
 	"github.com/checkpoint-restore/go-criu/v8/rpc"
+
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // ErrNoCheckpoint reports that this node cannot checkpoint a container:
@@ -161,12 +163,15 @@ func (c *CRIU) probeDump(cr *criu.Criu) (retErr error) {
 
 	sleep := exec.Command("sleep", strconvSeconds(criuProbeTimeout))
 	sleep.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
-	if err := sleep.Start(); err != nil {
+	// From a thread that outlives it: a namespace operation of the daemon
+	// ends its thread, and that must not be the one the probe hangs on.
+	sleepExited, err := osthread.StartChild(sleep)
+	if err != nil {
 		return fmt.Errorf("start the probe process: %w", err)
 	}
 	defer func() {
 		_ = sleep.Process.Kill()
-		_ = sleep.Wait()
+		<-sleepExited
 	}()
 
 	const logName = "dump.log"

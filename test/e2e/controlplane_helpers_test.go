@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/minicri/minicri/internal/osthread"
 	"github.com/minicri/minicri/test/registry"
 	"github.com/minicri/minicri/test/testimage"
 )
@@ -295,12 +296,13 @@ func startLogged(t *testing.T, log string, bin string, args ...string) {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	exited, err := osthread.StartChild(cmd) // see StartChild: Pdeathsig follows a thread
+	if err != nil {
 		t.Fatalf("start %s: %v", bin, err)
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
-		_ = cmd.Wait()
+		<-exited
 		if t.Failed() {
 			data, _ := os.ReadFile(log)
 			t.Logf("--- %s (tail) ---\n%s", filepath.Base(log), tail(string(data), 30))

@@ -30,6 +30,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/minicri/minicri/internal/osthread"
 )
 
 // Binary is the registry executable (Debian package docker-registry).
@@ -61,8 +63,8 @@ type Registry struct {
 	client *tls.Certificate // the client certificate it demands, or nil
 
 	mu     sync.Mutex
-	proc   *os.Process   // nil while stopped
-	exited chan struct{} // closed when proc has been reaped
+	proc   *os.Process     // nil while stopped
+	exited <-chan struct{} // closed when proc has been reaped
 }
 
 // Start runs a registry on 127.0.0.1 and a free port, waits until it answers,
@@ -169,13 +171,14 @@ func (r *Registry) start() error {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Environment variables named REGISTRY_* would override the config file.
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	// Die with the test binary even if it is killed before t.Cleanup runs.
+	// Die with the test binary even if it is killed before t.Cleanup runs;
+	// from a thread that lives as long as the registry (the signal follows
+	// the forking thread, which a test's namespace helper may end).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	exited, err := osthread.StartChild(cmd)
+	if err != nil {
 		return fmt.Errorf("start %s: %w", Binary, err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	if err := r.waitReady(exited); err != nil {
 		_ = cmd.Process.Kill()
 		<-exited

@@ -53,9 +53,9 @@ func (c *CNI) AwaitOrphanPlugins(wait time.Duration) error {
 			f.Close()
 			return fmt.Errorf("cni plugin lock %s: %w", path, err)
 		}
-		holders := procstat.FileHolders(f)
+		// The holders are searched for only to be named, twice at most.
 		if time.Since(start) > wait {
-			c.log.WithField("holders", procstat.Describe(holders)).WithField("waited", wait.String()).
+			c.log.WithField("holders", procstat.FileHolders(f).String()).WithField("waited", wait.String()).
 				Warn("CNI plugins of the previous daemon still run: going on without them; an address they take now may stay allocated")
 			f.Close()
 			if f, err = replaceLockFile(path); err != nil {
@@ -64,7 +64,7 @@ func (c *CNI) AwaitOrphanPlugins(wait time.Duration) error {
 			break
 		}
 		if !logged {
-			c.log.WithField("holders", procstat.Describe(holders)).Info("waiting for the CNI plugins the previous daemon started to end")
+			c.log.WithField("holders", procstat.FileHolders(f).String()).Info("waiting for the CNI plugins the previous daemon started to end")
 			logged = true
 		}
 		time.Sleep(pluginLockPoll)

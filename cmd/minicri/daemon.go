@@ -272,7 +272,7 @@ func privateDir(dir string) error {
 func listenSocket(path string, perm os.FileMode) (net.Listener, error) {
 	if _, err := os.Lstat(path); err == nil {
 		if served(path, servedWait) {
-			return nil, fmt.Errorf("socket %s is in use by another server (held by %s)", path, procstat.Describe(procstat.SocketHolders(path)))
+			return nil, fmt.Errorf("socket %s is in use by another server (held by %s)", path, procstat.SocketHolders(path))
 		}
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("remove stale socket: %w", err)

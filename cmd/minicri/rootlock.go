@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +18,7 @@ import (
 // rootLockWait bounds how long a daemon waits for the state root's lock
 // while the daemon that held it is gone or dying: the kernel drops a flock
 // only when the last descriptor of its open file is closed, and a process
-// the dead daemon forked may hold a copy for a moment (see lockHolders).
+// the dead daemon forked may hold a copy for a moment (see lockFDFloor).
 const rootLockWait = 30 * time.Second
 
 // rootLockPoll is how often a waiting daemon tries the lock again.
@@ -76,18 +75,18 @@ func lockStateRoot(root string, wait time.Duration, log *logrus.Entry) (*os.File
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		daemon := lockDaemon(path)
-		holders := procstat.FileHolders(f)
-		if slices.Contains(holders, daemon) && !dying(daemon) {
+		if daemon != os.Getpid() && procstat.HoldsFile(daemon, f) && !dying(daemon) {
 			f.Close()
 			return nil, fmt.Errorf("another minicri (pid %d) is using the state root %s; stop it first or choose another --root", daemon, root)
 		}
 		if time.Now().After(deadline) {
+			holders := procstat.FileHolders(f)
 			f.Close()
 			return nil, fmt.Errorf("the state root %s is still locked after %s by %s (the minicri that took the lock, pid %d, is gone); stop them or choose another --root",
-				root, wait, procstat.Describe(holders), daemon)
+				root, wait, holders, daemon)
 		}
 		if !logged {
-			log.WithFields(logrus.Fields{"root": root, "locked_by_pid": daemon, "holders": procstat.Describe(holders), "wait": wait.String()}).
+			log.WithFields(logrus.Fields{"root": root, "locked_by_pid": daemon, "holders": procstat.FileHolders(f).String(), "wait": wait.String()}).
 				Warn("the state root is still locked, though the minicri that took the lock is gone or dying: waiting for the lock")
 			logged = true
 		}

@@ -2,6 +2,7 @@ package procstat
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -9,26 +10,62 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// holderSearchBudget bounds what one search for holders reads: the
+// descriptors of the node's processes, pods' included, and a pod may hold
+// millions. Past it the search stops and says so (Holders.Cut): a holder
+// only ever serves a message or a wait, never a kill.
+var holderSearchBudget = 1 << 16
+
+// holderReadBatch is how many names of a descriptor dir are read at a time,
+// so that a process's million descriptors are never in memory at once.
+const holderReadBatch = 1024
+
+// Holders are the processes a search found with a file open.
+type Holders struct {
+	PIDs []int
+	// Cut: the search stopped at its budget; others may hold it too.
+	Cut bool
+}
+
 // FileHolders lists the other processes that have f's file open (by device
 // and inode, never by a name): whichever of them holds a flock on it holds
 // the lock.
-func FileHolders(f *os.File) []int {
+func FileHolders(f *os.File) Holders {
+	match, ok := sameFile(f)
+	if !ok {
+		return Holders{}
+	}
+	return holders(match)
+}
+
+// HoldsFile tells whether process pid has f's file open, from its own
+// descriptors alone (within the search budget).
+func HoldsFile(pid int, f *os.File) bool {
+	match, ok := sameFile(f)
+	if !ok {
+		return false
+	}
+	budget := holderSearchBudget
+	return holdsAny(strconv.Itoa(pid), match, &budget)
+}
+
+func sameFile(f *os.File) (func(fdPath string) bool, bool) {
 	var want unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &want); err != nil {
-		return nil
+		return nil, false
 	}
-	return holders(func(fd string) bool {
+	return func(fd string) bool {
 		var st unix.Stat_t
 		return unix.Stat(fd, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
-	})
+	}, true
 }
 
 // SocketHolders lists the other processes that hold a unix socket bound at
 // path, found by the socket's inode (/proc/net/unix), never by a name.
-func SocketHolders(path string) []int {
+func SocketHolders(path string) Holders {
 	data, err := os.ReadFile("/proc/net/unix")
 	if err != nil {
-		return nil
+		return Holders{}
 	}
 	inodes := map[string]bool{}
 	for _, line := range strings.Split(string(data), "\n") {
@@ -39,7 +76,7 @@ func SocketHolders(path string) []int {
 		}
 	}
 	if len(inodes) == 0 {
-		return nil
+		return Holders{}
 	}
 	return holders(func(fd string) bool {
 		target, err := os.Readlink(fd)
@@ -47,36 +84,81 @@ func SocketHolders(path string) []int {
 	})
 }
 
-// holders lists the processes but this one with a descriptor match takes.
-func holders(match func(fdPath string) bool) []int {
-	var pids []int
-	self := os.Getpid()
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == self {
-			continue
+// holders lists the processes but this one with a descriptor match takes,
+// reading at most holderSearchBudget processes and descriptors.
+func holders(match func(fdPath string) bool) Holders {
+	var h Holders
+	self := strconv.Itoa(os.Getpid())
+	budget := holderSearchBudget
+	eachName("/proc", &budget, func(name string) bool {
+		if _, err := strconv.Atoi(name); err == nil && name != self && holdsAny(name, match, &budget) {
+			h.PIDs = append(h.PIDs, atoi(name))
 		}
-		fds, _ := os.ReadDir("/proc/" + d.Name() + "/fd")
-		for _, fd := range fds {
-			if match("/proc/" + d.Name() + "/fd/" + fd.Name()) {
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids
+		return false
+	})
+	h.Cut = budget <= 0
+	return h
 }
 
-// Describe names processes for an operator: pid, state and
-// command line (which only informs; nothing is decided by it).
-func Describe(pids []int) string {
+// holdsAny tells whether a descriptor of process pid matches, spending the
+// budget on each one read.
+func holdsAny(pid string, match func(fdPath string) bool, budget *int) bool {
+	found := false
+	dir := "/proc/" + pid + "/fd/"
+	eachName(dir, budget, func(fd string) bool {
+		found = match(dir + fd)
+		return found
+	})
+	return found
+}
+
+// eachName calls fn with the names in dir, a batch at a time, one unit of
+// budget each, until fn says stop or the names or the budget run out.
+func eachName(dir string, budget *int, fn func(name string) (stop bool)) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	for *budget > 0 {
+		names, err := d.Readdirnames(holderReadBatch)
+		for _, n := range names {
+			if *budget <= 0 {
+				return
+			}
+			*budget--
+			if fn(n) {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// String names the holders for an operator: pid, state and command line
+// (which only informs; nothing is decided by it).
+func (h Holders) String() string {
+	pids := h.PIDs
+	if len(pids) == 0 && h.Cut {
+		return "no process found (the search stopped at its budget of " + strconv.Itoa(holderSearchBudget) + " descriptors)"
+	}
 	if len(pids) == 0 {
 		return "no process with the file open (a descriptor in flight, or one that just closed)"
 	}
 	var names []string
-	for _, pid := range pids {
-		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	for i, pid := range pids {
+		if i == maxNamed {
+			names = append(names, fmt.Sprintf("and %d more", len(pids)-maxNamed))
+			break
+		}
+		cmdline := readHead("/proc/"+strconv.Itoa(pid)+"/cmdline", 64)
 		state := "gone"
 		if st, err := Read(pid); err == nil {
 			state = string(st.State)
@@ -84,5 +166,24 @@ func Describe(pids []int) string {
 		names = append(names, fmt.Sprintf("pid %d (%s) in state %s", pid,
 			strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")), state))
 	}
+	if h.Cut {
+		names = append(names, "maybe others (the search stopped at its budget)")
+	}
 	return strings.Join(names, ", ")
 }
+
+// readHead reads at most n bytes of the file at path: a command line can
+// be megabytes long.
+func readHead(path string, n int) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	buf := make([]byte, n)
+	m, _ := io.ReadFull(f, buf)
+	return buf[:m]
+}
+
+// maxNamed is how many holders a message names.
+const maxNamed = 8

@@ -32,13 +32,61 @@ func TestHoldersOfASocketAndAFile(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
-	if got := SocketHolders(path); !slices.Equal(got, []int{cmd.Process.Pid}) {
-		t.Errorf("SocketHolders = %v, want the child %d alone", got, cmd.Process.Pid)
+	if got := SocketHolders(path); !slices.Equal(got.PIDs, []int{cmd.Process.Pid}) || got.Cut {
+		t.Errorf("SocketHolders = %+v, want the child %d alone", got, cmd.Process.Pid)
 	}
-	if got := FileHolders(lf); !slices.Equal(got, []int{cmd.Process.Pid}) {
-		t.Errorf("FileHolders = %v, want the child %d alone", got, cmd.Process.Pid)
+	got := FileHolders(lf)
+	if !slices.Equal(got.PIDs, []int{cmd.Process.Pid}) || got.Cut {
+		t.Errorf("FileHolders = %+v, want the child %d alone", got, cmd.Process.Pid)
 	}
-	if d := Describe([]int{cmd.Process.Pid}); !strings.Contains(d, "pid "+strconv.Itoa(cmd.Process.Pid)+" (sleep 60) in state S") {
-		t.Errorf("Describe = %q", d)
+	if d := got.String(); !strings.Contains(d, "pid "+strconv.Itoa(cmd.Process.Pid)+" (sleep 60) in state S") {
+		t.Errorf("String = %q", d)
+	}
+	if !HoldsFile(cmd.Process.Pid, lf) || HoldsFile(os.Getppid(), lf) {
+		t.Errorf("HoldsFile: the child %t, the test's parent %t; want true, false", HoldsFile(cmd.Process.Pid, lf), HoldsFile(os.Getppid(), lf))
+	}
+}
+
+// A process that holds many descriptors (a pod can hold millions) makes
+// a search stop at its budget, say so, and read no more.
+func TestHoldersSearchStopsAtItsBudget(t *testing.T) {
+	defer func(b int) { holderSearchBudget = b }(holderSearchBudget)
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// This process's own descriptors are not searched; a child's are.
+	// 200 copies of /dev/null in the child, then the file.
+	var extra []*os.File
+	for range 200 {
+		extra = append(extra, f)
+	}
+	target, err := os.Open(filepath.Join(t.TempDir(), "."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	cmd := exec.Command("sleep", "60")
+	cmd.ExtraFiles = append(extra, target)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	holderSearchBudget = 100
+	if HoldsFile(cmd.Process.Pid, target) {
+		t.Errorf("HoldsFile found a descriptor past a budget of 100")
+	}
+	got := FileHolders(target)
+	if !got.Cut || len(got.PIDs) != 0 {
+		t.Errorf("FileHolders with a budget of 100 = %+v, want cut, none found", got)
+	}
+	if s := got.String(); !strings.Contains(s, "budget") {
+		t.Errorf("String of a cut search = %q, want it to say so", s)
+	}
+	holderSearchBudget = 1 << 20
+	if !HoldsFile(cmd.Process.Pid, target) {
+		t.Errorf("HoldsFile missed the descriptor within the budget")
 	}
 }

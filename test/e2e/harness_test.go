@@ -148,6 +148,7 @@ type Daemon struct {
 	exited            chan struct{}
 	stderr            *syncBuffer
 	cleanupRegistered bool
+	watchStart        func(output fmt.Stringer) // StartWatching's
 }
 
 // DaemonOption changes how StartDaemon runs the daemon.
@@ -237,6 +238,9 @@ func (d *Daemon) Start() {
 	exited := make(chan struct{})
 	d.exited = exited
 	go func() { _ = d.cmd.Wait(); close(exited) }()
+	if watch := d.watchStart; watch != nil {
+		go watch(d.stderr)
+	}
 	if !d.cleanupRegistered {
 		d.t.Cleanup(d.stopAndReport)
 		d.cleanupRegistered = true
@@ -255,6 +259,15 @@ func (d *Daemon) Start() {
 		d.t.Fatalf("connect image service: %v\n%s", err, d.stderr.String())
 	}
 	d.Runtime, d.Images = rt, img
+}
+
+// StartWatching is Start with watch running beside the wait for the
+// socket, on the new daemon's output.
+func (d *Daemon) StartWatching(watch func(output fmt.Stringer)) {
+	d.t.Helper()
+	d.watchStart = watch
+	defer func() { d.watchStart = nil }()
+	d.Start()
 }
 
 // socketPoll is how often waitForSocket tries the socket. make bench times a

@@ -174,7 +174,7 @@ func abandon(pid int, cfg wire.Config, reaped <-chan struct{}, reported bool) {
 	args := append([]string{}, runtimeGlobalArgs(cfg)...)
 	args = append(args, "delete", "--force", cfg.ID)
 	exec.CommandContext(ctx, cfg.Runtime, args...).Run()
-	for _, name := range []string{wire.AttachSocket, wire.ControlSocket, wire.ConsoleSocket, wire.PIDFile, wire.RuntimeLog} {
+	for _, name := range []string{wire.AttachSocket, wire.ControlSocket, wire.ConsoleSocket, wire.PIDFile, wire.RuntimeLog, wire.CreatorFile, wire.CreatorFile + ".tmp"} {
 		os.Remove(cfg.SocketDir + "/" + name)
 	}
 }

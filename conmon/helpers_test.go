@@ -35,9 +35,16 @@ var (
 
 const helperEnv = "CONMON_TEST_HELPER_OPTIONS"
 
+// idleEnv makes the test binary a process that sleeps (stopcreate_test.go).
+const idleEnv = "CONMON_TEST_IDLE"
+
 func TestMain(m *testing.M) {
 	if opts := os.Getenv(helperEnv); opts != "" {
 		os.Exit(runCreateHelper(opts))
+	}
+	if os.Getenv(idleEnv) != "" {
+		time.Sleep(time.Hour) // a process that only waits to be killed
+		os.Exit(0)
 	}
 	tmp, err := os.MkdirTemp("", "conmon-test-")
 	if err != nil {

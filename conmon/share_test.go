@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/conmon/wire"
 	"github.com/minicri/minicri/internal/procstat"
 )
 
@@ -363,4 +365,35 @@ func waitForHelperAwaitingGo(t *testing.T, id string) int {
 		return false
 	})
 	return helper
+}
+
+// TestStopCreateEndsAJoinUnderWay: a daemon that died during a join leaves
+// its helper creating; the next daemon's StopCreate finds the helper by the
+// creator file in the container's socket dir and ends it, and only it: the
+// shared monitor above it goes on serving its container. A create that is
+// over leaves no creator file.
+func TestStopCreateEndsAJoinUnderWay(t *testing.T) {
+	joinDir, first := runSharedMonitor(t)
+	if _, err := os.Stat(filepath.Join(first.opts.SocketDir, wire.CreatorFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("creator file after the create: %v, want none", err)
+	}
+	cut := newContainer(t, []string{"sh", "-c", "echo never"}, nil)
+	p := beginJoin(t, joinDir, cut)
+	helper := waitForHelperAwaitingGo(t, cut.id)
+	if err := conmon.StopCreate(cut.opts.SocketDir); err != nil {
+		t.Fatalf("StopCreate: %v", err)
+	}
+	if procstat.Live(helper) {
+		t.Errorf("join helper %d still runs after StopCreate", helper)
+	}
+	if !conmon.Alive(first.created.MonitorPID, first.created.MonitorStartTime) {
+		t.Fatalf("StopCreate of a join ended the shared monitor %d", first.created.MonitorPID)
+	}
+	if _, err := p.Finish(); err == nil {
+		t.Errorf("Finish of a stopped join succeeded")
+	}
+	out, err := exec.Command("runc", "--root", first.opts.RuntimeRoot, "state", first.id).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"running"`) {
+		t.Errorf("the shared monitor's container after StopCreate of a join: %v: %s", err, out)
+	}
 }

@@ -2,62 +2,67 @@ package conmon
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/minicri/minicri/conmon/wire"
 	"github.com/minicri/minicri/internal/procstat"
 )
 
 // StopCreate kills a create still under way for the container whose socket
 // directory is socketDir, and returns once it is gone (cleanupTimeout at
 // most). The create runs in a monitor's first image, or in a join helper of
-// a shared monitor, each in a process group of its own with the runtime's
+// a shared monitor, each the leader of a process group with the runtime's
 // create. A daemon that died during CreateContainer leaves it running: its
 // successor rolls the container back, and a create that finishes after that
 // roll-back's runtime delete leaves a container, its runtime state and its
-// monitor that no record names. Found by command line, as nothing else
-// names it: the daemon learns the monitor's pid only from its report.
+// monitor that no record names.
+//
+// The creator names itself in socketDir (wire.CreatorFile) while it
+// creates; it is taken for the creator only if it is a group leader whose
+// working directory is socketDir itself (the same inode: no pod or host
+// user can make that), and no process is ever found by its command line.
 func StopCreate(socketDir string) error {
-	groups := creatingGroups(socketDir)
-	for _, pgid := range groups {
-		if err := unix.Kill(-pgid, unix.SIGKILL); err != nil && err != unix.ESRCH {
-			return fmt.Errorf("kill the create of %s (process group %d): %w", socketDir, pgid, err)
-		}
+	pgid, ok := creator(socketDir)
+	if !ok {
+		return nil
+	}
+	if err := unix.Kill(-pgid, unix.SIGKILL); err != nil && err != unix.ESRCH {
+		return fmt.Errorf("kill the create of %s (process group %d): %w", socketDir, pgid, err)
 	}
 	deadline := time.Now().Add(cleanupTimeout)
-	for _, pgid := range groups {
-		for procstat.Live(pgid) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the create of %s (process group %d) still runs after SIGKILL", socketDir, pgid)
-			}
-			time.Sleep(10 * time.Millisecond)
+	for procstat.Live(pgid) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the create of %s (process group %d) still runs after SIGKILL", socketDir, pgid)
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
 }
 
-// creatingGroups lists the process groups of the monitors' first images
-// and the join helpers that create the container of socketDir. A serving
-// monitor (its command is "serve") is left alone: its create is done.
-func creatingGroups(socketDir string) []int {
-	want := "\x00--socket-dir\x00" + socketDir + "\x00"
-	var groups []int
-	procstat.EachCmdline(func(pid int, cmdline string) {
-		if !strings.Contains(cmdline, want) {
-			return
-		}
-		args := strings.SplitN(cmdline, "\x00", 3)
-		if len(args) < 3 || filepath.Base(args[0]) != BinaryName || (args[1] != "--id" && args[1] != "join") {
-			return
-		}
-		// Each is the leader of its group (a session of its own, or
-		// Setpgid); anything else is not one of ours to kill.
-		if pgid, err := unix.Getpgid(pid); err == nil && pgid == pid {
-			groups = append(groups, pid)
-		}
-	})
-	return groups
+// creator is the process group of the create under way in socketDir, if
+// there is one.
+func creator(socketDir string) (int, bool) {
+	data, err := os.ReadFile(filepath.Join(socketDir, wire.CreatorFile))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 1 {
+		return 0, false
+	}
+	if pgid, err := unix.Getpgid(pid); err != nil || pgid != pid {
+		return 0, false
+	}
+	var dir, cwd unix.Stat_t
+	if unix.Stat(socketDir, &dir) != nil || unix.Stat("/proc/"+strconv.Itoa(pid)+"/cwd", &cwd) != nil ||
+		dir.Dev != cwd.Dev || dir.Ino != cwd.Ino {
+		return 0, false
+	}
+	return pid, true
 }

@@ -3,6 +3,7 @@ package monitor
 import (
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -47,6 +48,10 @@ func create(cfg wire.Config, subreaper bool, bundleReady func() error) (m *monit
 	if err := m.prepareDirs(&u); err != nil {
 		return nil, err
 	}
+	if err := writeCreator(); err != nil {
+		return nil, err
+	}
+	defer unix.Unlink(wire.CreatorFile) // the create is over, whichever way
 	if err := m.listen(&u); err != nil {
 		return nil, err
 	}
@@ -95,6 +100,21 @@ func (m *monitor) prepareDirs(u *undo) error {
 	}
 	for _, name := range []string{wire.PIDFile, wire.RuntimeLog} {
 		u.add(func() { unix.Unlink(name) })
+	}
+	return nil
+}
+
+// writeCreator names this process, in the socket directory (the working
+// directory), as the one running the create (wire.CreatorFile). Written
+// whole or not at all: a daemon may read it at any moment.
+func writeCreator() error {
+	const tmp = wire.CreatorFile + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+		return errors.New("creator file: " + err.Error())
+	}
+	if err := os.Rename(tmp, wire.CreatorFile); err != nil {
+		unix.Unlink(tmp)
+		return errors.New("creator file: " + err.Error())
 	}
 	return nil
 }

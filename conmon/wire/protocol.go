@@ -15,6 +15,11 @@ const (
 	ConsoleSocket = "console"     // runc's --console-socket, gone once the pty master arrived
 	PIDFile       = "pid"         // runc's --pid-file
 	RuntimeLog    = "runtime.log" // runc's --log, so its warnings stay out of the container's stderr
+	// CreatorFile holds the pid of the process that runs the container's
+	// create (a monitor's first image, a join helper), the leader of its
+	// process group, while the create runs: a daemon that rolls back a
+	// create cut short finds it here, never by a name.
+	CreatorFile = "creator"
 )
 
 // JoinSocket is the SOCK_SEQPACKET socket in a shared monitor's join

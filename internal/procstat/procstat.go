@@ -67,8 +67,9 @@ func Parse(data []byte) (Stat, error) {
 }
 
 // EachCmdline calls fn with the pid and the command line (arguments ending
-// in NUL) of every process; one that ends meanwhile is skipped. It is how a
-// process that was started but never recorded is found again.
+// in NUL) of every process; one that ends meanwhile is skipped. Tests find
+// their processes with it; the daemon decides nothing by a command line,
+// which anyone can forge.
 func EachCmdline(fn func(pid int, cmdline string)) {
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {

@@ -101,7 +101,7 @@ func TestPodHoldingManyFdsDoesNotSlowRestartOrRollback(t *testing.T) {
 	// child the last daemon forked can): the wait for it must not search
 	// the node's descriptors on every poll. It lets go once the daemon
 	// says it waits.
-	releaseLock := holdStateRootLock(t, d)
+	_, releaseLock := holdStateRootLock(t, d)
 	begin := time.Now()
 	// Fails the test unless the daemon answers within 20 s.
 	d.StartWatching(func(output fmt.Stringer) {
@@ -135,9 +135,9 @@ func TestPodHoldingManyFdsDoesNotSlowRestartOrRollback(t *testing.T) {
 	stopHog()
 }
 
-// holdStateRootLock has a child process hold d's state root lock until the
-// returned func kills it (also at the test's end).
-func holdStateRootLock(t *testing.T, d *Daemon) (release func()) {
+// holdStateRootLock has a child process (`sleep 60`) hold d's state root
+// lock until release kills it (also at the test's end).
+func holdStateRootLock(t *testing.T, d *Daemon) (pid int, release func()) {
 	t.Helper()
 	lock, err := os.OpenFile(filepath.Join(d.Root, "minicri.lock"), os.O_RDWR, 0)
 	if err != nil {
@@ -157,7 +157,7 @@ func holdStateRootLock(t *testing.T, d *Daemon) (release func()) {
 		once.Do(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
 	}
 	t.Cleanup(release)
-	return release
+	return holder.Process.Pid, release
 }
 
 // forgedCgroup makes a cgroup named to contain id under the test's cgroup

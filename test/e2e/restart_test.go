@@ -296,20 +296,7 @@ func TestRestartSweepsWhatNoRecordNames(t *testing.T) {
 func TestRestartWaitsForTheLockOfAKilledDaemon(t *testing.T) {
 	d := StartDaemon(t)
 	d.kill9(t)
-	lock, err := os.OpenFile(filepath.Join(d.Root, "minicri.lock"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		t.Fatalf("the killed daemon's lock is still held: %v", err)
-	}
-	holder := exec.Command("sleep", "60")
-	holder.ExtraFiles = []*os.File{lock}
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lock.Close() // the holder's copy alone holds the lock now
-	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	holder, release := holdStateRootLock(t, d)
 
 	out := &syncBuffer{}
 	next := exec.Command(filepath.Join(binDir, "minicri"), d.args...)
@@ -329,7 +316,7 @@ func TestRestartWaitsForTheLockOfAKilledDaemon(t *testing.T) {
 			<-exited
 		}
 	})
-	want := fmt.Sprintf("pid %d (sleep 60)", holder.Process.Pid)
+	want := fmt.Sprintf("pid %d (sleep 60)", holder)
 	waitFor(t, "the next daemon to say it waits for the lock's holder", 20*time.Second, func() bool {
 		return strings.Contains(out.String(), "the state root is still locked") && strings.Contains(out.String(), want)
 	})
@@ -342,10 +329,7 @@ func TestRestartWaitsForTheLockOfAKilledDaemon(t *testing.T) {
 		conn.Close()
 		t.Fatalf("the next daemon serves while another process holds the lock:\n%s", out.String())
 	}
-	if err := holder.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = holder.Wait()
+	release()
 	waitFor(t, "the next daemon to serve once the holder exited", 20*time.Second, func() bool {
 		conn, err := net.Dial("unix", d.Socket)
 		if err == nil {

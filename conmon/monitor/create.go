@@ -108,12 +108,7 @@ func (m *monitor) prepareDirs(u *undo) error {
 // directory), as the one running the create (wire.CreatorFile). Written
 // whole or not at all: a daemon may read it at any moment.
 func writeCreator() error {
-	const tmp = wire.CreatorFile + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
-		return errors.New("creator file: " + err.Error())
-	}
-	if err := os.Rename(tmp, wire.CreatorFile); err != nil {
-		unix.Unlink(tmp)
+	if err := replaceFile(wire.CreatorFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600, false); err != nil {
 		return errors.New("creator file: " + err.Error())
 	}
 	return nil

@@ -229,13 +229,21 @@ func (m *monitor) finish() {
 // writeExitFile replaces the exit file atomically: a reader sees all of it
 // or nothing, even when the daemon reads it while the monitor writes.
 func writeExitFile(path string, content []byte) error {
+	return replaceFile(path, content, 0o644, true)
+}
+
+// replaceFile writes path whole or not at all (a temp file renamed over
+// it), durably when asked, with plain system calls: os.WriteFile would
+// start the runtime's network poller, and with it a thread and two
+// descriptors, for nothing.
+func replaceFile(path string, content []byte, perm uint32, durable bool) error {
 	tmp := path + ".tmp"
-	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, 0o644)
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_CLOEXEC, perm)
 	if err != nil {
 		return err
 	}
 	err = writeAll(fd, content)
-	if err == nil {
+	if err == nil && durable {
 		err = unix.Fsync(fd)
 	}
 	if cerr := unix.Close(fd); err == nil {

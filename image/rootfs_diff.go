@@ -42,7 +42,7 @@ func (s *Store) WriteRootfsDiff(id string, w io.Writer, skip []string) (deleted 
 	if rec.ReadOnly {
 		return nil, fmt.Errorf("rootfs %s is an image volume: it has no upper dir", id)
 	}
-	d := rootfsDiff{upper: filepath.Join(s.rootfsDir(id), "upper"), lowers: s.lowerDirs(rec), tw: tar.NewWriter(w), skip: map[string]bool{}}
+	d := rootfsDiff{upper: s.upperDir(id), lowers: s.lowerDirs(rec), tw: tar.NewWriter(w), skip: map[string]bool{}}
 	for _, p := range skip {
 		d.skip[path.Clean("/"+p)] = true
 	}

@@ -91,8 +91,8 @@ func holders(match func(fdPath string) bool) Holders {
 	self := strconv.Itoa(os.Getpid())
 	budget := holderSearchBudget
 	eachName("/proc", &budget, func(name string) bool {
-		if _, err := strconv.Atoi(name); err == nil && name != self && holdsAny(name, match, &budget) {
-			h.PIDs = append(h.PIDs, atoi(name))
+		if pid, err := strconv.Atoi(name); err == nil && name != self && holdsAny(name, match, &budget) {
+			h.PIDs = append(h.PIDs, pid)
 		}
 		return false
 	})
@@ -135,11 +135,6 @@ func eachName(dir string, budget *int, fn func(name string) (stop bool)) {
 			return
 		}
 	}
-}
-
-func atoi(s string) int {
-	n, _ := strconv.Atoi(s)
-	return n
 }
 
 // String names the holders for an operator: pid, state and command line

@@ -12,14 +12,10 @@
 //	err = oci.WriteSpec(bundle, spec)
 //
 // The monitor (minicri-conmon) runs the runtime's create, reaps the container
-// and reads its OOM kills; the daemon then calls Runtime.Start (which does
-// runc start's work on the exec fifo itself where it can), State, Kill
-// (which signals the init by a pidfd where that is the same as runc kill),
+// and reads its OOM kills; the daemon then calls Runtime.Start, State, Kill,
 // Delete and Update, Exec (with ExecProcessSpec) for exec and ExecSync, and
-// ReadCgroupStats and ReadPodCgroupStats for the cgroups' numbers. Before a
-// create it calls PrimeCgroupMove (Exec calls it itself), which readies the
-// kernel's cgroup migration lock for the runtime's move of the container's
-// process into its cgroup.
+// ReadCgroupStats and ReadPodCgroupStats for the cgroups' numbers. Each goes
+// through the runtime's command line: its state directory is its own.
 //
 // Host facts that a spec depends on (the daemon's own oom_score_adj, RLIMIT_NOFILE
 // and capability bounding set, the kernel's last capability, the cgroup mode,

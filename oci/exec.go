@@ -109,7 +109,6 @@ func (r *Runtime) Exec(ctx context.Context, id, stateDir string, proc *specs.Pro
 	if err := ctx.Err(); err != nil {
 		return -1, fmt.Errorf("exec in %s: %w", id, err)
 	}
-	r.PrimeCgroupMove() // runc exec moves the process into the container's cgroup
 	e, err := r.startExec(id, stateDir, proc, o)
 	if err != nil {
 		return -1, err

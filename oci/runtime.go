@@ -178,14 +178,12 @@ func (r *Runtime) run(ctx context.Context, stdin []byte, op, id string, args ...
 	return stdout.Bytes(), nil
 }
 
-// Start runs the container's process, created earlier by Create: by runc's
-// exec fifo where it can (startByFifo), else by `runtime start`.
+// Start runs the container's process, created earlier by Create, by
+// `runtime start`: the runtime's exec fifo and state file are its own
+// business, not an interface.
 func (r *Runtime) Start(ctx context.Context, id string) (err error) {
 	ctx, span := r.span(ctx, "runtime.start", id)
 	defer func() { tracing.End(span, err) }()
-	if err := r.startByFifo(ctx, id); !errors.Is(err, errNoFifoStart) {
-		return err
-	}
 	_, err = r.run(ctx, nil, "start", id, "start", id)
 	return err
 }
@@ -207,14 +205,11 @@ func (r *Runtime) State(ctx context.Context, id string) (_ State, err error) {
 }
 
 // Kill sends sig to the container's init, or with all to every process in
-// it: by a pidfd of the init where that is the same (killByPidfd), else by
-// `runtime kill`.
+// it, by `runtime kill`, which checks the init it signals against its own
+// record of it.
 func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) (err error) {
 	ctx, span := r.span(ctx, "runtime.kill", id)
 	defer func() { tracing.End(span, err) }()
-	if err := r.killByPidfd(ctx, id, sig, all); !errors.Is(err, errNoPidfdKill) {
-		return err
-	}
 	args := []string{"kill"}
 	if all {
 		args = append(args, "--all")
@@ -233,9 +228,6 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath string) (err error) {
 	ctx, span := r.span(ctx, "runtime.delete", id)
 	defer func() { tracing.End(span, err) }()
-	if err := r.deleteStopped(ctx, id, cgroupsPath); !errors.Is(err, errNoOwnDelete) {
-		return err
-	}
 	args := []string{"delete"}
 	if force {
 		args = append(args, "--force")
@@ -370,4 +362,10 @@ func readPidFile(path string) (int, error) {
 		return 0, fmt.Errorf("pid file %s holds %q", path, truncate(data, 32))
 	}
 	return pid, nil
+}
+
+// validStateName reports whether id names a directory of its own under a
+// runtime root.
+func validStateName(id string) bool {
+	return id != "" && id != "." && id != ".." && !strings.ContainsRune(id, '/')
 }

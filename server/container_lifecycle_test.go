@@ -156,29 +156,6 @@ func TestCreateContainerUndoesWhatItMadeOnFailure(t *testing.T) {
 	}
 }
 
-// CreateContainer gives the runtime's move into the container's cgroup its
-// head start, once a create, before the monitor runs the runtime; a new
-// pod gives one to the create the kubelet sends next.
-func TestCreateContainerPrimesTheCgroupMove(t *testing.T) {
-	ts := newTestServer(t)
-	pod := podConfig("web")
-	podID := ts.runPod(t, pod)
-	if n := ts.runc.Primes(); n != 1 {
-		t.Fatalf("RunPodSandbox primed %d cgroup moves, want 1 for the create that follows", n)
-	}
-	ts.monitor.Fail("Create", errors.New("monitor failed"))
-	_, err := ts.CreateContainer(bg, &runtime.CreateContainerRequest{PodSandboxId: podID, Config: ctrConfig("app"), SandboxConfig: pod})
-	wantCode(t, "CreateContainer whose monitor fails", err, codes.Internal, "monitor failed")
-	if n := ts.runc.Primes(); n != 2 {
-		t.Errorf("a create primed %d cgroup moves before its monitor ran, want 1", n-1)
-	}
-	ts.monitor.Fail("Create", nil)
-	ts.createCtr(t, podID, pod, ctrConfig("app"))
-	if n := ts.runc.Primes(); n != 3 {
-		t.Errorf("two creates primed %d cgroup moves, want 2", n-1)
-	}
-}
-
 func TestStartContainer(t *testing.T) {
 	ts := newTestServer(t)
 	pod := podConfig("web")

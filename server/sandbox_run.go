@@ -43,12 +43,6 @@ type podInfra interface {
 	StopPause(ctx context.Context, in conmon.Infra) error
 }
 
-// cgroupPrimer readies the kernel, in the background, for the move into a
-// cgroup that a create is about to make (*oci.Runtime).
-type cgroupPrimer interface {
-	PrimeCgroupMove()
-}
-
 // runtimeSet is the OCI runtimes by RuntimeClass handler (*oci.Handlers).
 type runtimeSet interface {
 	// Get returns the runtime of handler; "" is the default handler.
@@ -63,9 +57,8 @@ type ociRuntime interface {
 	containerRuntime // container_stop.go
 	resourceUpdater  // container_update.go
 	processExecer    // container_exec.go
-	cgroupPrimer
-	runtimeProbe   // status.go
-	monitorRuntime // container_monitor.go
+	runtimeProbe     // status.go
+	monitorRuntime   // container_monitor.go
 	containerCheckpointer
 }
 
@@ -208,22 +201,10 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	if err := s.nriRunPodSandbox(ctx, rec); err != nil {
 		return err
 	}
-	s.primeForCreate(handler)
 	rec.State = stateReady
 	err = s.sandboxes.Put(id, rec)
 	phaseDone(ctx, "record")
 	return err
-}
-
-// primeForCreate gives the move into a cgroup of the container that the
-// kubelet creates next in a new pod a head start (ociRuntime.PrimeCgroupMove):
-// started here, before the pod's durable record write, it has ended by the
-// time CreateContainer primes again, which then finds the kernel's lock
-// ready and keeps it so until runc's move.
-func (s *Server) primeForCreate(handler string) {
-	if rt, err := s.runtimes.Get(handler); err == nil {
-		rt.PrimeCgroupMove()
-	}
 }
 
 // pinSandbox pins the pod's own namespaces and mounts its /dev/shm, noting

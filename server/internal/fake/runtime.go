@@ -39,7 +39,6 @@ type Runtime struct {
 	deleted  map[string]int
 	kills    []syscall.Signal
 	execArgs [][]string
-	primes   int
 	paused   map[string]bool
 }
 
@@ -133,20 +132,6 @@ func (r *Runtime) Exec(ctx context.Context, id, stateDir string, proc *specs.Pro
 		}
 	}
 	return r.ExecCode, nil
-}
-
-// PrimeCgroupMove counts the calls; the real one readies the kernel.
-func (r *Runtime) PrimeCgroupMove() {
-	r.mu.Lock()
-	r.primes++
-	r.mu.Unlock()
-}
-
-// Primes counts the calls of PrimeCgroupMove.
-func (r *Runtime) Primes() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.primes
 }
 
 // Execs lists the args of each Exec.

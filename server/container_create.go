@@ -317,9 +317,6 @@ func (s *Server) discardContainer(ctx context.Context, rec containerRecord) erro
 	}
 	crashPoint("container-discard-before-record-delete")
 	err := s.containers.Delete(rec.ID) // and the object with it
-	// After the delete: no ListContainers answer made before it is kept
-	// after it (see encodedContainers).
-	s.encodedContainers.removed(s.containers.Version())
 	phaseDone(ctx, "container_record")
 	return err
 }

@@ -8,33 +8,13 @@ import (
 )
 
 // ListContainers lists containers, filtered by ID (or prefix), state,
-// sandbox and labels, from the in-memory records. The answer to a list of
-// every container, which the kubelet asks for every second, is made again
-// only once a record changed: until then the last one, and its encoding
-// (see Codec), are the answer.
+// sandbox and labels, from the in-memory records.
 func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainersRequest) (*runtime.ListContainersResponse, error) {
-	every := listsEveryContainer(req.GetFilter())
-	version := s.containers.Version() // before the walk: see store.Table.Version
-	if every {
-		if resp := s.encodedContainers.lastOfEvery(version); resp != nil {
-			return resp, nil
-		}
-	}
 	items, err := list(req.GetFilter(), validateContainerFilter, s.containers.Range, containerListed, containerItem)
 	if err != nil {
 		return nil, err
 	}
-	resp := &runtime.ListContainersResponse{Containers: items}
-	if every {
-		s.encodedContainers.keepEvery(version, resp)
-	}
-	return resp, nil
-}
-
-// listsEveryContainer reports whether f keeps every container: no filter,
-// or one with nothing set (the kubelet's relist sends that).
-func listsEveryContainer(f *runtime.ContainerFilter) bool {
-	return f.GetId() == "" && f.GetState() == nil && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0
+	return &runtime.ListContainersResponse{Containers: items}, nil
 }
 
 // containerListed is ListContainers' filter: containerMatches and the state.

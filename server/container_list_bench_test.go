@@ -80,7 +80,7 @@ func serveOverSocket(tb testing.TB, s *Server) internalapi.RuntimeService {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20), grpc.ForceServerCodecV2(s.Codec()))
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20))
 	s.Register(g)
 	go g.Serve(lis)
 	tb.Cleanup(g.Stop)

@@ -78,7 +78,7 @@ func TestListsLeaveOutWhatIsBeingCreated(t *testing.T) {
 		}
 	}
 
-	// Made: listed at once, also through the kept answer of every container.
+	// Made: listed at once.
 	if _, err := s.sandboxes.Update(making, func(r *sandboxRecord) error { r.State = stateReady; return nil }); err != nil {
 		t.Fatal(err)
 	}

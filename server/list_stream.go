@@ -12,8 +12,7 @@ import (
 // what their List twins answer, cut into batches, so that a node with many
 // pods never meets gRPC's message size limit (16 MiB, the daemon's and the
 // kubelet's). Each one asks its List twin: the same filters, the same
-// errors, and for a list of every container the same kept answer and
-// per-container encodings (see Codec), with nothing written twice. The
+// errors. The
 // kubelet gathers the whole stream before it looks at any item, so sending
 // the first batch before the last is read gains it nothing.
 const (
@@ -33,21 +32,18 @@ func (s *Server) StreamPodSandboxes(req *runtime.StreamPodSandboxesRequest, stre
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "pod sandboxes", resp.GetItems(), nil, func(b []*runtime.PodSandbox) *runtime.StreamPodSandboxesResponse {
+	return sendBatches(stream, "pod sandboxes", resp.GetItems(), func(b []*runtime.PodSandbox) *runtime.StreamPodSandboxesResponse {
 		return &runtime.StreamPodSandboxesResponse{PodSandboxes: b}
 	})
 }
 
-// StreamContainers streams ListContainers' answer. The batches of a list
-// of every container are slices of the answer ListContainers keeps, read
-// only, and are encoded from each container's kept encoding.
+// StreamContainers streams ListContainers' answer.
 func (s *Server) StreamContainers(req *runtime.StreamContainersRequest, stream runtime.RuntimeService_StreamContainersServer) error {
 	resp, err := s.ListContainers(stream.Context(), &runtime.ListContainersRequest{Filter: req.GetFilter()})
 	if err != nil {
 		return err
 	}
-	size := func(c *runtime.Container) int { return encodedSize(c, s.ctr) }
-	return sendBatches(stream, "containers", resp.GetContainers(), size, func(b []*runtime.Container) *runtime.StreamContainersResponse {
+	return sendBatches(stream, "containers", resp.GetContainers(), func(b []*runtime.Container) *runtime.StreamContainersResponse {
 		return &runtime.StreamContainersResponse{Containers: b}
 	})
 }
@@ -58,7 +54,7 @@ func (s *Server) StreamContainerStats(req *runtime.StreamContainerStatsRequest, 
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "container stats", resp.GetStats(), nil, func(b []*runtime.ContainerStats) *runtime.StreamContainerStatsResponse {
+	return sendBatches(stream, "container stats", resp.GetStats(), func(b []*runtime.ContainerStats) *runtime.StreamContainerStatsResponse {
 		return &runtime.StreamContainerStatsResponse{ContainerStats: b}
 	})
 }
@@ -69,7 +65,7 @@ func (s *Server) StreamPodSandboxStats(req *runtime.StreamPodSandboxStatsRequest
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "pod sandbox stats", resp.GetStats(), nil, func(b []*runtime.PodSandboxStats) *runtime.StreamPodSandboxStatsResponse {
+	return sendBatches(stream, "pod sandbox stats", resp.GetStats(), func(b []*runtime.PodSandboxStats) *runtime.StreamPodSandboxStatsResponse {
 		return &runtime.StreamPodSandboxStatsResponse{PodSandboxStats: b}
 	})
 }
@@ -80,7 +76,7 @@ func (s *Server) StreamPodSandboxMetrics(req *runtime.StreamPodSandboxMetricsReq
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "pod sandbox metrics", resp.GetPodMetrics(), nil, func(b []*runtime.PodSandboxMetrics) *runtime.StreamPodSandboxMetricsResponse {
+	return sendBatches(stream, "pod sandbox metrics", resp.GetPodMetrics(), func(b []*runtime.PodSandboxMetrics) *runtime.StreamPodSandboxMetricsResponse {
 		return &runtime.StreamPodSandboxMetricsResponse{PodSandboxMetrics: b}
 	})
 }
@@ -91,30 +87,26 @@ func (s *Server) StreamImages(req *runtime.StreamImagesRequest, stream runtime.I
 	if err != nil {
 		return err
 	}
-	return sendBatches(stream, "images", resp.GetImages(), nil, func(b []*runtime.Image) *runtime.StreamImagesResponse {
+	return sendBatches(stream, "images", resp.GetImages(), func(b []*runtime.Image) *runtime.StreamImagesResponse {
 		return &runtime.StreamImagesResponse{Images: b}
 	})
 }
 
 // sendBatches sends items in order, in responses that wrap makes of
-// consecutive runs of them (see batchEnd), an item's encoded size given by
-// size (nil: proto.Size). An empty list sends no response
+// consecutive runs of them (see batchEnd). An empty list sends no response
 // at all: the CRI asks for batches of at least one item, and the kubelet's
 // client reads an empty stream as an empty list. A client that goes away
 // mid-stream ends it with Canceled (or DeadlineExceeded) before the next
 // batch is made.
-func sendBatches[T proto.Message, R any](stream grpc.ServerStreamingServer[R], what string, items []T, size func(T) int, wrap func([]T) *R) error {
-	if size == nil {
-		size = func(item T) int { return proto.Size(item) }
-	}
+func sendBatches[T proto.Message, R any](stream grpc.ServerStreamingServer[R], what string, items []T, wrap func([]T) *R) error {
 	ctx := stream.Context()
 	for start := 0; start < len(items); {
 		if err := ctx.Err(); err != nil {
 			return toStatus(fmt.Errorf("stream %s: after %d of %d: %w", what, start, len(items), err))
 		}
-		end := batchEnd(items, start, size)
+		end := batchEnd(items, start, func(item T) int { return proto.Size(item) })
 		// A slice of items, capped so that nobody appending to a batch
-		// writes into the list (which may be ListContainers' kept answer).
+		// writes into the list.
 		if err := stream.Send(wrap(items[start:end:end])); err != nil {
 			return toStatus(fmt.Errorf("stream %s: send after %d of %d: %w", what, start, len(items), err))
 		}
@@ -136,15 +128,4 @@ func batchEnd[T any](items []T, start int, size func(T) int) int {
 		end++
 	}
 	return end
-}
-
-// encodedSize is c's encoded size, read from its kept encoding, made now if
-// it has none: the codec sends the batch from these encodings, and
-// proto.Size would walk the container's labels and annotations once more.
-func encodedSize(c *runtime.Container, object func(id string) *container) int {
-	data, err := encodingOf(c, object)
-	if err != nil {
-		return proto.Size(c) // the codec will fail the same way, and say why
-	}
-	return len(data)
 }

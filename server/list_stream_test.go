@@ -75,7 +75,7 @@ func TestSendBatches(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			stream := &batchStream[runtime.StreamImagesResponse]{ctx: context.Background()}
-			err := sendBatches(stream, "images", tc.items, nil, func(b []*runtime.Image) *runtime.StreamImagesResponse {
+			err := sendBatches(stream, "images", tc.items, func(b []*runtime.Image) *runtime.StreamImagesResponse {
 				return &runtime.StreamImagesResponse{Images: b}
 			})
 			if err != nil {
@@ -105,7 +105,7 @@ func TestSendBatches(t *testing.T) {
 func TestSendBatchesDoNotShareRoomWithTheList(t *testing.T) {
 	items := images(streamBatchItems+1, 8)
 	stream := &batchStream[runtime.StreamImagesResponse]{ctx: context.Background()}
-	if err := sendBatches(stream, "images", items, nil, func(b []*runtime.Image) *runtime.StreamImagesResponse {
+	if err := sendBatches(stream, "images", items, func(b []*runtime.Image) *runtime.StreamImagesResponse {
 		return &runtime.StreamImagesResponse{Images: b}
 	}); err != nil {
 		t.Fatal(err)
@@ -122,42 +122,12 @@ func TestSendBatchesStopsWhenTheClientCancels(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream := &batchStream[runtime.StreamImagesResponse]{ctx: ctx, cancel: cancel}
-	err := sendBatches(stream, "images", images(3*streamBatchItems, 8), nil, func(b []*runtime.Image) *runtime.StreamImagesResponse {
+	err := sendBatches(stream, "images", images(3*streamBatchItems, 8), func(b []*runtime.Image) *runtime.StreamImagesResponse {
 		return &runtime.StreamImagesResponse{Images: b}
 	})
 	wantCode(t, "a stream whose client canceled", err, codes.Canceled, "images")
 	if len(stream.sent) != 1 {
 		t.Errorf("%d batches sent; want 1, the one before the client went away", len(stream.sent))
-	}
-}
-
-// A StreamContainers batch is encoded by the list codec as a
-// ListContainersResponse of its containers: that holds only while the two
-// messages number their containers alike.
-func TestStreamContainersBatchIsAListOnTheWire(t *testing.T) {
-	field := (&runtime.StreamContainersResponse{}).ProtoReflect().Descriptor().Fields().ByName("containers")
-	if field.Number() != containersField || !field.IsList() {
-		t.Fatalf("StreamContainersResponse.containers is field %d, ListContainersResponse's %d", field.Number(), containersField)
-	}
-	ts := newTestServer(t)
-	pod := podConfig("web")
-	podID := ts.runPod(t, pod)
-	ts.createCtr(t, podID, pod, kubeletLikeConfig(pod, "app"))
-	list, err := ts.ListContainers(bg, &runtime.ListContainersRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	codec := ts.Codec()
-	data, err := codec.Marshal(&runtime.StreamContainersResponse{Containers: list.GetContainers()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back runtime.StreamContainersResponse
-	if err := codec.Unmarshal(data, &back); err != nil {
-		t.Fatal(err)
-	}
-	if diff := sameByID(list.GetContainers(), back.GetContainers()); diff != "" {
-		t.Errorf("a StreamContainers batch read back differs from the list: %s", diff)
 	}
 }
 
@@ -204,7 +174,7 @@ func serveStreaming(t testing.TB, s *Server) *streamClients {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20), grpc.ForceServerCodecV2(s.Codec()), grpc.StreamInterceptor(count))
+	g := grpc.NewServer(grpc.MaxRecvMsgSize(16<<20), grpc.MaxSendMsgSize(16<<20), grpc.StreamInterceptor(count))
 	s.Register(g)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
@@ -456,9 +426,9 @@ func BenchmarkStreamContainersKubeletClient(b *testing.B) {
 	}
 }
 
-// StreamContainers of every container sends the answer ListContainers
-// keeps, cut into batches, not a list walked again: the same entries.
-func TestStreamContainersSendsTheKeptAnswer(t *testing.T) {
+// StreamContainers of every container sends what ListContainers answers,
+// cut into batches.
+func TestStreamContainersSendsWhatListContainersAnswers(t *testing.T) {
 	ts := newTestServer(t)
 	pod := podConfig("web")
 	podID := ts.runPod(t, pod)
@@ -477,7 +447,7 @@ func TestStreamContainersSendsTheKeptAnswer(t *testing.T) {
 	for _, r := range stream.sent {
 		sent = append(sent, r.GetContainers()...)
 	}
-	if len(stream.sent) != 2 || !slices.Equal(sent, kept.GetContainers()) {
-		t.Errorf("%d containers in %d batches, not the kept answer's %d entries in 2", len(sent), len(stream.sent), len(kept.GetContainers()))
+	if diff := sameByID(kept.GetContainers(), sent); len(stream.sent) != 2 || diff != "" {
+		t.Errorf("%d containers in %d batches, want ListContainers' %d entries in 2: %s", len(sent), len(stream.sent), len(kept.GetContainers()), diff)
 	}
 }

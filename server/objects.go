@@ -37,10 +37,6 @@ type container struct {
 	// seconds, and the spec never changes after create. Shared: do not
 	// change it.
 	process *specs.Process
-	// encoded is its entry of the kept ListContainers answer (see
-	// encodedContainers); it goes with the object, so a removed container's
-	// encoding cannot outlive it.
-	encoded encodedContainer
 	// cpu is the last CPU sample, for usage_nano_cores.
 	cpu cpuSample
 	// starting is set while StartContainer runs, exitedDuringStart when the

@@ -90,9 +90,6 @@ type Server struct {
 	events broadcast.Hub[*runtime.ContainerEventResponse]
 
 	metrics *metrics.Metrics // nil: not collected
-	// encodedContainers is the ListContainers answer Codec keeps; each
-	// container's own encoding is in its object.
-	encodedContainers encodedContainers
 	// nri relays pods' and containers' lifecycle to NRI plugins; nil when
 	// NRI is off (server/nri.go).
 	nri *nri.NRI

@@ -87,7 +87,6 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error), settleGC
 		// nodes; 16 MiB is what it allows itself.
 		grpc.MaxRecvMsgSize(16 << 20),
 		grpc.MaxSendMsgSize(16 << 20),
-		grpc.ForceServerCodecV2(srv.Codec()),
 	}, tracingOpts...)...)
 	srv.Register(g)
 

@@ -19,15 +19,6 @@ func (s *Server) watchContainer(rec containerRecord) {
 	s.tryWatch(rec, 0)
 }
 
-// Waits between the tries of a watch that failed while its monitor lives.
-var (
-	watchRetryFirst = 100 * time.Millisecond
-	watchRetryMax   = 5 * time.Second
-)
-
-// monitorAlive is conmon.Alive (a test's monitors have no processes).
-var monitorAlive = conmon.Alive
-
 // tryWatch watches the container, or, when the watch fails, decides by its
 // monitor: gone, the container is recorded as ended (and killed when it
 // left no exit file); alive, the failure was the daemon's own (out of
@@ -40,12 +31,12 @@ func (s *Server) tryWatch(rec containerRecord, tries int) {
 		return
 	}
 	log := s.log.WithField("container", rec.ID).WithError(err)
-	if !monitorAlive(rec.Monitor.PID, rec.Monitor.StartTime) {
+	if !s.hooks.processAlive(rec.Monitor.PID, rec.Monitor.StartTime) {
 		log.Warn("cannot watch the container's monitor, which is gone")
 		s.recordExit(rec.ID)
 		return
 	}
-	wait := min(watchRetryFirst<<min(tries, 16), watchRetryMax)
+	wait := s.hooks.watchRetry(tries)
 	log.WithField("retry_in", wait).Warn("cannot watch the container's monitor, which still runs; trying again")
 	time.AfterFunc(wait, func() {
 		if cur, err := s.containers.Get(rec.ID); err == nil && cur.State != stateExited {

@@ -200,10 +200,6 @@ func TestMonitorDeathRecordsTheContainerFailed(t *testing.T) {
 // again, and the container keeps running. Only a monitor that is gone gets
 // the container killed and recorded as failed.
 func TestWatchFailureKillsOnlyWhenTheMonitorIsGone(t *testing.T) {
-	defer func(first, most time.Duration, alive func(int, uint64) bool) {
-		watchRetryFirst, watchRetryMax, monitorAlive = first, most, alive
-	}(watchRetryFirst, watchRetryMax, monitorAlive)
-	watchRetryFirst, watchRetryMax = time.Millisecond, 5*time.Millisecond
 	for _, c := range []struct {
 		name         string
 		monitorAlive bool
@@ -212,8 +208,11 @@ func TestWatchFailureKillsOnlyWhenTheMonitorIsGone(t *testing.T) {
 		{"monitor gone", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			monitorAlive = func(int, uint64) bool { return c.monitorAlive }
 			ts := newTestServer(t)
+			ts.hooks = Hooks{
+				ProcessAlive:    func(int, uint64) bool { return c.monitorAlive },
+				WatchRetryFirst: time.Millisecond, WatchRetryMax: 5 * time.Millisecond,
+			}
 			ts.monitor.Fail("WatchContainer", syscall.EMFILE)
 			pod := podConfig("web")
 			id := ts.createCtr(t, ts.runPod(t, pod), pod, ctrConfig("app"))

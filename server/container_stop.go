@@ -29,13 +29,6 @@ type containerRuntime interface {
 // is gone (container_monitor.go, container_create.go).
 const killGrace = 10 * time.Second
 
-// slowReap is how long after SIGKILL a container's exit is worth a log
-// line. It bounds nothing: a stop waits for the exit as long as its caller
-// does (the gRPC deadline), as containerd's does, because on a loaded node
-// the kernel can take that long to reap a process; failing the stop then
-// only makes the kubelet send it again. A var for the tests.
-var slowReap = killGrace
-
 // StopContainer sends the container's stop signal, then SIGKILL after the
 // timeout. Stopping a container that is gone or already stopped succeeds:
 // the kubelet retries.
@@ -108,13 +101,14 @@ func (s *Server) stopContainer(ctx context.Context, id string, timeout time.Dura
 }
 
 // waitReaped waits for the exit of a container sent SIGKILL for as long as
-// ctx allows, and logs once an exit that took longer than slowReap, with
-// how long it took. Only the caller's deadline ends the wait, as
-// DeadlineExceeded: the container is then still being reaped, and the
-// kubelet's next StopContainer waits again.
+// ctx allows, and logs once an exit that took longer than Hooks.SlowReap,
+// with how long it took. Only the caller's deadline ends the wait, as
+// DeadlineExceeded, as containerd's does: on a loaded node the kernel can
+// take that long to reap a process, the container is then still being
+// reaped, and the kubelet's next StopContainer waits again.
 func (s *Server) waitReaped(ctx context.Context, id string, exited <-chan struct{}) error {
 	start := time.Now()
-	if waitClosed(ctx, exited, slowReap) {
+	if waitClosed(ctx, exited, s.hooks.slowReap()) {
 		return nil
 	}
 	select {

@@ -112,16 +112,16 @@ func TestStopPodSandboxEndsItsPIDNamespaceByItsInit(t *testing.T) {
 	}
 }
 
-// A node under load can take longer than slowReap to reap a killed
+// A node under load can take longer than Hooks.SlowReap to reap a killed
 // container. The stop waits for it as long as its caller does, succeeds,
 // and says once how long it took; only the caller's deadline fails it, as
 // DeadlineExceeded so that the kubelet retries, not Internal.
 func TestStopWaitsForASlowReapAsLongAsTheCaller(t *testing.T) {
-	defer func(old time.Duration) { slowReap = old }(slowReap)
-	slowReap = 5 * time.Millisecond
+	const slowReap = 5 * time.Millisecond
 	const reapDelay = 100 * time.Millisecond // 20 slowReaps: the old fixed wait failed here
 
 	ts := newTestServer(t)
+	ts.hooks.SlowReap = slowReap
 	logs := logtest.NewLocal(ts.log.Logger)
 	_, slow := ts.runningCtr(t, "slow")
 	ts.runc.OnKill = func(id string, sig syscall.Signal) {

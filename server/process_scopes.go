@@ -6,7 +6,6 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/oci"
 )
 
@@ -27,17 +26,12 @@ const scopeTimeout = 30 * time.Second
 // unit's limits must not reach it.
 const monitorSlice = "system.slice"
 
-// scopeTargetAlive tells that pid is still the process started at started
-// (ticks since boot), so that a scope never takes a reused pid; tests
-// replace it, their fake processes not being alive.
-var scopeTargetAlive = conmon.Alive
-
 // leaveDaemonCgroup moves a process of minicri's own into a scope of its
 // own in slice. Without the systemd driver it does nothing; a failure is
 // logged, and the process stays in the daemon's cgroup: it runs all the
 // same.
 func (s *Server) leaveDaemonCgroup(ctx context.Context, pid int, started uint64, unit, slice, what string) {
-	if s.scopes == nil || pid <= 0 || !scopeTargetAlive(pid, started) {
+	if s.scopes == nil || pid <= 0 || !s.hooks.processAlive(pid, started) { // never a reused pid
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scopeTimeout)

@@ -32,8 +32,6 @@ func (f *fakeScopes) MoveToScope(_ context.Context, pid int, unit, slice, _ stri
 // monitor to one in system.slice: neither stays in minicri.service's cgroup,
 // where the Debian 12 guest found them. Under cgroupfs nothing moves.
 func TestInfraAndMonitorsLeaveTheDaemonsCgroup(t *testing.T) {
-	defer func(prev func(int, uint64) bool) { scopeTargetAlive = prev }(scopeTargetAlive)
-	scopeTargetAlive = func(int, uint64) bool { return true } // the fakes' pids are not processes
 	const slicePath = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid1.slice"
 	for _, c := range []struct {
 		driver string
@@ -46,6 +44,7 @@ func TestInfraAndMonitorsLeaveTheDaemonsCgroup(t *testing.T) {
 	} {
 		t.Run(c.driver, func(t *testing.T) {
 			ts := newTestServer(t, func(cfg *config.Config) { cfg.CgroupDriver = c.driver })
+			ts.hooks.ProcessAlive = func(int, uint64) bool { return true } // the fakes' pids are not processes
 			scopes := &fakeScopes{}
 			if c.driver == "systemd" {
 				ts.scopes = scopes

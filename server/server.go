@@ -5,6 +5,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -20,6 +21,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/internal/broadcast"
 	"github.com/minicri/minicri/internal/kernelfeat"
@@ -41,6 +43,43 @@ type Options struct {
 	Log     *logrus.Entry
 	// Metrics, when not nil, gets the server's counts and timings.
 	Metrics *metrics.Metrics
+	// Hooks are what a test may replace; the zero value is the daemon's.
+	Hooks Hooks
+}
+
+// Hooks are the server's seams: a field left zero takes the real thing.
+type Hooks struct {
+	// ProcessAlive reports whether pid is still the process that started
+	// at start (ticks since boot): a monitor or infra process, never a
+	// reused pid. Default conmon.Alive; a handler test's fake monitors
+	// have no processes.
+	ProcessAlive func(pid int, start uint64) bool
+	// SlowReap is how long after SIGKILL a container's exit is worth a
+	// log line (default killGrace).
+	SlowReap time.Duration
+	// WatchRetryFirst and WatchRetryMax are the waits between the tries
+	// of a watch that failed while its monitor lives (default 100 ms,
+	// doubling up to 5 s).
+	WatchRetryFirst, WatchRetryMax time.Duration
+}
+
+// processAlive is Hooks.ProcessAlive or conmon.Alive.
+func (h Hooks) processAlive(pid int, start uint64) bool {
+	if h.ProcessAlive != nil {
+		return h.ProcessAlive(pid, start)
+	}
+	return conmon.Alive(pid, start)
+}
+
+// slowReap is Hooks.SlowReap or killGrace.
+func (h Hooks) slowReap() time.Duration {
+	return cmp.Or(h.SlowReap, killGrace)
+}
+
+// watchRetry is the wait before a watch's try after tries failed ones.
+func (h Hooks) watchRetry(tries int) time.Duration {
+	first, most := cmp.Or(h.WatchRetryFirst, 100*time.Millisecond), cmp.Or(h.WatchRetryMax, 5*time.Second)
+	return min(first<<min(tries, 16), most)
 }
 
 // Server implements the CRI. RPCs not built yet fall through to the embedded
@@ -52,6 +91,7 @@ type Server struct {
 	cfg     config.Config
 	version string
 	log     *logrus.Entry
+	hooks   Hooks
 
 	// sandboxes and containers hold each sandbox's and container's object
 	// (objects.go), its record and all else kept of it in memory; see
@@ -119,6 +159,7 @@ func New(opts Options) (*Server, error) {
 		cfg:            cfg,
 		version:        opts.Version,
 		log:            opts.Log,
+		hooks:          opts.Hooks,
 		metrics:        opts.Metrics,
 		sandboxNames:   store.NewNames(),
 		containerNames: store.NewNames(),

@@ -106,6 +106,12 @@ func TestCgroupDriverFollowsTheNode(t *testing.T) {
 	if log := d.Output(); !regexp.MustCompile(`(?m)msg="cgroup driver".* driver=cgroupfs .*source=detected`).MatchString(log) {
 		t.Errorf("the start log does not say the driver was detected as cgroupfs:\n%s", log)
 	}
+	// minicri config (what make install writes) leaves the key unset and
+	// says what unset means here.
+	if code, out := runMinicri(t, "config"); code != 0 || !strings.Contains(out, "\n# cgroup_driver = \"cgroupfs\"\n") ||
+		!strings.Contains(out, "unset means cgroupfs: systemd is not PID 1") {
+		t.Errorf("minicri config: exit %d, want cgroup_driver commented out with what unset means here:\n%s", code, out)
+	}
 }
 
 // TestSystemdCgroupDriverWithoutSystemdIsRefused: an explicit systemd

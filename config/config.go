@@ -33,8 +33,10 @@ type Config struct {
 	LogLevel string `toml:"log_level"`
 	// Daemon log format: text or json.
 	LogFormat string `toml:"log_format"`
-	// Cgroup driver, the same as the kubelet's --cgroup-driver: cgroupfs or
-	// systemd.
+	// Cgroup driver: cgroupfs or systemd. Unset: detected at every start,
+	// systemd where systemd is PID 1 (/run/systemd/system exists), cgroupfs
+	// elsewhere. The kubelet takes the driver from minicri (RuntimeConfig).
+	// systemd on a node without systemd is refused at start.
 	CgroupDriver string `toml:"cgroup_driver"`
 	// On SIGTERM/SIGINT, how long in-flight calls may run before the daemon
 	// exits anyway. Containers are never touched.
@@ -95,7 +97,8 @@ func (c *Config) check() []error {
 		absolute("run_dir", c.RunDir),
 		oneOf("log_level", c.LogLevel, "trace", "debug", "info", "warn", "error"),
 		oneOf("log_format", c.LogFormat, "text", "json"),
-		oneOf("cgroup_driver", c.CgroupDriver, "cgroupfs", "systemd"),
+		refuse(c.CgroupDriver != "" && c.CgroupDriver != CgroupfsDriver && c.CgroupDriver != SystemdDriver,
+			"cgroup_driver", fmt.Sprintf("%q is not one of cgroupfs, systemd (or unset: detected)", c.CgroupDriver)),
 		refuse(c.ShutdownTimeout < 0, "shutdown_timeout", "must not be negative"),
 		profileAddress(c.ProfileAddress),
 	}
@@ -475,7 +478,7 @@ func Default() Config {
 		ProfileAddress:  "/run/minicri/" + profileSocketName,
 		LogLevel:        "info",
 		LogFormat:       "text",
-		CgroupDriver:    "cgroupfs",
+		CgroupDriver:    "", // detected at start: ResolveCgroupDriver
 		ShutdownTimeout: Duration(10 * time.Second),
 		Runtime: RuntimeConfig{
 			// Chosen at start, the most capable runc (server.chooseDefaultHandler),

@@ -42,8 +42,8 @@ func TestDefaultsWithoutFile(t *testing.T) {
 	if got, want := cfg.Listen, "/run/minicri/minicri.sock"; got != want {
 		t.Errorf("listen = %q, want %q", got, want)
 	}
-	if got, want := cfg.CgroupDriver, "cgroupfs"; got != want {
-		t.Errorf("cgroup_driver = %q, want %q", got, want)
+	if got, want := cfg.CgroupDriver, ""; got != want {
+		t.Errorf("cgroup_driver = %q, want %q (unset: detected at start)", got, want)
 	}
 	if got, want := cfg.CDI, (CDIConfig{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("cdi = %+v, want %+v (containerd's defaults)", got, want)
@@ -167,7 +167,7 @@ func TestFileHandlersReplaceDefaults(t *testing.T) {
 // The printed default config is a valid file that loads back to the defaults,
 // and every key in it carries a comment.
 func TestRenderRoundTrip(t *testing.T) {
-	text := Render(Default())
+	text := Render(Default(), Node{})
 	cfg, err := load(t, "--config", writeFile(t, text))
 	if err != nil {
 		t.Fatalf("rendered config does not load: %v\n%s", err, text)

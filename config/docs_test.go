@@ -7,14 +7,20 @@ import (
 	"testing"
 )
 
+// unsetKey is a key Render writes commented out, left for the node to decide.
+var unsetKey = regexp.MustCompile(`^# ([a-z_]+) = `)
+
 // configKeys reads the keys of `minicri config`'s output (Render): "table.key"
-// for a scalar, and a table of named entries as its header with the name
-// made generic ([runtime.handlers.NAME]) followed by its keys.
+// for a scalar, also one left unset (commented out), and a table of named
+// entries as its header with the name made generic ([runtime.handlers.NAME])
+// followed by its keys.
 func configKeys(text string) (scalars []string, named map[string][]string) {
 	named = map[string][]string{}
 	table, entry := "", ""
 	for _, line := range strings.Split(text, "\n") {
 		switch {
+		case unsetKey.MatchString(line) && entry == "":
+			scalars = append(scalars, table+unsetKey.FindStringSubmatch(line)[1])
 		case strings.HasPrefix(line, "#") || strings.TrimSpace(line) == "":
 		case strings.HasPrefix(line, "["):
 			header := strings.Trim(line, "[]")
@@ -45,9 +51,9 @@ func TestConfigurationDocNamesEveryKey(t *testing.T) {
 	doc := string(data)
 	cfg := Default()
 	cfg.Image.Registries = map[string]RegistryConfig{"registry.example": {}}
-	scalars, named := configKeys(Render(cfg))
+	scalars, named := configKeys(Render(cfg, Node{}))
 	if len(scalars) == 0 || len(named) == 0 {
-		t.Fatalf("read no keys from minicri config's output:\n%s", Render(cfg))
+		t.Fatalf("read no keys from minicri config's output:\n%s", Render(cfg, Node{}))
 	}
 	known := map[string]bool{}
 	for _, key := range scalars {

@@ -12,7 +12,7 @@ var fieldDocs = map[string]string{
 	"CNIConfig.ConfTemplate":                "Go text/template file of a CNI network config list. When set, and the kubelet sends the node's pod CIDR (UpdateRuntimeConfig, with the kubelet's podCIDR set), minicri writes it to CONF_DIR/10-minicri-net.conflist with {{.PodCIDR}} (the first CIDR), {{.PodCIDRRanges}} (all of them) and {{.Routes}} (0.0.0.0/0 and/or ::/0) filled in, as containerd's conf_template does; only while conf_dir holds no other network config. Empty: minicri never writes a network config.",
 	"Config.CDI":                            "Container Device Interface (CDI): the devices that device plugins and DRA drivers describe in spec files and that containers ask for by name (CDI_devices, cdi.k8s.io/* annotations).",
 	"Config.CNI":                            "Pod networking with CNI plugins.",
-	"Config.CgroupDriver":                   "Cgroup driver, the same as the kubelet's --cgroup-driver: cgroupfs or systemd.",
+	"Config.CgroupDriver":                   "Cgroup driver: cgroupfs or systemd. Unset: detected at every start, systemd where systemd is PID 1 (/run/systemd/system exists), cgroupfs elsewhere. The kubelet takes the driver from minicri (RuntimeConfig). systemd on a node without systemd is refused at start.",
 	"Config.Image":                          "Image pulls and registries.",
 	"Config.Listen":                         "Unix socket the CRI gRPC server listens on (mode 0660).",
 	"Config.LogFormat":                      "Daemon log format: text or json.",

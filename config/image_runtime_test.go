@@ -23,7 +23,7 @@ func TestPinnedImagesRoundTrip(t *testing.T) {
 			t.Errorf("pinned_images[%q] = %q, want %q", k, cfg.Image.PinnedImages[k], v)
 		}
 	}
-	text := Render(cfg)
+	text := Render(cfg, Node{})
 	again, err := load(t, "--config", writeFile(t, text))
 	if err != nil {
 		t.Fatalf("rendered config does not load: %v\n%s", err, text)
@@ -33,7 +33,7 @@ func TestPinnedImagesRoundTrip(t *testing.T) {
 			t.Errorf("after minicri config: pinned_images[%q] = %q, want %q\n%s", k, again.Image.PinnedImages[k], v, text)
 		}
 	}
-	if def := Render(Default()); !strings.Contains(def, "[image.pinned_images]\n# NAME = \"REFERENCE\"\n") {
+	if def := Render(Default(), Node{}); !strings.Contains(def, "[image.pinned_images]\n# NAME = \"REFERENCE\"\n") {
 		t.Errorf("the default config shows no example of pinned_images:\n%s", def)
 	}
 }

@@ -239,17 +239,20 @@ func formatFlagDefault(v reflect.Value) string {
 }
 
 // Render writes cfg as a TOML file with the comment of every key above it:
-// what `minicri config` prints, and a valid file to start from.
-func Render(cfg Config) string {
+// what `minicri config` prints, and a valid file to start from. A key whose
+// default follows the node and is left unset (cgroup_driver) is written
+// commented out, with what it resolves to on node and why.
+func Render(cfg Config, node Node) string {
 	var b strings.Builder
 	b.WriteString("# minicri configuration. Every key is optional: a missing key keeps the\n")
 	b.WriteString("# default shown here. Every scalar key is also a flag: run_dir → --run-dir,\n")
 	b.WriteString("# streaming.port → --streaming-port. Flags win over this file.\n")
-	renderStruct(&b, reflect.ValueOf(cfg), "")
+	notes := func(key string) (string, string) { return nodeNote(key, cfg, node) }
+	renderStruct(&b, reflect.ValueOf(cfg), "", notes)
 	return b.String()
 }
 
-func renderStruct(b *strings.Builder, v reflect.Value, table string) {
+func renderStruct(b *strings.Builder, v reflect.Value, table string, notes func(key string) (note, resolved string)) {
 	t := v.Type()
 	var nested []int
 	for i := 0; i < t.NumField(); i++ {
@@ -259,6 +262,12 @@ func renderStruct(b *strings.Builder, v reflect.Value, table string) {
 			continue
 		}
 		writeComment(b, fieldDoc(t, f))
+		note, resolved := notes(joinKey(table, f.Tag.Get("toml")))
+		writeComment(b, note)
+		if resolved != "" {
+			fmt.Fprintf(b, "# %s = %s\n", f.Tag.Get("toml"), tomlValue(resolved))
+			continue
+		}
 		fmt.Fprintf(b, "%s = %s\n", f.Tag.Get("toml"), tomlValue(v.Field(i).Interface()))
 	}
 	for _, i := range nested {
@@ -269,7 +278,7 @@ func renderStruct(b *strings.Builder, v reflect.Value, table string) {
 		writeComment(b, fieldDoc(t, f))
 		if fv.Kind() == reflect.Struct {
 			fmt.Fprintf(b, "[%s]\n", name)
-			renderStruct(b, fv, name)
+			renderStruct(b, fv, name, notes)
 			continue
 		}
 		keys := make([]string, 0, fv.Len())
@@ -287,7 +296,7 @@ func renderStruct(b *strings.Builder, v reflect.Value, table string) {
 		for _, k := range keys {
 			sub := name + "." + strconv.Quote(k)
 			fmt.Fprintf(b, "[%s]\n", sub)
-			renderStruct(b, fv.MapIndex(reflect.ValueOf(k)), sub)
+			renderStruct(b, fv.MapIndex(reflect.ValueOf(k)), sub, notes)
 		}
 	}
 }

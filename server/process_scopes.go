@@ -6,6 +6,7 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/oci"
 )
 
@@ -55,7 +56,7 @@ func podSlice(cfg *runtime.PodSandboxConfig) (string, error) {
 // that is no slice (or no slice's path) at RunPodSandbox, naming the field,
 // instead of at the first container.
 func (s *Server) validateCgroupParent(cfg *runtime.PodSandboxConfig) error {
-	if s.cfg.CgroupDriver != "systemd" {
+	if s.cfg.CgroupDriver != config.SystemdDriver {
 		return nil
 	}
 	if _, err := podSlice(cfg); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/internal/atomicfile"
 	"github.com/minicri/minicri/network"
 )
@@ -21,7 +22,7 @@ import (
 // agree without the operator setting it twice.
 func (s *Server) RuntimeConfig(ctx context.Context, req *runtime.RuntimeConfigRequest) (*runtime.RuntimeConfigResponse, error) {
 	driver := runtime.CgroupDriver_CGROUPFS
-	if s.cfg.CgroupDriver == "systemd" {
+	if s.cfg.CgroupDriver == config.SystemdDriver {
 		driver = runtime.CgroupDriver_SYSTEMD
 	}
 	return &runtime.RuntimeConfigResponse{

@@ -45,6 +45,9 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Hooks are what a test may replace; the zero value is the daemon's.
 	Hooks Hooks
+	// Node is what the defaults that follow the node (cgroup_driver)
+	// follow; nil: config.ThisNode(), looked at once in New.
+	Node *config.Node
 }
 
 // Hooks are the server's seams: a field left zero takes the real thing.
@@ -92,6 +95,9 @@ type Server struct {
 	version string
 	log     *logrus.Entry
 	hooks   Hooks
+	// cgroupDriver is the driver in force and how it was chosen; New puts
+	// its Driver in cfg.CgroupDriver, which every path reads.
+	cgroupDriver config.CgroupDriverChoice
 
 	// sandboxes and containers hold each sandbox's and container's object
 	// (objects.go), its record and all else kept of it in memory; see
@@ -155,8 +161,14 @@ const orphanPluginWait = 10 * time.Second
 // It starts nothing that outlives the daemon.
 func New(opts Options) (*Server, error) {
 	cfg := opts.Config
+	driver, err := cgroupDriver(cfg.CgroupDriver, opts.Node, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	cfg.CgroupDriver = driver.Driver
 	s := &Server{
 		cfg:            cfg,
+		cgroupDriver:   driver,
 		version:        opts.Version,
 		log:            opts.Log,
 		hooks:          opts.Hooks,
@@ -172,8 +184,7 @@ func New(opts Options) (*Server, error) {
 	// operation Start: make bench shows where a restart goes.
 	ctx, phases := s.withPhases(context.Background(), "Start")
 	s.useMonitor(conmonMonitor{})
-	var err error
-	if cfg.CgroupDriver == "systemd" {
+	if cfg.CgroupDriver == config.SystemdDriver {
 		s.scopes = &oci.SystemdScopes{}
 	}
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
@@ -232,6 +243,27 @@ func New(opts Options) (*Server, error) {
 	phases.observe()
 	s.runAfterStart(images)
 	return s, nil
+}
+
+// cgroupDriver decides the cgroup driver once, at start, from the
+// configured cgroup_driver and the node (config.ThisNode when node is nil),
+// and logs the driver in force and why.
+func cgroupDriver(configured string, node *config.Node, log *logrus.Entry) (config.CgroupDriverChoice, error) {
+	n := config.ThisNode()
+	if node != nil {
+		n = *node
+	}
+	d, err := config.ResolveCgroupDriver(configured, n)
+	if err != nil {
+		return d, err
+	}
+	entry := log.WithFields(logrus.Fields{"driver": d.Driver, "source": d.Source, "reason": d.Reason})
+	if d.Driver == config.CgroupfsDriver && n.SystemdBooted {
+		entry.Warn("cgroup driver: cgroupfs beside systemd, two managers of one cgroup tree; leave cgroup_driver unset for systemd")
+		return d, nil
+	}
+	entry.Info("cgroup driver")
+	return d, nil
 }
 
 // afterStartDelay is how long after the start runAfterStart's work begins:
@@ -313,7 +345,7 @@ func runtimeHandlers(cfg config.Config, execShim string) *oci.Handlers {
 	h := &oci.Handlers{Default: cfg.Runtime.DefaultHandler, Runtimes: map[string]*oci.Runtime{}}
 	features := filepath.Join(cfg.RunDir, runtimeFeaturesDir)
 	for name, rc := range cfg.Runtime.Handlers {
-		h.Runtimes[name] = &oci.Runtime{Name: name, Path: rc.Path, Root: rc.Root, SystemdCgroup: cfg.CgroupDriver == "systemd", ExecShim: execShim, FeaturesCache: features}
+		h.Runtimes[name] = &oci.Runtime{Name: name, Path: rc.Path, Root: rc.Root, SystemdCgroup: cfg.CgroupDriver == config.SystemdDriver, ExecShim: execShim, FeaturesCache: features}
 	}
 	return h
 }

@@ -226,8 +226,9 @@ func (s *Server) handlerInfo() map[string]handlerInfo {
 // them. Besides the config, like containerd: lastCNILoadStatus ("OK" or why
 // the network config does not load), and podCIDR, the node's pod CIDR as
 // UpdateRuntimeConfig last gave it (containerd shows it only inside the
-// config it writes from its template); and checkpoint, whether
-// CheckpointContainer can work here (checkpointSupport).
+// config it writes from its template); checkpoint, whether
+// CheckpointContainer can work here (checkpointSupport); and cgroupDriver,
+// how the driver in force was chosen.
 func (s *Server) statusInfo() (map[string]string, error) {
 	cniStatus := "OK"
 	if err := s.networkReady(); err != nil {
@@ -248,6 +249,9 @@ func (s *Server) statusInfo() (map[string]string, error) {
 		// (internal/kernelfeat): "yes", or "no: why".
 		"kernelFeatures": kernelfeat.Report(),
 		"checkpoint":     s.checkpointSupport(),
+		// The driver in force, "detected" (cgroup_driver unset) or
+		// "configured", and why; config shows only the driver.
+		"cgroupDriver": s.cgroupDriver,
 	}
 	out := make(map[string]string, len(info))
 	for k, v := range info {

@@ -78,6 +78,13 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 	for _, e := range edit {
 		e(&cfg)
 	}
+	// As New decides it; the fakes stand for a node with systemd when a
+	// test asks for that driver.
+	driver, err := config.ResolveCgroupDriver(cfg.CgroupDriver, config.Node{SystemdBooted: cfg.CgroupDriver == config.SystemdDriver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CgroupDriver = driver.Driver
 	log := logrus.New()
 	log.SetOutput(io.Discard)
 	ts := &testServer{
@@ -92,6 +99,7 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 	ts.runc.OnKill = func(id string, sig syscall.Signal) { _ = ts.monitor.Exit(id, 128+int(sig)) }
 	ts.Server = &Server{
 		cfg:            cfg,
+		cgroupDriver:   driver,
 		version:        "test",
 		log:            logrus.NewEntry(log),
 		sandboxNames:   store.NewNames(),
@@ -129,7 +137,7 @@ func (ts *testServer) restarted(t *testing.T) *Server {
 		cfg: ts.cfg, version: ts.version, log: ts.log,
 		sandboxNames: store.NewNames(), containerNames: store.NewNames(),
 		monitors: newMonitorPlacement(ts.cfg.Runtime.MonitorShare), monitorPath: ts.monitorPath,
-		cdi: ts.cdi, pins: ts.pins, runtimes: ts.runtimes,
+		cdi: ts.cdi, pins: ts.pins, runtimes: ts.runtimes, cgroupDriver: ts.cgroupDriver,
 	}
 	s.useCNI(ts.network)
 	s.useImages(ts.images)

@@ -128,7 +128,7 @@ func runConfigCommand(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	fmt.Fprint(stdout, config.Render(cfg))
+	fmt.Fprint(stdout, config.Render(cfg, config.ThisNode()))
 	return 0
 }
 

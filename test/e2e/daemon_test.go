@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,14 +72,80 @@ func TestStatusReportsConditions(t *testing.T) {
 	}
 }
 
-func TestRuntimeConfigReportsCgroupDriver(t *testing.T) {
-	d := StartDaemon(t, WithArgs("--cgroup-driver", "systemd"))
-	resp, err := d.Runtime.RuntimeConfig(context.Background())
+// TestCgroupDriverFollowsTheNode: with cgroup_driver unset the daemon
+// detects the driver, on this host (systemd is not PID 1) cgroupfs, and
+// says so to the kubelet (RuntimeConfig), in crictl info and in its log.
+func TestCgroupDriverFollowsTheNode(t *testing.T) {
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		t.Skip("systemd is PID 1 here; the guest stage tests the systemd side (TestGuestNode)")
+	}
+	d := StartDaemon(t)
+	ctx := context.Background()
+	resp, err := d.Runtime.RuntimeConfig(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := resp.GetLinux().GetCgroupDriver(); got != runtime.CgroupDriver_SYSTEMD {
-		t.Fatalf("cgroup driver = %v, want SYSTEMD as configured", got)
+	if got := resp.GetLinux().GetCgroupDriver(); got != runtime.CgroupDriver_CGROUPFS {
+		t.Errorf("RuntimeConfig: cgroup driver %v, want CGROUPFS, detected on a host without systemd", got)
+	}
+	st, err := d.Runtime.Status(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var driver struct{ Driver, Source, Reason string }
+	if err := json.Unmarshal([]byte(st.GetInfo()["cgroupDriver"]), &driver); err != nil {
+		t.Fatalf("Status info cgroupDriver %q: %v", st.GetInfo()["cgroupDriver"], err)
+	}
+	if driver.Driver != "cgroupfs" || driver.Source != "detected" || !strings.Contains(driver.Reason, "systemd is not PID 1") {
+		t.Errorf("Status info cgroupDriver = %+v, want cgroupfs, detected, because systemd is not PID 1", driver)
+	}
+	var cfg struct{ CgroupDriver string }
+	if err := json.Unmarshal([]byte(st.GetInfo()["config"]), &cfg); err != nil || cfg.CgroupDriver != "cgroupfs" {
+		t.Errorf("Status info config: cgroup driver %q (%v), want the driver in force, cgroupfs", cfg.CgroupDriver, err)
+	}
+	if log := d.Output(); !regexp.MustCompile(`(?m)msg="cgroup driver".* driver=cgroupfs .*source=detected`).MatchString(log) {
+		t.Errorf("the start log does not say the driver was detected as cgroupfs:\n%s", log)
+	}
+	// minicri config (what make install writes) leaves the key unset and
+	// says what unset means here.
+	if code, out := runMinicri(t, "config"); code != 0 || !strings.Contains(out, "\n# cgroup_driver = \"cgroupfs\"\n") ||
+		!strings.Contains(out, "unset means cgroupfs: systemd is not PID 1") {
+		t.Errorf("minicri config: exit %d, want cgroup_driver commented out with what unset means here:\n%s", code, out)
+	}
+}
+
+// TestSystemdCgroupDriverWithoutSystemdIsRefused: an explicit systemd
+// where systemd is not PID 1 stops the start, saying why, before the CRI
+// socket is made; the explicit cgroupfs still wins over detection.
+func TestSystemdCgroupDriverWithoutSystemdIsRefused(t *testing.T) {
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		t.Skip("systemd is PID 1 here: cgroup_driver = systemd works")
+	}
+	for _, c := range []struct {
+		name string
+		opt  DaemonOption
+	}{
+		{"file", WithConfig("cgroup_driver = \"systemd\"\n")},
+		{"flag", WithArgs("--cgroup-driver", "systemd")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := NewDaemon(t, c.opt)
+			code, out := runMinicri(t, d.args...)
+			if code != 1 || !strings.Contains(out, `"cgroup_driver"`) || !strings.Contains(out, "systemd is not PID 1") {
+				t.Fatalf("exit %d, output %q; want exit 1 naming cgroup_driver and that systemd is not PID 1", code, out)
+			}
+			if _, err := os.Stat(d.Socket); !os.IsNotExist(err) {
+				t.Fatalf("a socket was created by a daemon that refused its cgroup driver")
+			}
+		})
+	}
+	d := StartDaemon(t, WithArgs("--cgroup-driver", "cgroupfs"))
+	st, err := d.Runtime.Status(context.Background(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.GetInfo()["cgroupDriver"]; !strings.Contains(got, `"source":"configured"`) || !strings.Contains(got, `"driver":"cgroupfs"`) {
+		t.Errorf("Status info cgroupDriver with --cgroup-driver cgroupfs = %s, want cgroupfs, configured", got)
 	}
 }
 

@@ -9,7 +9,7 @@ package e2e
 // kernel, TCG elsewhere). One guest serves the whole test binary: it boots
 // at the first test that asks for it (bootedGuest) and is shut down after
 // the last. minicri is installed in it as an operator would (make install,
-// the unit from contrib/systemd, cgroup_driver = "systemd") and runs as a
+// its config file untouched, the unit from contrib/systemd) and runs as a
 // systemd service; the tests talk to it with the kubelet's CRI client over a
 // socket ssh forwards to the host, and look at the guest over ssh.
 //
@@ -536,17 +536,16 @@ func (g *Guest) fillShare(t *testing.T) error {
 
 // guestInstall installs and starts minicri in the guest as an operator
 // would, step by step: make install's files, runc v1.5.2 where minicri's
-// runc-current handler looks for it (and as the node's runc), the systemd
-// driver, contrib's CNI network, the test image imported, then the unit
-// enabled and started.
+// runc-current handler looks for it (and as the node's runc), make
+// install's config as it is (the daemon detects the systemd driver),
+// contrib's CNI network, the test image imported, then the unit enabled
+// and started.
 var guestInstall = []struct{ name, script string }{
 	{"files", `set -e
 cp -a /mnt/host/install/. /
 install -D -m 0755 /mnt/host/runc /usr/local/lib/minicri/runc-v1.5.2/runc
 install -D -m 0755 /mnt/host/runc /usr/local/sbin/runc
 if [ -e /mnt/host/kubelet ]; then install -D -m 0755 /mnt/host/kubelet /usr/local/bin/kubelet; fi
-sed -i 's/^cgroup_driver = .*/cgroup_driver = "systemd"/' /etc/minicri/minicri.toml
-grep -q '^cgroup_driver = "systemd"' /etc/minicri/minicri.toml
 install -D -m 0644 /mnt/host/10-minicri-bridge.conflist /etc/cni/net.d/10-minicri-bridge.conflist`},
 	{"image import", "minicri image import /mnt/host/images/busybox.tar"},
 	{"service start", "systemctl daemon-reload && systemctl enable --now minicri.service && systemctl is-active minicri.service"},

@@ -14,10 +14,11 @@ import (
 // A hostNetwork pod with hostUsers: false (KEP-5607) gets the host's /sys,
 // since it cannot mount a sysfs of its own. A container of it with
 // CAP_SYS_ADMIN in its user namespace and no seccomp filter, the most a
-// pod author can ask for, tries to unmask it: remount it read-write and
-// unmount every mount below it, runc's /sys/fs/cgroup mounts first. The
-// /sys stays read-only, and nothing of the host's mounts below /sys (its
-// cgroup tree, securityfs, debugfs) is there to be found under them.
+// pod author can ask for, tries to unmask it: remount it read-write, bind
+// it elsewhere and remount the copy, and unmount every mount below it,
+// runc's /sys/fs/cgroup mounts first. The /sys stays read-only, and
+// nothing of the host's mounts below /sys (its cgroup tree, securityfs,
+// debugfs) is there to be found under them.
 func TestUserNamespaceHostNetworkSysCannotBeUnmasked(t *testing.T) {
 	d, ref := startUsernsDaemon(t)
 	cfg := d.usernsPodConfig("userns-hostnet-sys")
@@ -30,6 +31,8 @@ func TestUserNamespaceHostNetworkSysCannotBeUnmasked(t *testing.T) {
 	ctr := containerConfig("attacker", ref, "sh", "-c", `
 mount -o remount,bind,rw /sys; echo remount-exit=$?
 mount -o remount,bind,rw,nosuid,nodev,noexec /sys; echo remount-flags-exit=$?
+mkdir -p /tmp/clone; mount --bind /sys /tmp/clone; echo clone-exit=$?
+mount -o remount,bind,rw /tmp/clone; echo clone-remount-exit=$?
 before=$(awk '$5 ~ "^/sys/" {n++} END {print n+0}' /proc/self/mountinfo)
 for round in 1 2 3 4 5 6; do
 	for m in $(awk '$5 ~ "^/sys/" {print $5}' /proc/self/mountinfo | sort -r); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
@@ -45,11 +48,19 @@ cat /proc/self/mountinfo`)
 	}}
 	st, out := d.runToExit(t, podID, cfg, ctr)
 	t.Logf("the attacker's output:\n%s", out)
+	out = "\n" + out // every line of it after a newline
 	if st.GetExitCode() != 0 {
 		t.Fatalf("container exited %d", st.GetExitCode())
 	}
-	if strings.Contains(out, "remount-exit=0\n") || strings.Contains(out, "remount-flags-exit=0\n") {
-		t.Errorf("the container remounted /sys read-write")
+	if !strings.Contains(out, "\nclone-exit=0\n") {
+		t.Errorf("the container could not bind its /sys elsewhere: the remount of the copy proves nothing")
+	}
+	for _, attempt := range []string{"remount-exit", "remount-flags-exit", "clone-remount-exit"} {
+		if !strings.Contains(out, "\n"+attempt+"=") {
+			t.Errorf("the output lacks %s: the attack did not run", attempt)
+		} else if strings.Contains(out, "\n"+attempt+"=0\n") {
+			t.Errorf("%s: the container made a bind of the host's /sys read-write", attempt)
+		}
 	}
 	if got := mountFlags(out, "/sys"); !slices.Contains(got, "ro") {
 		t.Errorf("/sys mounted %v after the attack, want ro", got)

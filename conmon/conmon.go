@@ -55,6 +55,10 @@ type Options struct {
 	// mount namespace of its own (wire.Config). Both empty: root.path is
 	// the root filesystem.
 	Rootfs, RootfsStage string
+	// SysStage: where the host's /sys is bound read-only in that mount
+	// namespace, for a user-namespaced container on the host's network
+	// (wire.Config). Empty: no such bind.
+	SysStage string
 }
 
 // Created is what Create reports about a running monitor. Keep all three:
@@ -95,7 +99,7 @@ func (o Options) config() (wire.Config, error) {
 	}{
 		{&c.Bundle, o.Bundle}, {&c.ExitFile, o.ExitFile}, {&c.SocketDir, o.SocketDir},
 		{&c.LogPath, o.LogPath}, {&c.RuntimeRoot, o.RuntimeRoot}, {&c.JoinDir, o.JoinDir},
-		{&c.Rootfs, o.Rootfs}, {&c.RootfsStage, o.RootfsStage},
+		{&c.Rootfs, o.Rootfs}, {&c.RootfsStage, o.RootfsStage}, {&c.SysStage, o.SysStage},
 	} {
 		if p.src == "" {
 			continue

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -282,5 +283,74 @@ func TestNodeAuthLookup(t *testing.T) {
 	}
 	if got, err := nodeAuth(filepath.Join(t.TempDir(), "missing.json"), "docker.io", nil); got != nil || err != nil {
 		t.Errorf("missing auth file: %v, %v; want no credentials", got, err)
+	}
+}
+
+// TestCredentialsNeverReachAMirror: a mirror that asks for credentials (a
+// Basic challenge, or a Bearer one whose token realm is its own) gets none,
+// neither the kubelet's nor the auth file's, which are for the registry;
+// the pull goes on to the registry, which gets them. A mirror of
+// [image.registries] and one of a hosts.toml alike.
+func TestCredentialsNeverReachAMirror(t *testing.T) {
+	for _, tc := range []struct{ challenge, config string }{
+		{"basic", "registries"}, {"bearer", "registries"}, {"basic", "hosts.toml"}, {"bearer", "hosts.toml"},
+	} {
+		challenge := tc.challenge
+		t.Run(tc.challenge+" "+tc.config, func(t *testing.T) {
+			upstream := registry.Start(t, registry.Options{Users: map[string]string{"bob": "pw"}})
+			img := tim.Busybox(t)
+			ref := upstream.Host() + "/private:1"
+			tim.Push(t, img, ref, remoteAuth("bob", "pw"))
+			var mu sync.Mutex
+			var asked int
+			var sent []string // what the mirror got that names or proves the user
+			var mirror *httptest.Server
+			mirror = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				asked++
+				if a := r.Header.Get("Authorization"); a != "" {
+					sent = append(sent, "Authorization: "+a)
+				}
+				if q := r.URL.RawQuery; strings.Contains(q, "bob") || strings.Contains(q, "pw") {
+					sent = append(sent, "query "+q)
+				}
+				mu.Unlock()
+				if challenge == "basic" {
+					w.Header().Set("WWW-Authenticate", `Basic realm="mirror"`)
+				} else {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="`+mirror.URL+`/token",service="mirror"`)
+				}
+				w.WriteHeader(http.StatusUnauthorized)
+			}))
+			t.Cleanup(mirror.Close)
+			file := filepath.Join(t.TempDir(), "auth.json")
+			enc := base64.StdEncoding.EncodeToString([]byte("bob:pw"))
+			if err := os.WriteFile(file, []byte(`{"auths":{"`+upstream.Host()+`":{"auth":"`+enc+`"}}}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			opts := Options{AuthFile: file, Registries: map[string]RegistryConfig{upstream.Host(): {Mirrors: []string{mirror.URL}}}}
+			if tc.config == "hosts.toml" {
+				opts.Registries = nil
+				opts.RegistryConfigPath = t.TempDir()
+				writeHosts(t, opts.RegistryConfigPath, upstream.Host(), "server = \"http://"+upstream.Host()+"\"\n[host.\""+mirror.URL+"\"]\n  capabilities = [\"pull\", \"resolve\"]\n")
+			}
+			s := newTestStore(t, opts)
+			for _, auth := range []*Auth{nil, {Username: "bob", Password: "pw"}} {
+				if _, err := s.Pull(testContext(t), ref, auth); err != nil {
+					t.Fatalf("pull past the mirror (auth %v): %v", auth != nil, err)
+				}
+				if err := s.Remove(ref); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if asked == 0 {
+				t.Fatal("the mirror was never asked: the test proves nothing")
+			}
+			for _, s := range sent {
+				t.Errorf("the mirror was sent %s", s)
+			}
+		})
 	}
 }

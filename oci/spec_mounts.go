@@ -71,14 +71,17 @@ func standardMounts(c *ContainerSpec) []specs.Mount {
 // A container in its pod's user namespace on the host's network
 // (KEP-5607) cannot mount one: the kernel lets only a user namespace that
 // owns the network namespace mount sysfs, and the host's does not belong
-// to the pod's. It gets the host's /sys bound recursively read-only
-// instead, as containerd 2.x and cri-o do; its /sys/class/net shows the
-// host's interfaces, which is what a hostNetwork pod sees. Never idmapped
-// (sysfs cannot be) and never writable: the pod's root is no one on the
-// host.
+// to the pod's. It gets the host's sysfs instead, as containerd 2.x and
+// cri-o do; its /sys/class/net shows the host's interfaces, which is what
+// a hostNetwork pod sees. Unlike theirs, the bind is of the sysfs alone,
+// without the host's mounts below /sys (its cgroup tree among them), as a
+// fresh sysfs has none; and it is made by the monitor, read-only, in a
+// mount namespace of the initial user namespace (StageHostSys), so that
+// it reaches the container locked. Never idmapped (sysfs cannot be) and
+// never writable: the pod's root is no one on the host.
 func sysMount(c *ContainerSpec, sysMode string) specs.Mount {
 	if usesHostSys(c) {
-		return specs.Mount{Destination: "/sys", Type: "bind", Source: hostSys, Options: []string{"rbind", "rprivate", "nosuid", "noexec", "nodev", "rro"}}
+		return specs.Mount{Destination: "/sys", Type: "bind", Source: hostSys, Options: []string{"bind", "rprivate", "nosuid", "noexec", "nodev", "ro"}}
 	}
 	return specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", sysMode}}
 }
@@ -90,6 +93,23 @@ const hostSys = "/sys"
 // the host's network.
 func usesHostSys(c *ContainerSpec) bool {
 	return c.Namespaces.User.Mode == NamespaceJoin && c.Namespaces.Network.Mode == NamespaceHost
+}
+
+// StageHostSys points the host's /sys of s (sysMount) at stage, where the
+// monitor binds it read-only in the runtime's create's mount namespace
+// (conmon.Options.SysStage), and reports whether s had one. Left on the
+// host's /sys, the runtime's bind would fail: in the container's
+// namespace the mounts below it are locked, and a bind without them is
+// refused. Done after NRI, so that plugins see the host's /sys.
+func StageHostSys(s *specs.Spec, stage string) bool {
+	for i := range s.Mounts {
+		m := &s.Mounts[i]
+		if m.Destination == "/sys" && m.Type == "bind" && m.Source == hostSys {
+			m.Source = stage
+			return true
+		}
+	}
+	return false
 }
 
 // shmMount shares the host's /dev/shm with a host-IPC container, the pod's with

@@ -53,12 +53,12 @@ func TestUserNamespaceJoinsThePodsAndIDMapsBindMounts(t *testing.T) {
 }
 
 // A container in its pod's user namespace on the host's network (KEP-5607)
-// gets the host's /sys, bound recursively read-only and inert, never
-// idmapped; with a network namespace of the pod's, or without a user
-// namespace, a fresh sysfs as ever. Privileged or not, the bind stays
-// read-only.
+// gets the host's sysfs, bound alone (none of the host's mounts below it),
+// read-only and inert, never idmapped; with a network namespace of the
+// pod's, or without a user namespace, a fresh sysfs as ever. Privileged or
+// not, the bind stays read-only.
 func TestSysMount(t *testing.T) {
-	hostSysBind := specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "rprivate", "nosuid", "noexec", "nodev", "rro"}}
+	hostSysBind := specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"bind", "rprivate", "nosuid", "noexec", "nodev", "ro"}}
 	freshSysfs := func(mode string) specs.Mount {
 		return specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", mode}}
 	}
@@ -88,7 +88,12 @@ func TestSysMount(t *testing.T) {
 				t.Errorf("/sys mount %+v, want %+v", got, tc.want)
 			}
 			if cg, ok := mountByDest(s.Mounts, "/sys/fs/cgroup"); !ok || cg.Type != "cgroup" {
-				t.Errorf("/sys/fs/cgroup mount %+v, want the container's cgroups over the host's", cg)
+				t.Errorf("/sys/fs/cgroup mount %+v, want the container's cgroups", cg)
+			}
+			staged := StageHostSys(s, "/run/minicri-sys")
+			got, _ = mountByDest(s.Mounts, "/sys")
+			if want := tc.want.Type == "bind"; staged != want || want && got.Source != "/run/minicri-sys" {
+				t.Errorf("StageHostSys = %v, /sys from %q; want %v and the stage when bound", staged, got.Source, want)
 			}
 		})
 	}

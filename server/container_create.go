@@ -183,6 +183,7 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 		return err
 	}
 	opts.Rootfs, opts.RootfsStage = s.rootfsStageOf(rec.ID, sb, sbCfg)
+	opts.SysStage = s.sysStageOf(sb, sbCfg)
 	monitor, err := s.beginMonitor(ctx, c, rec, opts)
 	if err != nil {
 		return err
@@ -250,6 +251,9 @@ func (s *Server) writeBundle(ctx context.Context, rec containerRecord, sb sandbo
 			return nil, fmt.Errorf("rootfs mounted on %s, not on %s where its runtime will look", rootfs, staged)
 		}
 		spec.Root.Path = stage
+	}
+	if stage := s.sysStageOf(sb, sbCfg); stage != "" && !oci.StageHostSys(spec, stage) {
+		return nil, fmt.Errorf("the host's /sys of a pod in a user namespace on the host's network: no bind of it in the spec to point at %s", stage)
 	}
 	if err := oci.WriteSpec(rec.Bundle, spec); err != nil {
 		return nil, err

@@ -137,21 +137,30 @@ func (s *Server) mountRootfs(id string, sb sandboxRecord, sbCfg *runtime.PodSand
 // rootfsStageDir is the rootfs stage of a daemon with run dir runDir.
 func rootfsStageDir(runDir string) string { return filepath.Clean(runDir) + "-rootfs" }
 
-// makeRootfsStage makes the stage, or makes it private again: 0700, with
+// The same pod's containers on the host's network find the host's /sys on
+// the sys stage, beside the rootfs stage: the monitor binds the host's
+// sysfs there, alone and read-only, in the same mount namespace, so that
+// it arrives in the container locked (conmon/monitor/stage.go). On the
+// host the sys stage stays empty too.
+
+// sysStageDir is the sys stage of a daemon with run dir runDir.
+func sysStageDir(runDir string) string { return filepath.Clean(runDir) + "-sys" }
+
+// makeStage makes a stage, or makes it private again: 0700, with
 // nothing in it.
-func makeRootfsStage(dir string) error {
+func makeStage(dir string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("rootfs stage: %w", err)
+		return fmt.Errorf("stage: %w", err)
 	}
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return fmt.Errorf("rootfs stage: %w", err)
+		return fmt.Errorf("stage: %w", err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("rootfs stage %s: not a directory", dir)
+		return fmt.Errorf("stage %s: not a directory", dir)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		return fmt.Errorf("rootfs stage: %w", err)
+		return fmt.Errorf("stage: %w", err)
 	}
 	return nil
 }
@@ -178,6 +187,18 @@ func (s *Server) rootfsStageOf(id string, sb sandboxRecord, sbCfg *runtime.PodSa
 		return "", ""
 	}
 	return s.mounts.RootfsPath(id), s.rootfsStage
+}
+
+// sysStageOf is where the runtime's create of a container of pod sb finds
+// the host's /sys: on the sys stage for a pod with a user namespace of its
+// own on the host's network (oci.StageHostSys), else "". The pod's
+// record decides, as it decides the container's namespaces
+// (containerNamespaces): no pinned network namespace is the host's.
+func (s *Server) sysStageOf(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig) string {
+	if podUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" || sb.Namespaces.Net != "" {
+		return ""
+	}
+	return s.sysStage
 }
 
 // errHandlerUnavailable: the handler is configured but its runtime binary

@@ -140,8 +140,9 @@ type Server struct {
 	// NRI is off (server/nri.go).
 	nri *nri.NRI
 	// rootfsStage is where user-namespaced containers' runtimes find
-	// their rootfs (sandbox_userns.go).
-	rootfsStage string
+	// their rootfs, and sysStage the host's /sys of those on the host's
+	// network (sandbox_userns.go).
+	rootfsStage, sysStage string
 	// idClaims hold the host IDs of the pods being made
 	// (sandbox_userns_claims.go).
 	idClaims hostIDClaims
@@ -208,9 +209,11 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.useImages(images)
-	s.rootfsStage = rootfsStageDir(cfg.RunDir)
-	if err := makeRootfsStage(s.rootfsStage); err != nil {
-		return nil, err
+	s.rootfsStage, s.sysStage = rootfsStageDir(cfg.RunDir), sysStageDir(cfg.RunDir)
+	for _, dir := range []string{s.rootfsStage, s.sysStage} {
+		if err := makeStage(dir); err != nil {
+			return nil, err
+		}
 	}
 	if dir := unsearchableAbove(s.rootfsStage); dir != "" {
 		s.log.WithField("dir", dir).Warnf("pods in a user namespace cannot start: their runtime reaches their rootfs on %s, below a directory others may not search (docs/security.md)", s.rootfsStage)

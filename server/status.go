@@ -160,7 +160,7 @@ type handlerDetails struct {
 	UserNamespaces          bool `json:"userNamespaces"`
 	// UserNamespacesHostNetwork: a pod in a user namespace of its own on
 	// the host's network (KEP-5607): a handler that can run a user
-	// namespace and bind the host's /sys recursively read-only (oci.sysMount).
+	// namespace and lists rro, as validatePodUserNamespace asks.
 	UserNamespacesHostNetwork bool `json:"userNamespacesHostNetwork"`
 	// MountOptions are the bind mount options (KEP-5855) the handler's
 	// runtime applies; none when it does not list them all.

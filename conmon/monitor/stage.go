@@ -38,9 +38,36 @@ func (m *monitor) runCreateRuntime(argv []string, files [3]int) (unix.WaitStatus
 		if err := unix.Mount(m.cfg.Rootfs, m.cfg.RootfsStage, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return errors.New("rootfs stage: bind " + m.cfg.Rootfs + " on " + m.cfg.RootfsStage + ": " + err.Error())
 		}
+		if m.cfg.SysStage != "" {
+			if err := stageHostSys(m.cfg.SysStage); err != nil {
+				return err
+			}
+		}
 		var err error
 		status, err = m.runRuntime(argv, files)
 		return err
 	})
 	return status, err
+}
+
+// stageHostSys binds the host's /sys on stage for a user-namespaced
+// container on the host's network, which cannot mount a sysfs of its own:
+// the sysfs alone, without the mounts below it (the host's cgroup tree,
+// securityfs, debugfs), and read-only. Made here, in a mount namespace of
+// the initial user namespace, the bind is copied into the container's
+// namespace, which its user namespace owns, locked: the kernel lets the
+// container's root neither clear its read-only flag nor unmount it to see
+// what it covers, and the runtime's bind of it inherits both locks. A bind
+// the runtime made of the host's /sys itself, in the container's own
+// namespace, would lock neither, and would carry the mounts below /sys
+// along under the runtime's /sys/fs/cgroup.
+func stageHostSys(stage string) error {
+	if err := unix.Mount("/sys", stage, "", unix.MS_BIND, ""); err != nil {
+		return errors.New("sys stage: bind /sys on " + stage + ": " + err.Error())
+	}
+	const flags = unix.MS_BIND | unix.MS_REMOUNT | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if err := unix.Mount("", stage, "", flags, ""); err != nil {
+		return errors.New("sys stage: make " + stage + " read-only: " + err.Error())
+	}
+	return nil
 }

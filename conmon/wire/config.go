@@ -54,6 +54,14 @@ type Config struct {
 	// stage is reached through world-searchable directories, and on the
 	// host it is empty (docs/security.md).
 	Rootfs, RootfsStage string
+	// SysStage, when set (only beside Rootfs), is an empty directory of
+	// the host on which the host's /sys is bound, alone and read-only, in
+	// that same mount namespace: the bundle's /sys of a user-namespaced
+	// container on the host's network. Made in a namespace of the initial
+	// user namespace, the bind arrives in the container's locked: its
+	// root can neither make it writable nor find the host's mounts below
+	// /sys under it (docs/security.md).
+	SysStage string
 }
 
 // Args renders c as minicri-conmon's command line (without the program name).
@@ -128,6 +136,7 @@ var stringFlags = [...]struct {
 	{"--join-dir", false},
 	{"--rootfs", false},
 	{"--rootfs-stage", false},
+	{"--sys-stage", false},
 }
 
 func (c *Config) stringField(name string) *string {
@@ -152,6 +161,8 @@ func (c *Config) stringField(name string) *string {
 		return &c.Rootfs
 	case "--rootfs-stage":
 		return &c.RootfsStage
+	case "--sys-stage":
+		return &c.SysStage
 	}
 	return nil
 }
@@ -209,6 +220,8 @@ func (c Config) Validate() error {
 		return errors.New("log path: not an absolute path: " + strconv.Quote(c.LogPath))
 	case (c.Rootfs == "") != (c.RootfsStage == "") || c.Rootfs != "" && (!isAbs(c.Rootfs) || !isAbs(c.RootfsStage)):
 		return errors.New("rootfs and rootfs stage: both absolute paths, or neither: " + strconv.Quote(c.Rootfs) + ", " + strconv.Quote(c.RootfsStage))
+	case c.SysStage != "" && (c.Rootfs == "" || !isAbs(c.SysStage)):
+		return errors.New("sys stage: an absolute path, and only with a rootfs stage: " + strconv.Quote(c.SysStage))
 	case c.LogMaxLine < 0:
 		return errors.New("log max line: negative")
 	case c.StdinOnce && !c.Stdin:

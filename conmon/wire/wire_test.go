@@ -17,6 +17,7 @@ func TestConfigArgsRoundTrip(t *testing.T) {
 			LogPath:     "/var/log/pods/x/0.log", LogMaxLine: 100, ExitFile: "/run/e", SocketDir: "/run/s",
 			Terminal: true, Stdin: true, StdinOnce: true, JoinDir: "/run/minicri/monitors/c1",
 			Rootfs: "/var/lib/minicri/image/snapshots/c1/merged", RootfsStage: "/run/minicri-rootfs",
+			SysStage: "/run/minicri-sys",
 		},
 	} {
 		got, err := ParseArgs(c.Args())
@@ -47,6 +48,8 @@ func TestParseArgsRejects(t *testing.T) {
 		{"stdin once alone", append(valid, "--stdin-once"), "stdin once"},
 		{"missing exit file", valid[:6], "exit file"},
 		{"relative join dir", append(valid, "--join-dir", "m"), "join dir"},
+		{"sys stage without a rootfs stage", append(valid, "--sys-stage", "/s"), "sys stage"},
+		{"relative sys stage", append(valid, "--rootfs", "/r", "--rootfs-stage", "/st", "--sys-stage", "s"), "sys stage"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseArgs(tc.args)

@@ -161,9 +161,17 @@ func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures
 	}
 	f, _ := rt.Features()
 	return &runtime.RuntimeHandlerFeatures{
-		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
+		RecursiveReadOnlyMounts: recursiveReadOnly(f),
 		UserNamespaces:          f.IDMappedMounts && userNamespacesSupported && kernelUserNamespaces() == nil,
 	}
+}
+
+// recursiveReadOnly: the handler's runtime can make a mount recursively
+// read-only ("rro") and the kernel too (kernelfeat.RecursiveReadOnly): runc
+// lists rro whatever the kernel, and before 5.12 the container would fail
+// at create.
+func recursiveReadOnly(f oci.Features) bool {
+	return f.RecursiveReadOnly && kernelfeat.RecursiveReadOnly.Supported()
 }
 
 // runtimeFeatures is what the kubelet may ask of minicri as a whole; it

@@ -128,12 +128,56 @@ func (c *CNI) network() (*libcni.NetworkConfigList, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.loaded.unchanged(c.confDir, time.Now()) {
-		c.loaded = loadNetwork(c.confDir)
-		if c.loaded.err == nil {
-			c.log.WithField("file", c.loaded.file).Debugf("cni network %s loaded", c.loaded.list.Name)
-		}
+		prev := c.loaded
+		c.loaded = c.load()
+		c.logLoad(prev, c.loaded)
 	}
 	return c.loaded.list, c.loaded.err
+}
+
+// load reads the config directory and settles the CNI version the network
+// runs at (cni_version.go).
+func (c *CNI) load() *loadedNetwork {
+	l := loadNetwork(c.confDir)
+	l.stampBinDirs(c.binDirs)
+	if l.err != nil {
+		return l
+	}
+	pv, err := c.askPluginVersions(l.list)
+	var v string
+	if err == nil {
+		v, err = chooseVersion(l.versions, pv)
+	}
+	if err == nil && v != l.list.CNIVersion {
+		l.list.CNIVersion = v
+		l.list, err = inlineNetwork(l.list)
+	}
+	if err != nil {
+		l.list, l.err = nil, fmt.Errorf("%w: network config %s: %w", ErrNotReady, l.file, err)
+	}
+	return l
+}
+
+// logLoad tells of a load that differs from the one before: why the
+// network does not load, or the version it runs at when that is not the
+// highest the file declares. A config that still fails the same way is not
+// logged again.
+func (c *CNI) logLoad(prev, l *loadedNetwork) {
+	log := c.log.WithField("file", l.file)
+	if l.err != nil {
+		if prev == nil || prev.err == nil || prev.err.Error() != l.err.Error() {
+			log.WithError(l.err).Warn("cni: pods get no network")
+		}
+		return
+	}
+	if declared := l.versions[len(l.versions)-1]; declared != l.list.CNIVersion {
+		if prev == nil || prev.list == nil || prev.file != l.file || prev.list.CNIVersion != l.list.CNIVersion {
+			log.Infof("cni network %s runs at CNI version %s, the highest of those it declares (%s) that every plugin speaks",
+				l.list.Name, l.list.CNIVersion, strings.Join(l.versions, ", "))
+		}
+		return
+	}
+	log.Debugf("cni network %s loaded", l.list.Name)
 }
 
 // Setup attaches the pod's network namespace to the network (CNI ADD) and

@@ -59,12 +59,16 @@ type loadedNetwork struct {
 	dirStamp  fileStamp
 	file      string
 	fileStamp fileStamp
+	binDirs   []string
+	binStamps []fileStamp               // of binDirs: a plugin installed or replaced renames into one
 	list      *libcni.NetworkConfigList // nil when err is set
+	versions  []string                  // the CNI versions the file declares, lowest first
 	err       error
 }
 
-// unchanged reports whether the directory and the chosen file are as they
-// were when l was loaded: two stat calls instead of a reload.
+// unchanged reports whether the directory, the chosen file and the plugin
+// directories are as they were when l was loaded: a few stat calls instead
+// of a reload, which asks every plugin its versions.
 func (l *loadedNetwork) unchanged(dir string, now time.Time) bool {
 	if l == nil || l.dirStamp.racy(now) || l.fileStamp.racy(now) {
 		return false
@@ -72,7 +76,22 @@ func (l *loadedNetwork) unchanged(dir string, now time.Time) bool {
 	if stampOf(dir) != l.dirStamp {
 		return false
 	}
+	for i, bin := range l.binDirs {
+		if s := stampOf(bin); s.racy(now) || s != l.binStamps[i] {
+			return false
+		}
+	}
 	return l.file == "" || stampOf(l.file) == l.fileStamp
+}
+
+// stampBinDirs notes the plugin directories' stamps, before the plugins
+// are asked anything.
+func (l *loadedNetwork) stampBinDirs(binDirs []string) {
+	l.binDirs = binDirs
+	l.binStamps = make([]fileStamp, len(binDirs))
+	for i, bin := range binDirs {
+		l.binStamps[i] = stampOf(bin)
+	}
 }
 
 // loadNetwork reads the first network config of dir in lexical order. Like
@@ -94,54 +113,65 @@ func loadNetwork(dir string) *loadedNetwork {
 	sort.Strings(files)
 	l.file = files[0]
 	l.fileStamp = stampOf(l.file)
-	if l.list, err = parseNetworkFile(l.file); err != nil {
+	if l.list, l.versions, err = parseNetworkFile(l.file); err != nil {
 		l.err = fmt.Errorf("%w: network config %s: %w", ErrNotReady, l.file, err)
 	}
 	return l
 }
 
 // parseNetworkFile reads a .conflist, or a single-plugin .conf/.json, and
-// returns it as a self-contained list (see inlineNetwork).
-func parseNetworkFile(path string) (*libcni.NetworkConfigList, error) {
+// returns it as a self-contained list (see inlineNetwork), with the CNI
+// versions it declares (configVersions).
+func parseNetworkFile(path string) (*libcni.NetworkConfigList, []string, error) {
 	var list *libcni.NetworkConfigList
+	var raw []byte
 	var err error
 	if strings.HasSuffix(path, ".conflist") {
 		list, err = libcni.NetworkConfFromFile(path)
+		if list != nil {
+			raw = list.Bytes
+		}
 	} else {
-		list, err = parseSinglePluginFile(path)
+		list, raw, err = parseSinglePluginFile(path)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := validateNetwork(list); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return inlineNetwork(list)
+	versions, err := configVersions(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	list, err = inlineNetwork(list)
+	return list, versions, err
 }
 
 // parseSinglePluginFile reads the older one-plugin format, accepting a
-// list there too since .json is used for both.
-func parseSinglePluginFile(path string) (*libcni.NetworkConfigList, error) {
+// list there too since .json is used for both; raw is the file.
+func parseSinglePluginFile(path string) (_ *libcni.NetworkConfigList, raw []byte, _ error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("parse: %w", err)
+		return nil, nil, fmt.Errorf("parse: %w", err)
 	}
 	if _, isList := probe["plugins"]; isList {
-		return libcni.NetworkConfFromBytes(data)
+		list, err := libcni.NetworkConfFromBytes(data)
+		return list, data, err
 	}
 	plugin, err := libcni.NetworkPluginConfFromBytes(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return &libcni.NetworkConfigList{
 		Name:       plugin.Network.Name,
 		CNIVersion: plugin.Network.CNIVersion,
 		Plugins:    []*libcni.PluginConfig{plugin},
-	}, nil
+	}, data, nil
 }
 
 func validateNetwork(list *libcni.NetworkConfigList) error {

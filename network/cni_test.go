@@ -495,6 +495,10 @@ func TestContribConflistLoads(t *testing.T) {
 	for _, p := range l.list.Plugins {
 		types = append(types, p.Network.Type)
 	}
+	// Debian 11's plugins speak no version after 0.4.0.
+	if want := []string{"0.4.0", "1.0.0"}; !slices.Equal(l.versions, want) {
+		t.Errorf("declared CNI versions = %v, want %v", l.versions, want)
+	}
 	if want := []string{"bridge", "portmap", "loopback"}; !slices.Equal(types, want) {
 		t.Errorf("plugins = %v, want %v", types, want)
 	}

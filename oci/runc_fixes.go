@@ -44,10 +44,14 @@ func (v runcVersion) less(w runcVersion) bool {
 
 // parseRuncVersion reads "1.1.5+ds1", "1.4.0-rc.3", "1.2.8",
 // "1.1.12-0ubuntu2~22.04.1" (a distribution's own suffix is the release it
-// names), "1.0.0-rc93". ok is false for anything else.
+// names), "1.0.0-rc93", and "1.0.0~rc93+ds1" (Debian 11's: Debian spells
+// a pre-release with a tilde). ok is false for anything else.
 func parseRuncVersion(s string) (runcVersion, bool) {
 	s, _, _ = strings.Cut(s, "+")
 	core, pre, _ := strings.Cut(s, "-")
+	if c, p, tilde := strings.Cut(core, "~"); tilde {
+		core, pre = c, p
+	}
 	parts := strings.Split(core, ".")
 	if len(parts) != 3 {
 		return runcVersion{}, false

@@ -16,6 +16,8 @@ func TestMissingRuncFixes(t *testing.T) {
 		{"1.1.5+ds1", true, true}, // Debian 12
 		{"1.1.12-0ubuntu2~22.04.1", true, true},
 		{"1.0.0-rc93", true, true},
+		{"1.0.0~rc93+ds1", true, true}, // Debian 11
+		{"1.2.8~rc1", true, true},
 		{"0.1.1", true, true},
 		{"1.2.0", true, true},
 		{"1.2.7", true, true},

@@ -7,6 +7,7 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/oci"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -131,9 +132,12 @@ func checkHandlerMounts(rt runtimeProbe, handler string, cfg *runtime.ContainerC
 			if err != nil {
 				return err.Error()
 			}
+			if option == "rro" && f.RecursiveReadOnly {
+				return "this kernel cannot (recursiveReadOnly: " + kernelfeat.RecursiveReadOnly.Get().Reason + ")"
+			}
 			return "its runtime does not list the " + option + " mount option"
 		}
-		if m.GetRecursiveReadOnly() && !f.RecursiveReadOnly {
+		if m.GetRecursiveReadOnly() && !recursiveReadOnly(f) {
 			return invalidf("config.mounts.recursive_read_only", "runtime handler %q cannot make mount %s recursively read-only: %s", handler, m.GetContainerPath(), why("rro"))
 		}
 		if len(m.GetMountOptions()) > 0 && !f.BindOptions {

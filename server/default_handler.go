@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -195,4 +197,48 @@ func logDefaultHandler(log logrus.FieldLogger, runtimes runtimeSet, name string)
 		}
 	}
 	log.WithFields(fields).Info("default runtime handler chosen (runtime.default_handler is empty)")
+}
+
+// RuntimeReport is what `minicri version` says of the OCI runtimes cfg
+// configures, one line each: the handler, whether a start would choose it
+// as the default, its binary, its runc version and the security fixes that
+// version lacks. Each runtime runs `features` (or --version) once; nothing
+// is kept.
+func RuntimeReport(cfg config.Config) []string {
+	h := runtimeHandlers(cfg, "")
+	for _, rt := range h.Runtimes {
+		rt.FeaturesCache = ""
+	}
+	runtimes := ociHandlers{h}
+	probeCandidates(runtimes)
+	quiet := logrus.New()
+	quiet.SetOutput(io.Discard)
+	defaultHandler := chooseDefaultHandler(cfg.Runtime, runtimes, quiet)
+	var lines []string
+	for _, name := range runtimes.Names() {
+		rt, err := runtimes.Get(name)
+		if err != nil {
+			continue
+		}
+		line := "runtime handler " + name
+		if name == defaultHandler {
+			line += " (default)"
+		}
+		if err := rt.Available(); err != nil {
+			lines = append(lines, line+": not installed")
+			continue
+		}
+		bin, _ := rt.Binary()
+		line += ": " + bin
+		f, _ := rt.Features()
+		if f.RuncVersion != "" {
+			line += ", runc " + f.RuncVersion
+		}
+		if missing := f.MissingFixes(); len(missing) > 0 {
+			line += fmt.Sprintf(", LACKS the security fixes of %s (fixed in %s; make deps builds one as %s)",
+				strings.Join(missing, ", "), oci.RuncFixedIn, config.CurrentRuncHandler)
+		}
+		lines = append(lines, line)
+	}
+	return lines
 }

@@ -276,3 +276,67 @@ func TestHandlerLackingRuncFixesIsNamed(t *testing.T) {
 		}
 	}
 }
+
+// Debian 11's runc (1.0.0~rc93) has no `features` (it exits 3) and says
+// its version only to --version, spelled the Debian way; where it is the
+// only runc it is the default handler, and lacks every fix of runcFixes.
+const runcRC93Script = `#!/bin/sh
+case "$1" in
+--version) printf 'runc version 1.0.0~rc93+ds1\nspec: 1.0.2-dev\n' ;;
+features) echo "No help topic for 'features'" >&2; exit 3 ;;
+*) exit 1 ;;
+esac
+`
+
+// Where the default handler's runc lacks the security fixes, Status says so
+// in a condition of its own (not only in the verbose info), and the
+// start-up log warns naming the version and the CVEs. Before, Debian 11's
+// "1.0.0~rc93+ds1" did not parse as a runc version: nothing was said.
+func TestDefaultRuncLackingFixesIsLoud(t *testing.T) {
+	dir := t.TempDir()
+	rc93 := filepath.Join(dir, "runc")
+	if err := os.WriteFile(rc93, []byte(runcRC93Script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newRecordsServer(t)
+	logger, hook := logtest.NewNullLogger()
+	s.log = logrus.NewEntry(logger)
+	s.cfg = config.Default()
+	s.cfg.Runtime.DefaultHandler = ""
+	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{"runc": {Path: rc93}}
+	s.useRuntimes()
+
+	c := s.runcFixesCondition()
+	if c.GetStatus() || c.GetReason() != "RuncLacksSecurityFixes" {
+		t.Fatalf("condition %+v, want false, reason RuncLacksSecurityFixes", c)
+	}
+	for _, want := range []string{`"runc"`, "1.0.0~rc93+ds1", rc93, "CVE-2025-31133", "docs/operations.md"} {
+		if !strings.Contains(c.GetMessage(), want) {
+			t.Errorf("condition message %q does not name %q", c.GetMessage(), want)
+		}
+	}
+	var warned bool
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.WarnLevel && strings.Contains(e.Message, "lacks security fixes") &&
+			e.Data["runc_version"] == "1.0.0~rc93+ds1" && e.Data["default"] == true {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no start-up warning names the default handler's runc 1.0.0~rc93+ds1")
+	}
+
+	// A default with the fixes: the condition holds.
+	s = newRecordsServer(t)
+	s.log = logrus.NewEntry(logger)
+	s.cfg = config.Default()
+	s.cfg.Runtime.DefaultHandler = ""
+	s.cfg.Runtime.Handlers = map[string]config.RuntimeHandler{
+		"runc":         {Path: rc93},
+		"runc-current": {Path: fakeRuntimeBinary(t, dir, "runc-current", "runc", featuresRunc152)},
+	}
+	s.useRuntimes()
+	if c := s.runcFixesCondition(); !c.GetStatus() {
+		t.Errorf("condition %+v with runc 1.5.2 as the default, want true", c)
+	}
+}

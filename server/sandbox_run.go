@@ -152,7 +152,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	defer s.undoOnFailure(ctx, &retErr, "pod", id, func(ctx context.Context) error {
 		// The local record, not the stored one: when a Put failed (a full
 		// disk), only rec knows what was made, e.g. the infra process.
-		return s.removeSandbox(ctx, &rec)
+		return s.undoSandbox(ctx, &rec)
 	})
 	// 0700, the pods dir too: the pod's shm below is 1777 (see docs/security.md).
 	if err := os.MkdirAll(rec.Dir, 0o700); err != nil {
@@ -205,6 +205,22 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	err = s.sandboxes.Put(id, rec)
 	phaseDone(ctx, "record")
 	return err
+}
+
+// undoSandbox removes what a failed RunPodSandbox made. Unlike a removal,
+// a CNI DEL that fails does not keep the rest: the kubelet never retries a
+// sandbox it was not given, so the namespace pins, the shm mount, the
+// infra process (and its scope, under the systemd driver), the pod dir and
+// the record would stay for good, at every retry of the pod (a plugin that
+// refuses the config refuses its DEL too). The attachment record that CNI
+// keeps for a failed DEL stays instead, and the start-up sweep of
+// attachments without a sandbox runs that DEL again.
+func (s *Server) undoSandbox(ctx context.Context, rec *sandboxRecord) error {
+	netErr := s.teardownNetwork(ctx, rec)
+	if netErr != nil {
+		rec.NetworkUp = false // the attachment record holds it now
+	}
+	return errors.Join(netErr, s.removeSandbox(ctx, rec))
 }
 
 // pinSandbox pins the pod's own namespaces and mounts its /dev/shm, noting

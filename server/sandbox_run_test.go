@@ -111,6 +111,13 @@ func TestRunPodSandboxUndoesWhatItMadeOnFailure(t *testing.T) {
 		{"mount shm", func(ts *testServer) { ts.pins.Fail("MountShm", fake.ErrInjected) }, false},
 		{"start infra", func(ts *testServer) { ts.monitor.Fail("StartPause", fake.ErrInjected) }, true},
 		{"CNI ADD", func(ts *testServer) { ts.network.Fail("Setup", fake.ErrInjected) }, true},
+		// A plugin that refuses the config refuses its DEL too: the rest is
+		// undone all the same (before, the failed DEL kept the pins, the shm
+		// mount, the infra process and its scope, and the pod dir).
+		{"CNI ADD and DEL", func(ts *testServer) {
+			ts.network.Fail("Setup", fake.ErrInjected)
+			ts.network.Fail("Teardown", fake.ErrInjected)
+		}, true},
 	} {
 		t.Run(c.step, func(t *testing.T) {
 			ts := newTestServer(t)
@@ -126,6 +133,7 @@ func TestRunPodSandboxUndoesWhatItMadeOnFailure(t *testing.T) {
 			ts.pins.Fail("MountShm", nil)
 			ts.monitor.Fail("StartPause", nil)
 			ts.network.Fail("Setup", nil)
+			ts.network.Fail("Teardown", nil)
 			ts.runPod(t, cfg) // the name is free again
 		})
 	}

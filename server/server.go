@@ -199,6 +199,10 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.useCNI(cni)
+	// Loaded now rather than at the kubelet's first Status, so that the
+	// start-up log says why pods would get no network (its plugins' CNI
+	// versions, say); off the start's path, as it runs every plugin.
+	go func() { _ = cni.Ready() }()
 	pinned, err := pinnedImages(cfg.Image)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/network"
@@ -46,7 +47,7 @@ func (s *Server) Status(ctx context.Context, req *runtime.StatusRequest) (*runti
 		networkReady.Message = err.Error()
 	}
 	resp := &runtime.StatusResponse{
-		Status:          &runtime.RuntimeStatus{Conditions: []*runtime.RuntimeCondition{runtimeReady, networkReady}},
+		Status:          &runtime.RuntimeStatus{Conditions: []*runtime.RuntimeCondition{runtimeReady, networkReady, s.runcFixesCondition()}},
 		RuntimeHandlers: s.runtimeHandlers(),
 		Features:        s.runtimeFeatures(),
 	}
@@ -76,6 +77,36 @@ func (s *Server) runtimeReady() (reason string, err error) {
 		return "MonitorBinaryNotFound", fmt.Errorf("monitor binary: %w (runtime.monitor_path)", err)
 	}
 	return "", nil
+}
+
+// RuncHasSecurityFixes is a condition of Status beside the two the kubelet
+// requires: false while the default handler's runc lacks known fixes of
+// container escapes. The kubelet reads only RuntimeReady and NetworkReady,
+// so the node keeps running pods (a node with no other runc can run none
+// otherwise), while crictl info shows the condition first thing; containerd
+// reports its deprecations the same way.
+const RuncHasSecurityFixes = "RuncHasSecurityFixes"
+
+// runcFixesCondition is RuncHasSecurityFixes for the default handler. A
+// handler that is not the default runs only pods that name it, and is
+// named in the info (runtimeHandlerInfo) and the start-up log.
+func (s *Server) runcFixesCondition() *runtime.RuntimeCondition {
+	c := &runtime.RuntimeCondition{Type: RuncHasSecurityFixes, Status: true}
+	rt, err := s.runtimes.Get("")
+	if err != nil {
+		return c
+	}
+	f, _ := rt.Features()
+	missing := f.MissingFixes()
+	if len(missing) == 0 {
+		return c
+	}
+	bin, _ := rt.Binary()
+	c.Status = false
+	c.Reason = "RuncLacksSecurityFixes"
+	c.Message = fmt.Sprintf("default runtime handler %q runs runc %s (%s), which lacks the fixes of %s, container escapes (fixed in %s): install a current runc (docs/operations.md)",
+		s.cfg.Runtime.DefaultHandler, f.RuncVersion, bin, strings.Join(missing, ", "), oci.RuncFixedIn)
+	return c
 }
 
 // networkReady says why pods cannot get a network, or nil.
@@ -130,9 +161,17 @@ func (s *Server) handlerFeatures(handler string) *runtime.RuntimeHandlerFeatures
 	}
 	f, _ := rt.Features()
 	return &runtime.RuntimeHandlerFeatures{
-		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
+		RecursiveReadOnlyMounts: recursiveReadOnly(f),
 		UserNamespaces:          f.IDMappedMounts && userNamespacesSupported && kernelUserNamespaces() == nil,
 	}
+}
+
+// recursiveReadOnly: the handler's runtime can make a mount recursively
+// read-only ("rro") and the kernel too (kernelfeat.RecursiveReadOnly): runc
+// lists rro whatever the kernel, and before 5.12 the container would fail
+// at create.
+func recursiveReadOnly(f oci.Features) bool {
+	return f.RecursiveReadOnly && kernelfeat.RecursiveReadOnly.Supported()
 }
 
 // runtimeFeatures is what the kubelet may ask of minicri as a whole; it

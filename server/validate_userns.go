@@ -131,7 +131,7 @@ func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler
 		}
 		return invalidf(field+".userns_options", "runtime handler %q cannot run a pod in a user namespace: %s (handlers that can: %s; docs/security.md)", handler, why, canRunUserNamespaces(s.userNamespaceHandlers()))
 	}
-	if hostNetwork(cfg) && !f.RecursiveReadOnly {
+	if hostNetwork(cfg) && !recursiveReadOnly(f) {
 		// As Status reports the feature (handlerDetails): the host's /sys
 		// itself comes read-only from the monitor (oci.StageHostSys).
 		return invalidf(field+".network", "runtime handler %q cannot bind the host's /sys recursively read-only (rro) for a pod in a user namespace on the host's network", handler)

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/server"
 )
 
 // version is set at build time: -ldflags "-X main.version=..."
@@ -31,7 +32,8 @@ Usage:
   minicri image export [flags] REF... FILE
                              write images to an archive (OCI layout + docker save)
   minicri image list [flags] list the images of the store under --root
-  minicri version            print the version
+  minicri version [flags]    print the version, and each runtime handler's runc
+                             with the security fixes it lacks (also: minicri --version)
   minicri help               this text
 
 Configuration comes from defaults, then the file given by --config (default
@@ -57,6 +59,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") && cmd == "" {
+		cmd, args = "version", args[1:]
+	}
 	switch cmd {
 	case "":
 		return runDaemonCommand(args, stderr)
@@ -65,8 +70,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "image":
 		return runImageCommand(args, stdout, stderr)
 	case "version":
-		fmt.Fprintf(stdout, "minicri %s (CRI %s)\n", version, "v1")
-		return 0
+		return runVersionCommand(args, stdout, stderr)
 	case "help":
 		fs, _ := newFlagSet(stderr)
 		fs.SetOutput(stdout)
@@ -142,6 +146,21 @@ func runDaemonCommand(args []string, stderr io.Writer) int {
 	if err := runDaemon(cfg, flags.Load, settleGC); err != nil {
 		fmt.Fprintf(stderr, "minicri: %v\n", err)
 		return 1
+	}
+	return 0
+}
+
+// runVersionCommand prints minicri's version and what the configured
+// runtime handlers are: an operator on a node whose only runc is old reads
+// here which fixes it lacks, as the daemon's Status and log say.
+func runVersionCommand(args []string, stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, "minicri %s (CRI %s)\n", version, "v1")
+	cfg, code, ok := parseConfig(args, stderr)
+	if !ok {
+		return code
+	}
+	for _, line := range server.RuntimeReport(cfg) {
+		fmt.Fprintln(stdout, line)
 	}
 	return 0
 }

@@ -35,7 +35,8 @@ func kernelAtLeast(t *testing.T, major, minor int) bool {
 
 // Each probe answers what the running kernel does, by its release: this
 // host (6.18) says yes to all; the guest (Debian 12, 6.1) no to
-// lowerdir+ and the idmapped tmpfs, yes to the idmapped overlay on ext4.
+// lowerdir+ and the idmapped tmpfs, yes to the idmapped overlay on ext4
+// and to recursive read-only mounts; Debian 11's 5.10 no to all.
 func TestProbesMatchKernelRelease(t *testing.T) {
 	requireRoot(t)
 	// Everything the probes make goes under this test's own dirs: the
@@ -50,6 +51,7 @@ func TestProbesMatchKernelRelease(t *testing.T) {
 	}{
 		{OverlayLowerdirPlus, 6, 8},
 		{IDMappedTmpfs, 6, 3},
+		{RecursiveReadOnly, 5, 12},
 	} {
 		want := kernelAtLeast(t, c.major, c.minor)
 		if got := c.f.Get(); got.Supported != want {

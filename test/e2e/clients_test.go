@@ -263,6 +263,7 @@ func TestUpdateRuntimeConfigWritesCNIConfigFromTemplate(t *testing.T) {
 	ipam := filepath.Join(tmplDir, "ipam")
 	template := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
+  "cniVersions": ["0.4.0", "1.0.0"],
   "name": "e2e-tmpl-%s",
   "plugins": [
     {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false,

@@ -57,7 +57,7 @@ func TestStatusReportsConditions(t *testing.T) {
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	conf := `{"cniVersion":"1.0.0","name":"e2e","plugins":[{"type":"loopback"}]}`
+	conf := `{"cniVersion":"1.0.0","cniVersions":["0.4.0","1.0.0"],"name":"e2e","plugins":[{"type":"loopback"}]}`
 	if err := os.WriteFile(filepath.Join(confDir, "10-e2e.conflist"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // kernelFeatEnv is kernelfeat.ForceEnv: the suite's daemon takes the named
@@ -80,5 +81,42 @@ func TestDaemonOnAnOlderKernel(t *testing.T) {
 	_, err = d.Runtime.RunPodSandbox(ctx, d.usernsPodConfig("old-kernel-userns"), "")
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "idmappedTmpfs") {
 		t.Fatalf("RunPodSandbox with hostUsers: false = %v, want FailedPrecondition naming idmappedTmpfs", err)
+	}
+}
+
+// The daemon as Debian 11's kernel 5.10 makes it, where mount_setattr
+// (5.12) is missing: runc still lists rro, but no handler offers recursive
+// read-only mounts to the kubelet, and a container asking for one is
+// refused at CreateContainer with the kernel named, instead of failing in
+// runc. Before, Status offered them on the runtime's word alone.
+func TestDaemonOnAKernelWithoutRecursiveReadOnly(t *testing.T) {
+	requireCrashPoints(t)
+	t.Setenv(kernelFeatEnv, "recursiveReadOnly=no")
+	d := StartDaemon(t)
+	t.Setenv(kernelFeatEnv, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := d.Runtime.Status(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var feats map[string]string
+	if err := json.Unmarshal([]byte(resp.GetInfo()["kernelFeatures"]), &feats); err != nil || !strings.HasPrefix(feats["recursiveReadOnly"], "no: ") {
+		t.Errorf("kernelFeatures[recursiveReadOnly] = %q (%v), want no", feats["recursiveReadOnly"], err)
+	}
+	for _, h := range resp.GetRuntimeHandlers() {
+		if h.GetFeatures().GetRecursiveReadOnlyMounts() {
+			t.Errorf("handler %q offers recursive read-only mounts on a kernel without them", h.GetName())
+		}
+	}
+	ref := busyboxRef(t)
+	d.pull(t, ref)
+	podCfg := d.hostNetworkPod("no-rro")
+	pod := d.runPod(t, podCfg)
+	cfg := containerConfig("rro", ref, "true")
+	cfg.Mounts = []*runtime.Mount{{ContainerPath: "/data", HostPath: t.TempDir(), Readonly: true, RecursiveReadOnly: true}}
+	_, err = d.Runtime.CreateContainer(ctx, pod, cfg, podCfg)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "recursiveReadOnly") {
+		t.Fatalf("CreateContainer with a recursive read-only mount = %v, want InvalidArgument naming the kernel's recursiveReadOnly", err)
 	}
 }

@@ -86,6 +86,7 @@ func (d *Daemon) writeBridgeNetwork(t *testing.T, ipMasq bool) (conf []byte, sub
 	subnet = fmt.Sprintf("10.%d.%d.0/24", 200+n(randomHex(1))%50, n(randomHex(1)))
 	conf = []byte(fmt.Sprintf(`{
   "cniVersion": "1.0.0",
+  "cniVersions": ["0.4.0", "1.0.0"],
   "name": "e2e-%s",
   "plugins": [
     {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": %t,

@@ -37,6 +37,19 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if sb, err := s.sandboxes.Get(sbID); err == nil && !madeRecord(sb.State) {
 		return nil, toStatus(sandboxNotReady(sb))
 	}
+	img, err := s.images.Get(cfg.GetImage().GetImage())
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
+	}
+	if img.IsArtifact() {
+		return nil, toStatus(invalidf("config.image.image", "%q is an OCI artifact (%s), not a container image: mount it as an image volume (config.mounts.image)", cfg.GetImage().GetImage(), img.ArtifactType))
+	}
+	// The store is shared by every namespace: an image pulled for another
+	// one, or before a policy was in force, is judged by this pod's. Before
+	// the sandbox's lock: the judgement may ask a registry.
+	if err := s.admitImage(ctx, sbID, img, cfg.GetImage()); err != nil {
+		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
+	}
 	// The sandbox's lock keeps it from being stopped or removed under us.
 	_, unlockSandbox := s.lockPod(sbID)
 	defer unlockSandbox()
@@ -46,13 +59,6 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	}
 	if sb.State != stateReady {
 		return nil, toStatus(sandboxNotReady(sb))
-	}
-	img, err := s.images.Get(cfg.GetImage().GetImage())
-	if err != nil {
-		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
-	}
-	if img.IsArtifact() {
-		return nil, toStatus(invalidf("config.image.image", "%q is an OCI artifact (%s), not a container image: mount it as an image volume (config.mounts.image)", cfg.GetImage().GetImage(), img.ArtifactType))
 	}
 	refs, err := s.resolveRefs(ctx, sbID, cfg)
 	if err != nil {
@@ -83,6 +89,27 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
 	}
 	return &runtime.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// imagePolicy judges an image for a container of a namespace's pod.
+type imagePolicy interface {
+	Admit(ctx context.Context, img image.Image, ref, namespace string) error
+}
+
+// admitImage judges img for a container of sandbox sbID by its namespace's
+// signature policy, under the name the user asked for (the kubelet passes
+// the image's ID in image and the pod's name for it in
+// user_specified_image).
+func (s *Server) admitImage(ctx context.Context, sbID string, img image.Image, spec *runtime.ImageSpec) error {
+	sb, err := s.sandboxes.Get(sbID)
+	if err != nil {
+		return err
+	}
+	ref := spec.GetUserSpecifiedImage()
+	if ref == "" {
+		ref = spec.GetImage()
+	}
+	return s.policy.Admit(ctx, img, ref, sb.Metadata.Namespace)
 }
 
 // createRefs are what a container joins or is given from outside its pod,

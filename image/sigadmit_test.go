@@ -1,0 +1,186 @@
+package image
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	tim "github.com/minicri/minicri/test/testimage"
+)
+
+// strictStore is a store whose namespace "strict" has the registry's
+// sigstoreSigned policy and every other namespace none.
+func strictStore(t *testing.T, r *signedRegistry) (s *Store, strictFile string) {
+	dir := t.TempDir()
+	strictFile = r.policy(t, dir)
+	if err := os.Rename(strictFile, filepath.Join(dir, "strict.json")); err != nil {
+		t.Fatal(err)
+	}
+	return newTestStore(t, Options{SignaturePolicyDir: dir}), filepath.Join(dir, "strict.json")
+}
+
+func wantAdmitRefused(t *testing.T, what string, err error, file, ref string) {
+	t.Helper()
+	var perr *PolicyError
+	if !errors.As(err, &perr) || !errors.Is(err, ErrSignatureRefused) || perr.File != file || !strings.Contains(err.Error(), ref) {
+		t.Fatalf("%s: %v; want a *PolicyError of %s naming %s", what, err, file, ref)
+	}
+}
+
+// TestAdmitJudgesAnImageAnotherNamespacePulled: an unsigned image pulled
+// for a namespace with no policy is refused at create in one whose policy
+// requires a signature, by its name or by its ID alone; the signed one,
+// pulled there too, is admitted.
+func TestAdmitJudgesAnImageAnotherNamespacePulled(t *testing.T) {
+	r := startSignedRegistry(t)
+	s, strict := strictStore(t, r)
+	ctx := testContext(t)
+	unsigned, err := s.PullForNamespace(ctx, r.repo+":unsigned", nil, "other")
+	if err != nil {
+		t.Fatalf("pull of the unsigned image for namespace other: %v", err)
+	}
+	if err := s.Admit(ctx, unsigned, r.repo+":unsigned", "other"); err != nil {
+		t.Fatalf("Admit for namespace other, which has no policy: %v", err)
+	}
+	wantAdmitRefused(t, "Admit of the unsigned image for strict", s.Admit(ctx, unsigned, r.repo+":unsigned", "strict"), strict, r.repo+":unsigned")
+	wantAdmitRefused(t, "Admit of the unsigned image by ID for strict", s.Admit(ctx, unsigned, unsigned.ID, "strict"), strict, r.repo+"@"+r.unsigned.digest)
+	// A name the image does not have in the store is not the one judged.
+	wantAdmitRefused(t, "Admit of the unsigned image under another name", s.Admit(ctx, unsigned, "docker.io/library/busybox:latest", "strict"), strict, r.repo)
+
+	signed, err := s.PullForNamespace(ctx, r.repo+":signed", nil, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Admit(ctx, signed, r.repo+":signed", "strict"); err != nil {
+		t.Fatalf("Admit of the signed image for strict (its signature fetched at create): %v", err)
+	}
+	kept, err := s.Get(signed.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, ok := findSignatureSet(kept.Signatures, r.repo, r.signed.digest, sourceTag)
+	if !ok || len(set.Signatures) != 1 || !blobExists(s, set.Signatures[0].Payload) {
+		t.Fatalf("signatures kept after the create's fetch: %+v; want the tag's one signature, its payload in the store", kept.Signatures)
+	}
+}
+
+// TestAdmitIsOfflineForKeptSignatures: a pull judged by the policy keeps
+// the signatures it verified (their payloads are blobs of the store); a
+// create then needs no registry; removing the image removes them.
+func TestAdmitIsOfflineForKeptSignatures(t *testing.T) {
+	r := startSignedRegistry(t)
+	s, _ := strictStore(t, r)
+	ctx := testContext(t)
+	img, err := s.PullForNamespace(ctx, r.repo+":signed", nil, "strict")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, ok := findSignatureSet(img.Signatures, r.repo, r.signed.digest, sourceTag)
+	if !ok || len(set.Signatures) != 1 {
+		t.Fatalf("signatures kept by the pull: %+v; want the tag's one", img.Signatures)
+	}
+	payload := set.Signatures[0].Payload
+	if !blobExists(s, payload) {
+		t.Fatalf("payload %s is not in the store", payload)
+	}
+	r.px.srv.Close() // the registry is gone
+	if err := s.Admit(ctx, img, img.ID, "strict"); err != nil {
+		t.Fatalf("Admit with the registry gone: %v", err)
+	}
+	s.policies = policyCache{} // no admission cached: judged from the kept signature
+	if err := s.Admit(ctx, img, r.repo+":signed", "strict"); err != nil {
+		t.Fatalf("Admit with the registry gone, nothing cached: %v", err)
+	}
+	if err := s.Remove(img.ID); err != nil {
+		t.Fatal(err)
+	}
+	if blobExists(s, payload) {
+		t.Fatalf("payload %s left after the image's removal", payload)
+	}
+}
+
+// TestAdmitJudgesImagesPulledBeforeThePolicy: an image pulled with no
+// policy is admitted until a policy file for the namespace appears, then
+// refused, then admitted again when the file goes.
+func TestAdmitJudgesImagesPulledBeforeThePolicy(t *testing.T) {
+	r := startSignedRegistry(t)
+	dir := t.TempDir()
+	s := newTestStore(t, Options{SignaturePolicyDir: dir})
+	ctx := testContext(t)
+	img, err := s.PullForNamespace(ctx, r.repo+":unsigned", nil, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Admit(ctx, img, r.repo+":unsigned", "late"); err != nil {
+		t.Fatalf("Admit with no policy file: %v", err)
+	}
+	file := filepath.Join(dir, "late.json")
+	writePolicy(t, dir, "late.json", `{"default": [{"type": "reject"}]}`)
+	wantAdmitRefused(t, "Admit once late.json rejects", s.Admit(ctx, img, r.repo+":unsigned", "late"), file, r.repo+":unsigned")
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Admit(ctx, img, r.repo+":unsigned", "late"); err != nil {
+		t.Fatalf("Admit once late.json is gone: %v", err)
+	}
+}
+
+// TestPolicyCacheInvalidation: a cached policy and the admissions made
+// under it hold while the policy file and its key files keep their
+// contents, and not after any of them changes, even to a file of the same
+// size or back to its contents.
+func TestPolicyCacheInvalidation(t *testing.T) {
+	dir := t.TempDir()
+	key := keyFile(t, tim.NewSigningKey(t))
+	accept := `{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {"r.example/a": [{"type": "sigstoreSigned", "keyPath": "` + key + `"}]}}}`
+	file := writePolicy(t, dir, "p.json", accept)
+	var c policyCache
+	first, err := c.current(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := admission{file: file, imageID: "sha256:1", name: "r.example/b:1", digest: "sha256:2"}
+	c.admit(a, first)
+	if again, err := c.current(file); err != nil || again != first || !c.isAdmitted(a, again) {
+		t.Fatalf("unchanged files: parsed again (%v) or admission lost", err)
+	}
+	if c.isAdmitted(admission{file: file, imageID: "sha256:other", name: a.name, digest: a.digest}, first) {
+		t.Fatal("another image is admitted by the cache")
+	}
+
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"policy edited, same size", func() { writePolicy(t, dir, "p.json", strings.Replace(accept, "r.example/a", "r.example/c", 1)) }},
+		{"policy back to its first contents", func() { writePolicy(t, dir, "p.json", accept) }},
+		{"key file replaced", func() { writePolicy(t, filepath.Dir(key), filepath.Base(key), string(tim.NewSigningKey(t).PublicPEM)) }},
+	}
+	prev := first
+	for _, step := range steps {
+		step.do()
+		next, err := c.current(file)
+		if err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if next == prev {
+			t.Fatalf("%s: the cached policy was kept", step.name)
+		}
+		if c.isAdmitted(a, next) {
+			t.Fatalf("%s: the admission made under the old policy still holds", step.name)
+		}
+		c.admit(a, next)
+		prev = next
+	}
+	if err := os.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.current(file); err == nil {
+		t.Fatal("policy whose key file is gone: parsed; want an error")
+	}
+	if c.isAdmitted(a, prev) {
+		t.Fatal("key file gone: the admission still holds")
+	}
+}

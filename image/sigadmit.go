@@ -15,8 +15,8 @@ import (
 // policy of its pod's namespace, against the signatures the store kept
 // (sigkeep.go); what the store lacks is fetched then, under a pull's
 // limits. An admission is cached per policy contents (the file and its key
-// files, as read), image, name and signed digest: a create of an image
-// already admitted reads the policy's few small files and no more.
+// files, as read), image and the name the create asked for: a create of an
+// image already admitted reads the policy's few small files and no more.
 
 // maxAdmissions bounds the admissions cached; the cache starts over when full.
 const maxAdmissions = 4096
@@ -34,9 +34,10 @@ type parsedPolicy struct {
 	sum [sha256.Size]byte
 }
 
-// admission is one image admitted under one of its names by one file.
+// admission is one image admitted by one file for a create that asked
+// for it as ref.
 type admission struct {
-	file, imageID, name, digest string
+	file, imageID, ref string
 }
 
 // current is the policy file parses to now. The file and its key files are
@@ -131,6 +132,10 @@ func (s *Store) Admit(ctx context.Context, img Image, ref, namespace string) err
 	if err != nil {
 		return fmt.Errorf("%w: signature policy %s: image %s: %v", ErrSignatureRefused, file, admitDisplay(img, ref), err)
 	}
+	asked := admission{file: file, imageID: img.ID, ref: ref}
+	if s.policies.isAdmitted(asked, pp) {
+		return nil
+	}
 	names := s.admitNames(img, ref)
 	if len(names) == 0 {
 		// No name for a scope to match: only the default can judge it,
@@ -138,17 +143,16 @@ func (s *Store) Admit(ctx context.Context, img Image, ref, namespace string) err
 		if err := judge(pp.p.def, identity{}, img.ManifestDigest, noSignatures()); err != nil {
 			return &PolicyError{Image: admitDisplay(img, ref), File: file, Scope: "default", Reason: err.Error() + " (the image has no name to look its signatures up by)"}
 		}
+		s.policies.admit(asked, pp)
 		return nil
 	}
 	var refused error
 	for _, n := range names {
-		a := admission{file: file, imageID: img.ID, name: n.id.String(), digest: n.digest}
-		if s.policies.isAdmitted(a, pp) {
-			return nil
-		}
 		err := s.judgeAtCreate(ctx, live, pp.p, img, n)
 		if err == nil {
-			s.policies.admit(a, pp)
+			// A verified signature stays one: the admission holds while
+			// the policy does, even if the image's names change.
+			s.policies.admit(asked, pp)
 			return nil
 		}
 		if ctx.Err() != nil {

@@ -54,8 +54,20 @@ func TestAdmitJudgesAnImageAnotherNamespacePulled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := s.FsInfo(); err != nil { // writes the measure kept for the next start: one inode
+		t.Fatal(err)
+	}
+	s.invalidateUsage()
+	before, err := s.FsInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.Admit(ctx, signed, r.repo+":signed", "strict"); err != nil {
 		t.Fatalf("Admit of the signed image for strict (its signature fetched at create): %v", err)
+	}
+	// The payload kept is content of the store, as ImageFsInfo reports it.
+	if after, err := s.FsInfo(); err != nil || after.InodesUsed != before.InodesUsed+1 {
+		t.Fatalf("FsInfo after the create kept a signature: %d inodes (%v), before %d; want one more", after.InodesUsed, err, before.InodesUsed)
 	}
 	kept, err := s.Get(signed.ID)
 	if err != nil {

@@ -3,7 +3,6 @@ package image
 import (
 	"context"
 	"fmt"
-	"os"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -111,33 +110,14 @@ func (s *Store) keptSignatures(set SignatureSet) ([]cosignSignature, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kept signature payload %q: %w", k.Payload, err)
 		}
-		payload, err := readBounded(s.blobPath(h), maxSignaturePayloadSize)
+		// Believed only once a key of the policy verifies it, as at pull.
+		payload, err := readSmallFile(s.blobPath(h))
 		if err != nil {
 			return nil, fmt.Errorf("kept signature payload %s: %w", h, err)
 		}
 		sigs = append(sigs, cosignSignature{payload: payload, signature: k.Signature, where: k.Where + " (kept)"})
 	}
 	return sigs, nil
-}
-
-func readBounded(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > max {
-		return nil, fmt.Errorf("%d bytes, more than the %d allowed", st.Size(), max)
-	}
-	buf := make([]byte, st.Size())
-	if _, err := f.ReadAt(buf, 0); err != nil {
-		return nil, err
-	}
-	return buf, nil
 }
 
 // recordSignatures adds sets to the record of image id; an image removed

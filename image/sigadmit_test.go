@@ -3,10 +3,13 @@ package image
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	tim "github.com/minicri/minicri/test/testimage"
 )
@@ -230,5 +233,37 @@ func BenchmarkAdmitAdmitted(b *testing.B) {
 		if err := s.Admit(ctx, img, "r.example/a:1", "strict"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestAdmitFetchIsBoundByThePullTimeout: signatures fetched at create are
+// fetched under the pull's limits: a registry that never answers holds
+// the create for pull_timeout, then it is refused naming the policy file.
+func TestAdmitFetchIsBoundByThePullTimeout(t *testing.T) {
+	hang := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hang) })
+	host := strings.TrimPrefix(srv.URL, "http://")
+	dir := t.TempDir()
+	key := keyFile(t, tim.NewSigningKey(t))
+	file := writePolicy(t, dir, "strict.json", `{"default": [{"type": "sigstoreSigned", "keyPath": "`+key+`", "signedIdentity": {"type": "matchRepository"}}]}`)
+	s := newTestStore(t, Options{SignaturePolicyDir: dir, PullTimeout: time.Second})
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	img := Image{ID: "sha256:" + strings.Repeat("cd", 32), RepoTags: []string{host + "/app:1"}, RepoDigests: []string{host + "/app@" + digest}}
+	if _, err := s.update(func(images []Image) ([]Image, error) { return append(images, img), nil }); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	err := s.Admit(testContext(t), img, host+"/app:1", "strict")
+	took := time.Since(begin)
+	wantAdmitRefused(t, "Admit with a registry that never answers", err, file, host+"/app:1")
+	if !strings.Contains(err.Error(), "could not be fetched") || !strings.Contains(err.Error(), "pull timeout of 1s reached") || took > 20*time.Second {
+		t.Fatalf("Admit: %v after %v; want a refusal for signatures that could not be fetched, within the pull timeout", err, took)
 	}
 }

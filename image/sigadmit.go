@@ -165,18 +165,29 @@ func (s *Store) Admit(ctx context.Context, img Image, ref, namespace string) err
 	return refused
 }
 
-// admitDisplay is how a refusal names the image.
+// admitDisplay is how a refusal names the image: the name asked for,
+// normalised, when it is one, else the image's ID.
 func admitDisplay(img Image, ref string) string {
-	if ref != "" {
-		return ref
+	if named, ok := askedName(ref); ok {
+		return named.String()
 	}
 	return img.ID
+}
+
+// askedName is ref parsed, when it is a name rather than an image ID or a
+// prefix of one.
+func askedName(ref string) (reference, bool) {
+	if idPattern.MatchString(ref) {
+		return reference{}, false
+	}
+	named, err := parseReference(ref)
+	return named, err == nil
 }
 
 // admitNames are the names img is judged under for a create that asked
 // for ref (see Admit).
 func (s *Store) admitNames(img Image, ref string) []admitName {
-	if named, err := parseReference(ref); err == nil {
+	if named, ok := askedName(ref); ok {
 		if found, err := s.Get(named.String()); err == nil && found.ID == img.ID {
 			id := identity{repo: named.repo(), tag: named.tag, digest: named.digest}
 			if named.digest != "" {

@@ -34,8 +34,12 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	// holds the sandbox's lock, has not answered (it may be waiting in an
 	// NRI plugin's RunPodSandbox hook, which knows the ID). Refused at once
 	// rather than waited for, before anything of the container is made.
-	if sb, err := s.sandboxes.Get(sbID); err == nil && !madeRecord(sb.State) {
-		return nil, toStatus(sandboxNotReady(sb))
+	pod, err := s.sandboxes.Get(sbID)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !madeRecord(pod.State) {
+		return nil, toStatus(sandboxNotReady(pod))
 	}
 	img, err := s.images.Get(cfg.GetImage().GetImage())
 	if err != nil {
@@ -47,7 +51,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	// The store is shared by every namespace: an image pulled for another
 	// one, or before a policy was in force, is judged by this pod's. Before
 	// the sandbox's lock: the judgement may ask a registry.
-	if err := s.admitImage(ctx, sbID, img, cfg.GetImage()); err != nil {
+	if err := s.policy.Admit(ctx, img, requestedName(cfg.GetImage()), pod.Metadata.Namespace); err != nil {
 		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
 	}
 	// The sandbox's lock keeps it from being stopped or removed under us.
@@ -96,20 +100,14 @@ type imagePolicy interface {
 	Admit(ctx context.Context, img image.Image, ref, namespace string) error
 }
 
-// admitImage judges img for a container of sandbox sbID by its namespace's
-// signature policy, under the name the user asked for (the kubelet passes
-// the image's ID in image and the pod's name for it in
-// user_specified_image).
-func (s *Server) admitImage(ctx context.Context, sbID string, img image.Image, spec *runtime.ImageSpec) error {
-	sb, err := s.sandboxes.Get(sbID)
-	if err != nil {
-		return err
+// requestedName is the name the user asked for, which a namespace's policy
+// judges the image under: the kubelet passes the image's ID in image and
+// the pod's name for it in user_specified_image.
+func requestedName(spec *runtime.ImageSpec) string {
+	if ref := spec.GetUserSpecifiedImage(); ref != "" {
+		return ref
 	}
-	ref := spec.GetUserSpecifiedImage()
-	if ref == "" {
-		ref = spec.GetImage()
-	}
-	return s.policy.Admit(ctx, img, ref, sb.Metadata.Namespace)
+	return spec.GetImage()
 }
 
 // createRefs are what a container joins or is given from outside its pod,

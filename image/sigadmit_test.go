@@ -3,6 +3,7 @@ package image
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -265,5 +266,28 @@ func TestAdmitFetchIsBoundByThePullTimeout(t *testing.T) {
 	wantAdmitRefused(t, "Admit with a registry that never answers", err, file, host+"/app:1")
 	if !strings.Contains(err.Error(), "could not be fetched") || !strings.Contains(err.Error(), "pull timeout of 1s reached") || took > 20*time.Second {
 		t.Fatalf("Admit: %v after %v; want a refusal for signatures that could not be fetched, within the pull timeout", err, took)
+	}
+}
+
+// TestMergeSignatureSets: a look-up made again replaces the one kept; the
+// record keeps the newest maxSignatureSets.
+func TestMergeSignatureSets(t *testing.T) {
+	set := func(repo, source string, payloads ...string) SignatureSet {
+		s := SignatureSet{Repo: repo, Digest: "sha256:1", Source: source}
+		for _, p := range payloads {
+			s.Signatures = append(s.Signatures, KeptSignature{Payload: p})
+		}
+		return s
+	}
+	kept := mergeSignatureSets(nil, []SignatureSet{set("r/a", sourceTag, "p1"), set("r/a", sourceReferrers)})
+	kept = mergeSignatureSets(kept, []SignatureSet{set("r/a", sourceTag, "p2"), set("r/b", sourceTag)})
+	if got, ok := findSignatureSet(kept, "r/a", "sha256:1", sourceTag); !ok || len(got.Signatures) != 1 || got.Signatures[0].Payload != "p2" || len(kept) != 3 {
+		t.Fatalf("after a new look-up of r/a's tag: %+v; want it replaced, 3 sets", kept)
+	}
+	for i := range maxSignatureSets + 5 {
+		kept = mergeSignatureSets(kept, []SignatureSet{set(fmt.Sprintf("r/x%d", i), sourceTag)})
+	}
+	if len(kept) != maxSignatureSets || kept[len(kept)-1].Repo != fmt.Sprintf("r/x%d", maxSignatureSets+4) {
+		t.Fatalf("%d sets kept, the last %q; want %d, the newest last", len(kept), kept[len(kept)-1].Repo, maxSignatureSets)
 	}
 }

@@ -358,13 +358,15 @@ type ImageConfig struct {
 	// A containers-policy.json (cri-o's signature_policy) that every pull must
 	// pass: reject, insecureAcceptAnything, or sigstoreSigned with public keys,
 	// per registry, repository or tag (see docs/images.md). Judged after the
-	// manifest is fetched and before any layer is; read at every pull. Empty:
-	// off, every image is pulled.
+	// manifest is fetched and before any layer is, and again at every
+	// CreateContainer, against the signatures the pull kept; read at every
+	// pull and create. Empty: off, every image is pulled.
 	SignaturePolicy string `toml:"signature_policy"`
 	// Directory of per-namespace policies: DIR/NAMESPACE.json replaces
 	// signature_policy for the pulls of that Kubernetes namespace's pods (the
-	// pull's sandbox config names it), as cri-o's signature_policy_dir. Read at
-	// every pull. Empty: none.
+	// pull's sandbox config names it), as cri-o's signature_policy_dir, and
+	// for the creates of that namespace's containers, whoever pulled the
+	// image. Read at every pull and create. Empty: none.
 	SignaturePolicyDir string `toml:"signature_policy_dir"`
 	// Images that the kubelet's image garbage collection never removes, as
 	// containerd's pinned_images: NAME = "REFERENCE" (base =

@@ -110,6 +110,11 @@ func (s *Store) liveContent() (liveSet, error) {
 			live.blobs[strings.TrimPrefix(l.Digest, "sha256:")] = true
 			live.layers[strings.TrimPrefix(l.ChainID, "sha256:")] = true
 		}
+		for _, set := range img.Signatures {
+			for _, sig := range set.Signatures {
+				live.blobs[strings.TrimPrefix(sig.Payload, "sha256:")] = true
+			}
+		}
 	}
 	records, orphans, err := s.readRootfsRecords()
 	if err != nil {

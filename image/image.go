@@ -131,6 +131,9 @@ type Image struct {
 	Platform       string    `json:"platform"` // "linux/amd64"
 	Created        time.Time `json:"created"`  // from the config
 	Layers         []Layer   `json:"layers"`
+	// Signatures are the look-ups of the image's cosign signatures that
+	// pulls and creates made (sigkeep.go), judged again at every create.
+	Signatures []SignatureSet `json:"signatures,omitempty"`
 	// ArtifactType is set for an OCI artifact (artifact.go): files for an
 	// image volume, never a container's root.
 	ArtifactType string `json:"artifactType,omitempty"`
@@ -153,6 +156,7 @@ func (img Image) clone() Image {
 	c.RepoTags = append([]string(nil), img.RepoTags...)
 	c.RepoDigests = append([]string(nil), img.RepoDigests...)
 	c.Layers = append([]Layer(nil), img.Layers...)
+	c.Signatures = append([]SignatureSet(nil), img.Signatures...) // a set is never changed in place
 	c.Config.Env = append([]string(nil), img.Config.Env...)
 	c.Config.Entrypoint = append([]string(nil), img.Config.Entrypoint...)
 	c.Config.Cmd = append([]string(nil), img.Config.Cmd...)

@@ -24,10 +24,11 @@ type ingestRequest struct {
 	manifest    []byte
 	mediaType   types.MediaType
 	open        blobOpener
-	artifacts   bool          // an OCI artifact is taken (a registry pull), else refused
-	tags        []string      // full references to point at the image
-	repoDigests []string      // "repo@sha256:…"
-	progress    *pullProgress // nil: no progress logs
+	artifacts   bool           // an OCI artifact is taken (a registry pull), else refused
+	tags        []string       // full references to point at the image
+	repoDigests []string       // "repo@sha256:…"
+	signatures  []SignatureSet // the look-ups of the policy that admitted it, kept
+	progress    *pullProgress  // nil: no progress logs
 }
 
 // ingest stores the manifest, config and layer blobs, unpacks the layers,
@@ -63,6 +64,7 @@ func (s *Store) ingest(ctx context.Context, req ingestRequest) (Image, error) {
 		return Image{}, err
 	}
 	img := newImage(m, cf, manifestDigest, req.mediaType, chains)
+	img.Signatures = req.signatures
 	return s.commit(img, req.tags, req.repoDigests)
 }
 
@@ -234,6 +236,7 @@ func (s *Store) commit(img Image, tags, repoDigests []string) (Image, error) {
 			at = len(images) - 1
 		} else {
 			img.RepoTags, img.RepoDigests = images[at].RepoTags, images[at].RepoDigests
+			img.Signatures = mergeSignatureSets(images[at].Signatures, img.Signatures)
 			images[at] = img
 		}
 		images[at].RepoTags = union(images[at].RepoTags, tags)

@@ -38,28 +38,13 @@ func (s *Store) PullForNamespace(ctx context.Context, ref string, auth *Auth, na
 		return Image{}, err
 	}
 	live := s.live.Load()
-	if live.PullTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, live.PullTimeout)
-		defer cancel()
-	}
-	// A stalled download cancels the pull with its *StalledError as the
-	// cause, which then replaces the "context canceled" of the layer.
-	ctx, stalled := context.WithCancelCause(ctx)
-	defer stalled(nil)
 	start := time.Now()
+	ctx, stalled, finish := limitPull(ctx, live)
 	ctx, span := tracing.Start(ctx, "image.pull", tracing.ImageRef.String(named.String())) // never auth
 	s.log.WithField("image", named.String()).Info("pulling image")
 	img, err := s.pull(ctx, named, auth, live, namespace, stalled)
 	s.collectRefused(err)
-	var stall *StalledError
-	if err != nil && errors.As(context.Cause(ctx), &stall) {
-		err = stall
-	}
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && live.PullTimeout > 0 && time.Since(start) >= live.PullTimeout {
-			err = fmt.Errorf("pull timeout of %v reached: %w", live.PullTimeout, err)
-		}
+	if err = finish(err); err != nil {
 		err = fmt.Errorf("pull %s: %w", named, err)
 		tracing.End(span, err)
 		return Image{}, err
@@ -75,20 +60,57 @@ func (s *Store) PullForNamespace(ctx context.Context, ref string, auth *Auth, na
 	return img, nil
 }
 
+// limitPull puts live's limits of a pull on ctx: its timeout, and the
+// cause a stalled download cancels it with (stalled, which the progress
+// watch calls). finish turns the error of the work done under ctx into the
+// one to report (the *StalledError rather than the "context canceled" of
+// the download; the timeout named) and releases ctx.
+func limitPull(ctx context.Context, live *Reloadable) (_ context.Context, stalled context.CancelCauseFunc, finish func(error) error) {
+	start := time.Now()
+	cancel := context.CancelFunc(func() {})
+	if live.PullTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, live.PullTimeout)
+	}
+	ctx, stalled = context.WithCancelCause(ctx)
+	return ctx, stalled, func(err error) error {
+		defer cancel()
+		defer stalled(nil)
+		var stall *StalledError
+		if err != nil && errors.As(context.Cause(ctx), &stall) {
+			err = stall
+		}
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && live.PullTimeout > 0 && time.Since(start) >= live.PullTimeout {
+			err = fmt.Errorf("pull timeout of %v reached: %w", live.PullTimeout, err)
+		}
+		return err
+	}
+}
+
+// remoteSourceFor is where a pull of named reads from: the endpoints of
+// its registry (mirrors, hosts.toml, credentials), under a progress watch
+// that calls stalled; stop ends the watch.
+func (s *Store) remoteSourceFor(named reference, auth *Auth, live *Reloadable, stalled context.CancelCauseFunc) (_ *remoteSource, stop func(), _ error) {
+	eps, err := s.endpoints(named, auth)
+	if err != nil {
+		return nil, nil, err
+	}
+	log := s.log.WithField("image", named.String())
+	progress := newPullProgress(log, live.PullProgress, func(err error) { stalled(err) })
+	return &remoteSource{eps: eps, progress: progress, log: log}, progress.stop, nil
+}
+
 func (s *Store) pull(ctx context.Context, named reference, auth *Auth, live *Reloadable, namespace string, stalled context.CancelCauseFunc) (Image, error) {
 	release, err := s.holdContent()
 	if err != nil {
 		return Image{}, err
 	}
 	defer release()
-	eps, err := s.endpoints(named, auth)
+	src, stop, err := s.remoteSourceFor(named, auth, live, stalled)
 	if err != nil {
 		return Image{}, err
 	}
-	log := s.log.WithField("image", named.String())
-	progress := newPullProgress(log, live.PullProgress, func(err error) { stalled(err) })
-	defer progress.stop()
-	src := &remoteSource{eps: eps, progress: progress, log: log}
+	defer stop()
+	progress := src.progress
 	identifier := named.tag
 	if named.digest != "" {
 		identifier = named.digest
@@ -97,7 +119,14 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth, live *Rel
 	if err != nil {
 		return Image{}, err
 	}
-	if err := s.checkPolicy(ctx, live, src, named, top, namespace); err != nil {
+	fetched, err := s.checkPolicy(ctx, live, src, named, top, namespace)
+	if err != nil {
+		return Image{}, err
+	}
+	// What the policy looked at is kept, so that a create in another
+	// namespace is judged against it without asking the registry again.
+	signatures, err := s.keepSignatures(named.repo(), top.digest.String(), fetched)
+	if err != nil {
 		return Image{}, err
 	}
 	m, err := s.resolvePlatform(ctx, src, top)
@@ -110,6 +139,7 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth, live *Rel
 		open:        src.blob,
 		artifacts:   true,
 		repoDigests: []string{named.withDigest(top.digest.String())},
+		signatures:  signatures,
 		progress:    progress,
 	}
 	if named.tag != "" {

@@ -40,31 +40,42 @@ const (
 // signature policy in force for namespace (none: every image passes), after
 // the manifest is fetched and before any blob is. The signatures are
 // fetched through src: the same endpoints, credentials and caps as the
-// image's own manifests.
-func (s *Store) checkPolicy(ctx context.Context, live *Reloadable, src *remoteSource, named reference, top manifest, namespace string) error {
+// image's own manifests. An admitted image's look-ups are answered, to be
+// kept with it.
+func (s *Store) checkPolicy(ctx context.Context, live *Reloadable, src *remoteSource, named reference, top manifest, namespace string) ([]fetchedSignatures, error) {
 	file, err := policyFileFor(live.SignaturePolicy, live.SignaturePolicyDir, namespace)
 	if err != nil || file == "" {
-		return err
+		return nil, err
 	}
 	p, err := loadPolicy(file)
 	if err != nil {
-		return fmt.Errorf("%w: signature policy %s: %v", ErrSignatureRefused, file, err)
+		return nil, fmt.Errorf("%w: signature policy %s: %v", ErrSignatureRefused, file, err)
 	}
 	img := identity{repo: named.repo(), tag: named.tag, digest: named.digest}
 	reqs, scope := p.requirementsFor(img)
 	sigSrc := *src // the image's blobs are still asked of the endpoint that served its manifest
+	var fetched []fetchedSignatures
+	look := func(source string, fetch func(context.Context, v1.Hash) ([]cosignSignature, error)) func() ([]cosignSignature, error) {
+		return onceSignatures(func() ([]cosignSignature, error) {
+			sigs, err := fetch(ctx, top.digest)
+			if err == nil {
+				fetched = append(fetched, fetchedSignatures{source: source, sigs: sigs})
+			}
+			return sigs, err
+		})
+	}
 	signatures := signatureSource{
-		tagged:   onceSignatures(func() ([]cosignSignature, error) { return sigSrc.taggedSignatures(ctx, top.digest) }),
-		referred: onceSignatures(func() ([]cosignSignature, error) { return sigSrc.referredSignatures(ctx, top.digest) }),
+		tagged:   look(sourceTag, sigSrc.taggedSignatures),
+		referred: look(sourceReferrers, sigSrc.referredSignatures),
 	}
 	err = judge(reqs, img, top.digest.String(), signatures)
 	if err == nil {
-		return nil
+		return fetched, nil
 	}
 	if isContextError(err) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrUnauthorized) {
-		return fmt.Errorf("signatures of %s: %w", named, err) // a failure to look, not a refusal
+		return nil, fmt.Errorf("signatures of %s: %w", named, err) // a failure to look, not a refusal
 	}
-	return &PolicyError{Image: named.String(), File: file, Scope: scope, Reason: err.Error()}
+	return nil, &PolicyError{Image: named.String(), File: file, Scope: scope, Reason: err.Error()}
 }
 
 func onceSignatures(fetch func() ([]cosignSignature, error)) func() ([]cosignSignature, error) {

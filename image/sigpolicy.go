@@ -101,6 +101,28 @@ type requirement struct {
 	kind     string // "reject", "insecureAcceptAnything", "sigstoreSigned"
 	keys     []crypto.PublicKey
 	identity identityRule
+	keyFiles []readKeyFile // what keyPath and keyPaths read
+}
+
+// readKeyFile is a key file as a policy read it: a cached policy holds while
+// the file still has these contents (sigadmit.go).
+type readKeyFile struct {
+	path string
+	sum  [sha256.Size]byte
+}
+
+// keyFiles lists the key files of every requirement of p.
+func (p *policy) keyFiles() []readKeyFile {
+	var out []readKeyFile
+	for _, r := range p.def {
+		out = append(out, r.keyFiles...)
+	}
+	for _, reqs := range p.docker {
+		for _, r := range reqs {
+			out = append(out, r.keyFiles...)
+		}
+	}
+	return out
 }
 
 // identityRule is a sigstoreSigned requirement's signedIdentity.
@@ -150,6 +172,11 @@ func loadPolicy(file string) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parsePolicy(file, data)
+}
+
+// parsePolicy checks the contents of a policy file and reads the keys it names.
+func parsePolicy(file string, data []byte) (*policy, error) {
 	var pj policyJSON
 	if err := strictJSON(data, &pj); err != nil {
 		return nil, err
@@ -158,6 +185,7 @@ func loadPolicy(file string) (*policy, error) {
 		return nil, errors.New(`"default" is missing or empty (containers-policy.json asks for one)`)
 	}
 	p := &policy{file: file, docker: map[string][]requirement{}}
+	var err error
 	if p.def, err = parseRequirements(pj.Default, "default"); err != nil {
 		return nil, err
 	}
@@ -262,6 +290,7 @@ func parseRequirement(raw json.RawMessage) (requirement, error) {
 	if rj.KeyData != nil {
 		pems = [][]byte{rj.KeyData}
 	}
+	r := requirement{kind: rj.Type, identity: identityRule{kind: "matchRepoDigestOrExact"}}
 	for _, p := range paths {
 		if !filepath.IsAbs(p) {
 			return requirement{}, fmt.Errorf("sigstoreSigned: key path %q is not absolute", p)
@@ -271,11 +300,11 @@ func parseRequirement(raw json.RawMessage) (requirement, error) {
 			return requirement{}, fmt.Errorf("sigstoreSigned: %w", err)
 		}
 		pems = append(pems, data)
+		r.keyFiles = append(r.keyFiles, readKeyFile{path: p, sum: sha256.Sum256(data)})
 	}
 	if len(pems) == 0 {
 		return requirement{}, errors.New("sigstoreSigned: no public key")
 	}
-	r := requirement{kind: rj.Type, identity: identityRule{kind: "matchRepoDigestOrExact"}}
 	for i, data := range pems {
 		key, err := parsePublicKey(data)
 		if err != nil {

@@ -71,6 +71,8 @@ type Store struct {
 	measureMu sync.Mutex
 	// rootfsUsage: the measures of the containers' writable layers.
 	rootfsUsage rootfsUsages
+	// policies: the signature policies Admit parsed, and its admissions.
+	policies policyCache
 }
 
 // catalog is an immutable snapshot of images.json.

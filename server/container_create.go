@@ -34,8 +34,25 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	// holds the sandbox's lock, has not answered (it may be waiting in an
 	// NRI plugin's RunPodSandbox hook, which knows the ID). Refused at once
 	// rather than waited for, before anything of the container is made.
-	if sb, err := s.sandboxes.Get(sbID); err == nil && !madeRecord(sb.State) {
-		return nil, toStatus(sandboxNotReady(sb))
+	pod, err := s.sandboxes.Get(sbID)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !madeRecord(pod.State) {
+		return nil, toStatus(sandboxNotReady(pod))
+	}
+	img, err := s.images.Get(cfg.GetImage().GetImage())
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
+	}
+	if img.IsArtifact() {
+		return nil, toStatus(invalidf("config.image.image", "%q is an OCI artifact (%s), not a container image: mount it as an image volume (config.mounts.image)", cfg.GetImage().GetImage(), img.ArtifactType))
+	}
+	// The store is shared by every namespace: an image pulled for another
+	// one, or before a policy was in force, is judged by this pod's. Before
+	// the sandbox's lock: the judgement may ask a registry.
+	if err := s.policy.Admit(ctx, img, requestedName(cfg.GetImage()), pod.Metadata.Namespace); err != nil {
+		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
 	}
 	// The sandbox's lock keeps it from being stopped or removed under us.
 	_, unlockSandbox := s.lockPod(sbID)
@@ -46,13 +63,6 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	}
 	if sb.State != stateReady {
 		return nil, toStatus(sandboxNotReady(sb))
-	}
-	img, err := s.images.Get(cfg.GetImage().GetImage())
-	if err != nil {
-		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
-	}
-	if img.IsArtifact() {
-		return nil, toStatus(invalidf("config.image.image", "%q is an OCI artifact (%s), not a container image: mount it as an image volume (config.mounts.image)", cfg.GetImage().GetImage(), img.ArtifactType))
 	}
 	refs, err := s.resolveRefs(ctx, sbID, cfg)
 	if err != nil {
@@ -83,6 +93,21 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
 	}
 	return &runtime.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// imagePolicy judges an image for a container of a namespace's pod.
+type imagePolicy interface {
+	Admit(ctx context.Context, img image.Image, ref, namespace string) error
+}
+
+// requestedName is the name the user asked for, which a namespace's policy
+// judges the image under: the kubelet passes the image's ID in image and
+// the pod's name for it in user_specified_image.
+func requestedName(spec *runtime.ImageSpec) string {
+	if ref := spec.GetUserSpecifiedImage(); ref != "" {
+		return ref
+	}
+	return spec.GetImage()
 }
 
 // createRefs are what a container joins or is given from outside its pod,

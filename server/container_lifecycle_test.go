@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/server/internal/fake"
 )
@@ -154,6 +156,28 @@ func TestCreateContainerUndoesWhatItMadeOnFailure(t *testing.T) {
 			ts.createCtr(t, podID, pod, ctrConfig("app"))
 		})
 	}
+}
+
+// A create is judged by its pod's namespace policy under the name the user
+// asked for; a refusal is FailedPrecondition and makes nothing.
+func TestCreateContainerJudgedByNamespacePolicy(t *testing.T) {
+	ts := newTestServer(t)
+	pod := podConfig("web")
+	podID := ts.runPod(t, pod)
+	refusal := &image.PolicyError{Image: "docker.io/library/busybox:latest", File: "/etc/minicri/policies/default.json", Scope: "default", Reason: "the policy rejects every image of this scope"}
+	ts.images.Fail("Admit", refusal)
+	cfg := ctrConfig("app")
+	cfg.Image.UserSpecifiedImage = "busybox"
+	_, err := ts.CreateContainer(bg, &runtime.CreateContainerRequest{PodSandboxId: podID, Config: cfg, SandboxConfig: pod})
+	wantCode(t, "CreateContainer refused by the policy", err, codes.FailedPrecondition, refusal.File, refusal.Image)
+	if n := len(ts.containers.List()); n != 0 || len(ts.images.Rootfses()) != 0 {
+		t.Errorf("a refused create left %d records and root filesystems %v", n, ts.images.Rootfses())
+	}
+	if got, want := ts.images.Admits(), []string{pod.GetMetadata().GetNamespace() + "/busybox"}; !slices.Equal(got, want) {
+		t.Errorf("Admit asked for %q, want %q (the pod's namespace, the name the user gave)", got, want)
+	}
+	ts.images.Fail("Admit", nil)
+	ts.createCtr(t, podID, pod, cfg)
 }
 
 func TestStartContainer(t *testing.T) {

@@ -28,8 +28,9 @@ func (s *Server) useImages(im interface {
 	rootfsMounter
 	diskUsage
 	rootfsDiffer
+	imagePolicy
 }) {
-	s.images, s.rootfs, s.mounts, s.usage, s.diffs = im, im, im, im, im
+	s.images, s.rootfs, s.mounts, s.usage, s.diffs, s.policy = im, im, im, im, im, im
 }
 
 // useCNI wires one CNI (*network.CNI, fake.Network) into both its roles.

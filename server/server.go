@@ -109,6 +109,7 @@ type Server struct {
 	cni            podNetworking
 	cniConf        networkConfig
 	images         imageStore
+	policy         imagePolicy                   // judges an image for a namespace's pods at create
 	reloaded       atomic.Pointer[config.Config] // s.cfg with the keys the last Reload changed; nil: none
 	pinned         atomic.Pointer[image.Pinned]  // image.pinned_images: reported pinned, kept by the kubelet's image GC; Reload swaps it
 	rootfs         rootfsStore

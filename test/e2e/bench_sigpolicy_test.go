@@ -50,3 +50,57 @@ func benchSignaturePolicy(t *testing.T) {
 	}
 	addBenchRow(benchRow{measure: "pull + unpack busybox, signature policy on, p50", value: ms(p50(on)), floor: ms(p50(off)), unit: "ms", goal: "within 5% of off (the floor), or explained"})
 }
+
+// benchCreates is how many creates each side of the create bench makes.
+const benchCreates = 30
+
+// benchCreatePolicy pairs CreateContainer in a namespace whose
+// signature_policy_dir file requires the key's signature (judged at every
+// create: the policy's files read, the admission cached) against the same
+// create on a daemon with no policy at all, interleaved so that both sides
+// see the same load. Each create is removed before the next.
+func benchCreatePolicy(t *testing.T) {
+	s := pushSignedImages(t)
+	nsDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(nsDir, "signed.json"), []byte(s.sigstorePolicy(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	on := StartDaemon(t, WithConfig(fmt.Sprintf("[image]\nsignature_policy_dir = %q\n", nsDir)))
+	off := StartDaemon(t)
+	type side struct {
+		d      *Daemon
+		pod    string
+		podCfg *runtime.PodSandboxConfig
+		took   []time.Duration
+	}
+	sides := []*side{{d: off}, {d: on}}
+	for _, sd := range sides {
+		if _, err := sd.d.pullFor(s.signed.ref, "signed"); err != nil {
+			t.Fatal(err)
+		}
+		sd.pod, sd.podCfg = sd.d.policyPod(t, "signed")
+	}
+	createOnce := func(sd *side, i int) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		begin := time.Now()
+		id, err := sd.d.createAs(sd.pod, sd.podCfg, fmt.Sprintf("c%d", i), s.signed.id, s.signed.ref)
+		if err != nil {
+			t.Fatalf("CreateContainer: %v", err)
+		}
+		sd.took = append(sd.took, time.Since(begin))
+		if err := sd.d.Runtime.RemoveContainer(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sd := range sides {
+		createOnce(sd, -1) // the first create of each: warm caches (and the admission's)
+		sd.took = nil
+	}
+	for i := 0; i < benchCreates; i++ {
+		for _, sd := range sides {
+			createOnce(sd, i)
+		}
+	}
+	addBenchRow(benchRow{measure: "CreateContainer, namespace signature policy on, p50", value: ms(p50(sides[1].took)), floor: ms(p50(sides[0].took)), unit: "ms", goal: "<= 1.05 x off (the floor: no policy)"})
+}

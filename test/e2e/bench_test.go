@@ -56,6 +56,7 @@ func TestBench(t *testing.T) {
 	t.Run("NRI", benchNRI)                 // bench_nri_test.go
 
 	t.Run("SignaturePolicy", benchSignaturePolicy) // bench_sigpolicy_test.go
+	t.Run("CreatePolicy", benchCreatePolicy)       // bench_sigpolicy_test.go
 	printBenchTable()
 }
 

@@ -162,8 +162,8 @@ func TestSignaturePolicyPerNamespace(t *testing.T) {
 }
 
 // TestSignaturePolicyReloadOnSIGHUP: signature_policy set in the file and
-// put in force by SIGHUP judges the next pull, with the daemon's pid
-// unchanged.
+// put in force by SIGHUP judges the next pull, and the next create of an
+// image pulled before it, with the daemon's pid unchanged.
 func TestSignaturePolicyReloadOnSIGHUP(t *testing.T) {
 	s := pushSignedImages(t)
 	policy := filepath.Join(t.TempDir(), "policy.json")
@@ -191,6 +191,10 @@ func TestSignaturePolicyReloadOnSIGHUP(t *testing.T) {
 	if got := d.pull(t, s.signed.ref); got != s.signed.id {
 		t.Fatalf("PullImage of the signed image after the reload = %s, want %s", got, s.signed.id)
 	}
+	// The image pulled before the policy was in force is judged at its
+	// next create, with no pull.
+	_, err = d.createAs(pod, podCfg, "after-reload", s.unsigned.id, s.unsigned.ref)
+	wantCreateRefused(t, "create of the unsigned image pulled before the reload", err, policy, s.unsigned.ref)
 	if d.cmd.Process.Pid != pid || d.cmd.ProcessState != nil {
 		t.Fatalf("the daemon was restarted (pid %d, was %d)", d.cmd.Process.Pid, pid)
 	}

@@ -24,6 +24,7 @@ type Images struct {
 	mu     sync.Mutex
 	images map[string]image.Image // by ID
 	rootfs map[string]string      // container ID → its image's ID
+	admits []string
 }
 
 // NewImages keeps the root filesystems under dir.
@@ -95,6 +96,22 @@ func (s *Images) PullForNamespace(ctx context.Context, ref string, auth *image.A
 		return img, nil
 	}
 	return s.Add(ref, image.Config{Cmd: []string{"sh"}}), nil
+}
+
+// Admit admits every image, unless a failure is set for "Admit"; it
+// records what it was asked (Admits).
+func (s *Images) Admit(ctx context.Context, img image.Image, ref, namespace string) error {
+	s.mu.Lock()
+	s.admits = append(s.admits, namespace+"/"+ref)
+	s.mu.Unlock()
+	return s.err("Admit")
+}
+
+// Admits lists the "namespace/ref" of every Admit so far.
+func (s *Images) Admits() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.admits)
 }
 
 // Remove removes an image; one that a root filesystem uses is in use, one

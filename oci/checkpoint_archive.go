@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	metadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/minicri/minicri/internal/atomicfile"
+	"github.com/minicri/minicri/internal/fstree"
 	"github.com/minicri/minicri/internal/tarfile"
 )
 
@@ -69,7 +69,7 @@ func WriteCheckpointFiles(stageDir string, cfg CheckpointConfig, spec any, statu
 // appears whole or not at all. The end of ctx stops it between two files.
 func WriteCheckpointArchive(ctx context.Context, location, stageDir, logPath string) error {
 	return atomicfile.WriteStream(location, 0o600, func(w io.Writer) error {
-		tw := tar.NewWriter(w)
+		tw := tarfile.NewWriter(w)
 		if err := addTree(ctx, tw, stageDir); err != nil {
 			return err
 		}
@@ -83,31 +83,35 @@ func WriteCheckpointArchive(ctx context.Context, location, stageDir, logPath str
 }
 
 // addTree adds the entries below dir, named relative to it. The stage dir
-// holds what CRIU and the daemon wrote: directories and regular files.
-func addTree(ctx context.Context, tw *tar.Writer, dir string) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
+// holds what CRIU and the daemon wrote: directories and regular files; it
+// is read through internal/fstree, which follows no link.
+func addTree(ctx context.Context, tw *tarfile.Writer, dir string) error {
+	root, err := fstree.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return root.Walk("", func(e *fstree.Entry) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("write the archive: %w", err)
 		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil || rel == "." {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o700})
-		case d.Type().IsRegular():
-			return addFile(tw, path, rel)
+		switch fi := e.Info(); {
+		case fi.IsDir():
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: e.Rel + "/", Mode: 0o700})
+		case fi.Mode().IsRegular():
+			f, err := e.Open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return tw.AddFile(f, &tar.Header{Typeflag: tar.TypeReg, Name: e.Rel, Mode: 0o600})
 		default:
-			return fmt.Errorf("stage entry %s: not a regular file or directory", rel)
+			return fmt.Errorf("stage entry %s: not a regular file or directory", e.Rel)
 		}
 	})
 }
 
 // addFile adds the regular file at path as name.
-func addFile(tw *tar.Writer, path, name string) error {
-	return tarfile.AddRegular(tw, path, &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600}, nil)
+func addFile(tw *tarfile.Writer, path, name string) error {
+	return tw.AddRegular(path, &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600}, nil)
 }

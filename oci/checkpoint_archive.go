@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -63,13 +64,38 @@ func WriteCheckpointFiles(stageDir string, cfg CheckpointConfig, spec any, statu
 	return nil
 }
 
+// ErrCheckpointTooLarge: a checkpoint's archive, or its rootfs diff, would
+// pass its bound (runtime.checkpoint_max_bytes).
+var ErrCheckpointTooLarge = errors.New("checkpoint larger than runtime.checkpoint_max_bytes")
+
+// BoundWriter is w failing with ErrCheckpointTooLarge, having written
+// nothing of the write, at the first write that would take it past max
+// bytes.
+func BoundWriter(w io.Writer, max int64) io.Writer { return &boundWriter{w: w, left: max, max: max} }
+
+type boundWriter struct {
+	w         io.Writer
+	left, max int64
+}
+
+func (b *boundWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		return 0, fmt.Errorf("%w (%d bytes)", ErrCheckpointTooLarge, b.max)
+	}
+	n, err := b.w.Write(p)
+	b.left -= int64(n)
+	return n, err
+}
+
 // WriteCheckpointArchive writes the archive at location from the stage
 // dir and, when logPath is not "", the container's log. The archive is
 // 0600 (it holds every memory page of the container's processes) and
-// appears whole or not at all. The end of ctx stops it between two files.
-func WriteCheckpointArchive(ctx context.Context, location, stageDir, logPath string) error {
+// appears whole or not at all: one that would pass maxBytes fails with
+// ErrCheckpointTooLarge, leaving nothing at location. The end of ctx stops
+// it between two files.
+func WriteCheckpointArchive(ctx context.Context, location, stageDir, logPath string, maxBytes int64) error {
 	return atomicfile.WriteStream(location, 0o600, func(w io.Writer) error {
-		tw := tarfile.NewWriter(w)
+		tw := tarfile.NewWriter(BoundWriter(w, maxBytes))
 		if err := addTree(ctx, tw, stageDir); err != nil {
 			return err
 		}

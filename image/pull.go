@@ -48,7 +48,9 @@ func (s *Store) PullForNamespace(ctx context.Context, ref string, auth *Auth, na
 	ctx, stalled := context.WithCancelCause(ctx)
 	defer stalled(nil)
 	start := time.Now()
-	ctx, span := tracing.Start(ctx, "image.pull", tracing.ImageRef.String(named.String())) // never auth
+	// Neither the reference (the client's text) nor auth: the pulled image's
+	// ID names it once it is there.
+	ctx, span := tracing.Start(ctx, "image.pull")
 	s.log.WithField("image", named.String()).Info("pulling image")
 	img, err := s.pull(ctx, named, auth, live, namespace, stalled)
 	s.collectRefused(err)

@@ -184,12 +184,19 @@ type RuntimeConfig struct {
 	// each saves a Go runtime (about 0.5 MiB). 1 gives every container its own
 	// monitor; a monitor that dies ends the logs and the containers it served.
 	MonitorShare int `toml:"monitor_share"`
+	// Bytes a checkpoint (CheckpointContainer) may write: its archive, and
+	// the rootfs-diff.tar it stages under the state root, each stop at this,
+	// and the call fails with ResourceExhausted leaving neither behind. The
+	// archive holds the container's memory (CRIU's images) and what it wrote
+	// in its root filesystem (a sparse file counted by what it holds on disk).
+	CheckpointMaxBytes int64 `toml:"checkpoint_max_bytes"`
 }
 
 func (r RuntimeConfig) check() []error {
 	checks := []error{
 		refuse(r.MonitorShare < 1, "runtime.monitor_share", "must be at least 1 container"),
 		refuse(r.ExecSyncMaxOutput < 1, "runtime.exec_sync_max_output", "must be at least 1 byte"),
+		refuse(r.CheckpointMaxBytes < 1<<20, "runtime.checkpoint_max_bytes", "must be at least 1 MiB"),
 	}
 	if len(r.Handlers) == 0 {
 		checks = append(checks, &InvalidError{"runtime.handlers", "at least one [runtime.handlers.NAME] table is needed"})
@@ -490,6 +497,9 @@ func Default() Config {
 			MonitorPath:       "minicri-conmon",
 			ExecSyncMaxOutput: 16 << 20,
 			MonitorShare:      8,
+			// Room for the memory of a large container and its writes,
+			// short of filling a node's disk.
+			CheckpointMaxBytes: 16 << 30,
 			Handlers: map[string]RuntimeHandler{
 				DistroRuncHandler: {Path: "runc"},
 				"crun":            {Path: "crun"},

@@ -2,14 +2,17 @@ package image
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/minicri/minicri/internal/atomicfile"
+	"github.com/minicri/minicri/internal/fstree"
 	"github.com/minicri/minicri/internal/mountinfo"
 )
 
@@ -127,44 +130,41 @@ func (s *Store) invalidateUsage() {
 }
 
 // diskUsage walks root without crossing into other filesystems (mounted
-// container rootfses would count their layers twice).
+// container rootfses would count their layers twice) and without following
+// a link (internal/fstree): the walk takes the containers' upper dirs, whose
+// links a container makes, and a directory swapped for a link to a host
+// directory while the walk runs must not count the host's files.
 //
 // A file of n links is met n times; each meeting counts 1/n of it. The
 // sums are kept per link count, so the division is exact when all the
 // links are inside root, and the walk keeps no set of inodes: what it
 // holds does not grow with the files a pod makes.
 func diskUsage(root string) (bytes, inodes uint64, err error) {
-	var rootDev uint64
+	r, err := fstree.OpenRoot(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, 0, nil // removed meanwhile
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	defer r.Close()
+	var rootSt unix.Stat_t
+	if err := unix.Fstat(int(r.Fd()), &rootSt); err != nil {
+		return 0, 0, err
+	}
+	inodes, bytes = 1, uint64(rootSt.Blocks)*512
 	type shared struct{ meetings, blocks uint64 }
 	byLinks := map[uint64]*shared{} // link count → what files of that many links added
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if os.IsNotExist(err) {
-				return nil // removed while we walked
-			}
-			return err
+	err = r.Walk("", func(e *fstree.Entry) error {
+		st := &e.Stat
+		if st.Dev != rootSt.Dev {
+			return fstree.SkipDir
 		}
-		fi, err := d.Info()
-		if err != nil {
-			if os.IsNotExist(err) {
-				return nil
-			}
-			return err
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			return nil
-		}
-		if path == root {
-			rootDev = st.Dev
-		} else if st.Dev != rootDev {
-			return filepath.SkipDir
-		}
-		if st.Nlink > 1 && !d.IsDir() {
-			sh := byLinks[st.Nlink]
+		if st.Nlink > 1 && !e.IsDir() {
+			sh := byLinks[uint64(st.Nlink)]
 			if sh == nil {
 				sh = &shared{}
-				byLinks[st.Nlink] = sh
+				byLinks[uint64(st.Nlink)] = sh
 			}
 			sh.meetings++
 			sh.blocks += uint64(st.Blocks)

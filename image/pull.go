@@ -40,7 +40,9 @@ func (s *Store) PullForNamespace(ctx context.Context, ref string, auth *Auth, na
 	live := s.live.Load()
 	start := time.Now()
 	ctx, stalled, finish := limitPull(ctx, live)
-	ctx, span := tracing.Start(ctx, "image.pull", tracing.ImageRef.String(named.String())) // never auth
+	// Neither the reference (the client's text) nor auth: the pulled image's
+	// ID names it once it is there.
+	ctx, span := tracing.Start(ctx, "image.pull")
 	s.log.WithField("image", named.String()).Info("pulling image")
 	img, err := s.pull(ctx, named, auth, live, namespace, stalled)
 	s.collectRefused(err)

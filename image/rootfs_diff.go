@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
+	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/minicri/minicri/internal/fstree"
 	"github.com/minicri/minicri/internal/tarfile"
 )
 
@@ -27,10 +25,14 @@ import (
 // skip (the container's mount points, whose content the container sees
 // from elsewhere) are left out.
 //
-// The upper dir is the container's to fill: it is read from the host side
-// without following a link, only regular files are opened (never a fifo
-// or a device), and a file is copied as large as it was when opened.
-// Pause the container first for a diff that matches its processes.
+// The upper dir is the container's to fill, and an image's layers are the
+// image author's: both are read from the host side through internal/fstree,
+// which follows no link anywhere (a link in a lower layer where the
+// container made a directory names a host directory, whose entries must
+// not be listed); only regular files are opened (never a fifo or a
+// device), a file is copied as large as it was when opened, and a sparse
+// one costs what it holds, not its size (tarfile.AddFile). Pause the
+// container first for a diff that matches its processes.
 func (s *Store) WriteRootfsDiff(id string, w io.Writer, skip []string) (deleted []string, err error) {
 	if err := validRootfsID(id); err != nil {
 		return nil, err
@@ -42,11 +44,24 @@ func (s *Store) WriteRootfsDiff(id string, w io.Writer, skip []string) (deleted 
 	if rec.ReadOnly {
 		return nil, fmt.Errorf("rootfs %s is an image volume: it has no upper dir", id)
 	}
-	d := rootfsDiff{upper: s.upperDir(id), lowers: s.lowerDirs(rec), tw: tar.NewWriter(w), skip: map[string]bool{}}
+	upper, err := fstree.OpenRoot(s.upperDir(id))
+	if err != nil {
+		return nil, fmt.Errorf("rootfs %s diff: %w", id, err)
+	}
+	defer upper.Close()
+	d := rootfsDiff{upper: upper, tw: tarfile.NewWriter(w), skip: map[string]bool{}}
+	for _, dir := range s.lowerDirs(rec) {
+		lower, err := fstree.OpenRoot(dir)
+		if err != nil {
+			return nil, fmt.Errorf("rootfs %s diff: %w", id, err)
+		}
+		defer lower.Close()
+		d.lowers = append(d.lowers, lower)
+	}
 	for _, p := range skip {
 		d.skip[path.Clean("/"+p)] = true
 	}
-	if err := filepath.WalkDir(d.upper, d.add); err != nil {
+	if err := upper.Walk("", d.add); err != nil {
 		return nil, fmt.Errorf("rootfs %s diff: %w", id, err)
 	}
 	if err := d.tw.Close(); err != nil {
@@ -56,38 +71,25 @@ func (s *Store) WriteRootfsDiff(id string, w io.Writer, skip []string) (deleted 
 }
 
 type rootfsDiff struct {
-	upper   string
-	lowers  []string // top first
-	tw      *tar.Writer
+	upper   *fstree.Root
+	lowers  []*fstree.Root // top first
+	tw      *tarfile.Writer
 	skip    map[string]bool
 	deleted []string
 }
 
-func (d *rootfsDiff) add(p string, entry fs.DirEntry, err error) error {
-	if err != nil {
-		return err
-	}
-	rel, err := filepath.Rel(d.upper, p)
-	if err != nil || rel == "." {
-		return err
-	}
-	inCtr := "/" + filepath.ToSlash(rel)
+func (d *rootfsDiff) add(e *fstree.Entry) error {
+	inCtr := "/" + e.Rel
 	if d.skip[inCtr] {
-		if entry.IsDir() {
-			return filepath.SkipDir
-		}
-		return nil
+		return fstree.SkipDir
 	}
-	fi, err := entry.Info()
-	if err != nil {
-		return err
-	}
+	fi := e.Info()
 	if isWhiteout(fi) {
 		d.deleted = append(d.deleted, inCtr)
 		return nil
 	}
-	if fi.IsDir() && isOpaque(p) {
-		hidden, err := d.hiddenBelow(rel, p)
+	if e.IsDir() && isOpaque(e.Xattr) {
+		hidden, err := d.hiddenBelow(e.Rel)
 		if err != nil {
 			return err
 		}
@@ -95,7 +97,8 @@ func (d *rootfsDiff) add(p string, entry fs.DirEntry, err error) error {
 	}
 	link := ""
 	if fi.Mode()&fs.ModeSymlink != 0 {
-		if link, err = os.Readlink(p); err != nil {
+		var err error
+		if link, err = e.Readlink(); err != nil {
 			return err
 		}
 	}
@@ -103,7 +106,7 @@ func (d *rootfsDiff) add(p string, entry fs.DirEntry, err error) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", inCtr, err)
 	}
-	hdr.Name = filepath.ToSlash(rel)
+	hdr.Name = e.Rel
 	if fi.IsDir() {
 		hdr.Name += "/"
 	}
@@ -111,51 +114,90 @@ func (d *rootfsDiff) add(p string, entry fs.DirEntry, err error) error {
 	if !fi.Mode().IsRegular() {
 		return d.tw.WriteHeader(hdr)
 	}
-	if err := tarfile.AddRegular(d.tw, p, hdr, fi); err != nil {
+	f, err := e.Open()
+	if err != nil {
+		return fmt.Errorf("%w (pause the container first)", err)
+	}
+	defer f.Close()
+	if err := d.tw.AddFile(f, hdr); err != nil {
 		return fmt.Errorf("%w (pause the container first)", err)
 	}
 	return nil
 }
 
 // hiddenBelow lists, absolute in the container, the entries of the layers
-// below that the opaque upper directory rel hides: those the directory
-// does not have itself, down to the first layer where it is opaque too.
-func (d *rootfsDiff) hiddenBelow(rel, upperDir string) ([]string, error) {
+// below that the opaque upper directory rel hides, as overlay merges them:
+// layer by layer, top first, down to the first layer where rel, or a
+// directory on the way to it, is opaque or is not a directory (a file, a
+// whiteout or a link hides whatever the layers below have there). Nothing
+// is followed: a link in a layer is an entry, never a way to a directory.
+func (d *rootfsDiff) hiddenBelow(rel string) ([]string, error) {
 	own := map[string]bool{}
-	entries, err := os.ReadDir(upperDir)
+	dir, err := d.upper.OpenDir(rel)
 	if err != nil {
 		return nil, err
 	}
-	for _, e := range entries {
-		own[e.Name()] = true
+	names, err := dir.Readdirnames(-1)
+	dir.Close()
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		own[name] = true
 	}
 	var hidden []string
 	for _, lower := range d.lowers {
-		dir := filepath.Join(lower, rel)
-		entries, err := os.ReadDir(dir)
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-			continue
-		}
+		entries, last, err := layerDir(lower, rel)
 		if err != nil {
 			return nil, err
 		}
 		for _, e := range entries {
-			if own[e.Name()] {
+			if own[e.Name] {
 				continue
 			}
-			own[e.Name()] = true // listed once, and a whiteout hides it below too
-			if e.Type()&fs.ModeCharDevice != 0 {
-				if fi, err := e.Info(); err == nil && isWhiteout(fi) {
-					continue
-				}
+			own[e.Name] = true // listed once, and a whiteout hides it below too
+			if isWhiteout(e.Info()) {
+				continue
 			}
-			hidden = append(hidden, "/"+filepath.ToSlash(filepath.Join(rel, e.Name())))
+			hidden = append(hidden, "/"+e.Rel)
 		}
-		if isOpaque(dir) {
+		if last {
 			break
 		}
 	}
 	return hidden, nil
+}
+
+// layerDir reads the directory rel of one layer, one component at a time
+// without following a link, and says whether the layers below it are
+// hidden there (rel or a directory on the way is opaque, or one of them
+// is not a directory in this layer).
+func layerDir(layer *fstree.Root, rel string) (entries []*fstree.Entry, last bool, err error) {
+	parts := strings.Split(rel, "/")
+	for i := range parts {
+		e, err := layer.Lstat(strings.Join(parts[:i+1], "/"))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, last, nil
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if !e.IsDir() {
+			return nil, true, nil
+		}
+		dir, err := layer.OpenDir(e.Rel)
+		if err != nil {
+			return nil, false, err
+		}
+		opaque := isOpaque(func(name, want string) bool { return fstree.FdXattr(int(dir.Fd()), name, want) })
+		dir.Close()
+		last = last || opaque
+	}
+	err = layer.Walk(rel, func(e *fstree.Entry) error {
+		entries = append(entries, e)
+		return fstree.SkipDir
+	})
+	return entries, last, err
 }
 
 // isWhiteout: overlayfs marks a deleted entry with a 0/0 character device.
@@ -168,13 +210,8 @@ func isWhiteout(fi fs.FileInfo) bool {
 }
 
 // isOpaque: a directory that hides the layers below it, marked by the
-// trusted (or, mounted with userxattr, the user) overlay xattr.
-func isOpaque(dir string) bool {
-	for _, name := range []string{opaqueXattr, "user.overlay.opaque"} {
-		buf := make([]byte, 1)
-		if n, err := unix.Lgetxattr(dir, name, buf); err == nil && n == 1 && buf[0] == 'y' {
-			return true
-		}
-	}
-	return false
+// trusted (or, mounted with userxattr, the user) overlay xattr, which
+// xattr reads.
+func isOpaque(xattr func(name, want string) bool) bool {
+	return xattr(opaqueXattr, "y") || xattr("user.overlay.opaque", "y")
 }

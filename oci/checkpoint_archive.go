@@ -4,14 +4,15 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	metadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/minicri/minicri/internal/atomicfile"
+	"github.com/minicri/minicri/internal/fstree"
 	"github.com/minicri/minicri/internal/tarfile"
 )
 
@@ -63,13 +64,38 @@ func WriteCheckpointFiles(stageDir string, cfg CheckpointConfig, spec any, statu
 	return nil
 }
 
+// ErrCheckpointTooLarge: a checkpoint's archive, or its rootfs diff, would
+// pass its bound (runtime.checkpoint_max_bytes).
+var ErrCheckpointTooLarge = errors.New("checkpoint larger than runtime.checkpoint_max_bytes")
+
+// BoundWriter is w failing with ErrCheckpointTooLarge, having written
+// nothing of the write, at the first write that would take it past max
+// bytes.
+func BoundWriter(w io.Writer, max int64) io.Writer { return &boundWriter{w: w, left: max, max: max} }
+
+type boundWriter struct {
+	w         io.Writer
+	left, max int64
+}
+
+func (b *boundWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		return 0, fmt.Errorf("%w (%d bytes)", ErrCheckpointTooLarge, b.max)
+	}
+	n, err := b.w.Write(p)
+	b.left -= int64(n)
+	return n, err
+}
+
 // WriteCheckpointArchive writes the archive at location from the stage
 // dir and, when logPath is not "", the container's log. The archive is
 // 0600 (it holds every memory page of the container's processes) and
-// appears whole or not at all. The end of ctx stops it between two files.
-func WriteCheckpointArchive(ctx context.Context, location, stageDir, logPath string) error {
+// appears whole or not at all: one that would pass maxBytes fails with
+// ErrCheckpointTooLarge, leaving nothing at location. The end of ctx stops
+// it between two files.
+func WriteCheckpointArchive(ctx context.Context, location, stageDir, logPath string, maxBytes int64) error {
 	return atomicfile.WriteStream(location, 0o600, func(w io.Writer) error {
-		tw := tar.NewWriter(w)
+		tw := tarfile.NewWriter(BoundWriter(w, maxBytes))
 		if err := addTree(ctx, tw, stageDir); err != nil {
 			return err
 		}
@@ -83,31 +109,35 @@ func WriteCheckpointArchive(ctx context.Context, location, stageDir, logPath str
 }
 
 // addTree adds the entries below dir, named relative to it. The stage dir
-// holds what CRIU and the daemon wrote: directories and regular files.
-func addTree(ctx context.Context, tw *tar.Writer, dir string) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
+// holds what CRIU and the daemon wrote: directories and regular files; it
+// is read through internal/fstree, which follows no link.
+func addTree(ctx context.Context, tw *tarfile.Writer, dir string) error {
+	root, err := fstree.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return root.Walk("", func(e *fstree.Entry) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("write the archive: %w", err)
 		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil || rel == "." {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: 0o700})
-		case d.Type().IsRegular():
-			return addFile(tw, path, rel)
+		switch fi := e.Info(); {
+		case fi.IsDir():
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: e.Rel + "/", Mode: 0o700})
+		case fi.Mode().IsRegular():
+			f, err := e.Open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return tw.AddFile(f, &tar.Header{Typeflag: tar.TypeReg, Name: e.Rel, Mode: 0o600})
 		default:
-			return fmt.Errorf("stage entry %s: not a regular file or directory", rel)
+			return fmt.Errorf("stage entry %s: not a regular file or directory", e.Rel)
 		}
 	})
 }
 
 // addFile adds the regular file at path as name.
-func addFile(tw *tar.Writer, path, name string) error {
-	return tarfile.AddRegular(tw, path, &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600}, nil)
+func addFile(tw *tarfile.Writer, path, name string) error {
+	return tw.AddRegular(path, &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600}, nil)
 }

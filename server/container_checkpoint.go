@@ -67,8 +67,9 @@ const (
 // config, and what it changed in its root filesystem, in the layout of
 // containerd and cri-o that checkpointctl reads. The container is paused
 // meanwhile, so that its files match its memory. A node whose CRIU is
-// missing or does not work is FailedPrecondition, and a failure leaves
-// neither a part of the archive nor the staging directory.
+// missing or does not work is FailedPrecondition, an archive that would
+// pass runtime.checkpoint_max_bytes ResourceExhausted, and a failure
+// leaves neither a part of the archive nor the staging directory.
 func (s *Server) CheckpointContainer(ctx context.Context, req *runtime.CheckpointContainerRequest) (*runtime.CheckpointContainerResponse, error) {
 	location, err := checkpointLocation(req.GetLocation())
 	if err != nil {
@@ -182,7 +183,7 @@ func (s *Server) checkpoint(ctx context.Context, rec containerRecord, location s
 	if err := oci.WriteCheckpointFiles(stage, config, spec, containerStatus(rec, cfg), deleted); err != nil {
 		return err
 	}
-	return oci.WriteCheckpointArchive(ctx, location, stage, rec.LogPath)
+	return oci.WriteCheckpointArchive(ctx, location, stage, rec.LogPath, s.cfg.Runtime.CheckpointMaxBytes)
 }
 
 // dumpPaused freezes the container, dumps its processes and writes its
@@ -209,7 +210,8 @@ func (s *Server) dumpPaused(ctx context.Context, rt containerCheckpointer, rec c
 	for _, m := range spec.Mounts {
 		skip = append(skip, m.Destination)
 	}
-	deleted, err = s.diffs.WriteRootfsDiff(rec.ID, f, skip)
+	// Bounded here too: the staged diff takes the state root's disk.
+	deleted, err = s.diffs.WriteRootfsDiff(rec.ID, oci.BoundWriter(f, s.cfg.Runtime.CheckpointMaxBytes), skip)
 	if err != nil {
 		return nil, err
 	}

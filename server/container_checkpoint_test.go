@@ -245,3 +245,38 @@ func keys(m map[string][]byte) []string {
 	}
 	return out
 }
+
+// A checkpoint that would pass runtime.checkpoint_max_bytes, by its
+// memory (CRIU's pages) or by its staged rootfs diff, is ResourceExhausted
+// naming the key, thaws the container and leaves no archive, no part of one
+// and no staging dir.
+func TestCheckpointPastItsBoundLeavesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		arrange func(*testServer)
+	}{
+		{"memory", func(ts *testServer) { ts.runc.CheckpointPages = 2 << 20 }},
+		{"rootfs diff", func(ts *testServer) { ts.images.DiffBytes = 2 << 20 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := newTestServer(t)
+			ts.cfg.Runtime.CheckpointMaxBytes = 1 << 20
+			_, id := ts.runningCtr(t, "cp")
+			tc.arrange(ts)
+			dir := t.TempDir()
+			_, err := ts.CheckpointContainer(bg, checkpointReq(id, filepath.Join(dir, "cp.tar")))
+			wantCode(t, tc.name, err, codes.ResourceExhausted, "checkpoint_max_bytes", id)
+			if ts.runc.Paused(id) {
+				t.Error("the container is left paused")
+			}
+			wantNoArchive(t, dir)
+			wantNoStage(t, ts)
+		})
+	}
+	ts := newTestServer(t)
+	ts.cfg.Runtime.CheckpointMaxBytes = 1 << 20
+	_, id := ts.runningCtr(t, "cp")
+	if _, err := ts.CheckpointContainer(bg, checkpointReq(id, filepath.Join(t.TempDir(), "cp.tar"))); err != nil {
+		t.Fatalf("a checkpoint within its bound: %v", err)
+	}
+}

@@ -74,7 +74,7 @@ var codeMappings = []struct {
 		conmon.ErrNotRunning, conmon.ErrNoPauseBinary, errNotRunning, errHandlerUnavailable,
 		errWrongState, errHostPortTaken, errKernelNoUserNamespaces, oci.ErrNoCheckpoint}},
 	{codes.Unauthenticated, []error{image.ErrUnauthorized}},
-	{codes.ResourceExhausted, []error{image.ErrTooLarge, streaming.ErrTooManyRequests, broadcast.ErrSlow}},
+	{codes.ResourceExhausted, []error{image.ErrTooLarge, streaming.ErrTooManyRequests, broadcast.ErrSlow, oci.ErrCheckpointTooLarge}},
 	{codes.Unavailable, []error{broadcast.ErrClosed}},
 	// A full or read-only state dir is the node's condition, not a bug:
 	// answered so that the caller backs off instead of reporting Internal.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -26,20 +30,22 @@ func TestTracingInterceptorNamesIDsOnly(t *testing.T) {
 		want      []string // attribute=value, each present
 	}{
 		{"/runtime.v1.ImageService/PullImage",
-			&runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: "reg.example/app:v1"},
+			&runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: "reg.example/" + secret + ":v1"},
 				Auth: &runtime.AuthConfig{Username: "u", Password: secret, Auth: secret, IdentityToken: secret, RegistryToken: secret}},
 			&runtime.PullImageResponse{ImageRef: "sha256:abc"},
-			[]string{"minicri.image.ref=reg.example/app:v1", "minicri.image.id=sha256:abc"}},
+			[]string{"minicri.image.id=sha256:abc"}},
 		{"/runtime.v1.RuntimeService/CreateContainer",
 			&runtime.CreateContainerRequest{PodSandboxId: "pod1", Config: &runtime.ContainerConfig{
-				Image:       &runtime.ImageSpec{Image: "busybox"},
+				Image:       &runtime.ImageSpec{Image: "reg.example/" + secret},
+				Mounts:      []*runtime.Mount{{HostPath: "/" + secret, ContainerPath: "/" + secret}},
+				Args:        []string{secret},
 				Envs:        []*runtime.KeyValue{{Key: "TOKEN", Value: []byte(secret)}},
 				Command:     []string{"sh", "-c", "echo " + secret},
 				Labels:      map[string]string{"l": secret},
 				Annotations: map[string]string{"a": secret},
 			}},
 			&runtime.CreateContainerResponse{ContainerId: "ctr1"},
-			[]string{"minicri.pod_sandbox.id=pod1", "minicri.image.ref=busybox", "minicri.container.id=ctr1"}},
+			[]string{"minicri.pod_sandbox.id=pod1", "minicri.container.id=ctr1"}},
 		{"/runtime.v1.RuntimeService/RunPodSandbox",
 			&runtime.RunPodSandboxRequest{RuntimeHandler: "runc", Config: &runtime.PodSandboxConfig{
 				Metadata: &runtime.PodSandboxMetadata{Name: "web", Namespace: "prod"},
@@ -87,5 +93,38 @@ func TestTracingInterceptorSkipsUnsampledCalls(t *testing.T) {
 		func(context.Context, any) (any, error) { called = true; return &runtime.VersionResponse{}, nil })
 	if err != nil || !called {
 		t.Fatalf("handler called %v, err %v", called, err)
+	}
+}
+
+// recordingStats keeps the errors of the ends it is handed.
+type recordingStats struct {
+	stats.Handler
+	ends []error
+}
+
+func (r *recordingStats) HandleRPC(_ context.Context, rs stats.RPCStats) {
+	if end, ok := rs.(*stats.End); ok {
+		r.ends = append(r.ends, end.Error)
+	}
+}
+
+// The gRPC instrumentation sees a failed call's code, never its message:
+// that quotes the request (here, as runc says it, argv[0]).
+func TestTracingStatsHandlerPassesCodesOnly(t *testing.T) {
+	rec := &recordingStats{}
+	h := TracingStatsHandler(rec)
+	for _, err := range []error{
+		status.Error(codes.Unknown, `exec: "/TOKCMD-db-password=hunter2": no such file`),
+		status.Error(codes.Internal, "mount /host/secret-path: permission denied"),
+		errors.New("plain error naming /secret"),
+		nil,
+	} {
+		h.HandleRPC(context.Background(), &stats.End{Error: err})
+	}
+	want := []string{"rpc error: code = Unknown desc = Unknown", "rpc error: code = Internal desc = Internal", "rpc error: code = Unknown desc = Unknown", "<nil>"}
+	for i, err := range rec.ends {
+		if got := fmt.Sprint(err); got != want[i] {
+			t.Errorf("end %d handed on as %q, want %q", i, got, want[i])
+		}
 	}
 }

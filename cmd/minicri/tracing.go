@@ -88,7 +88,7 @@ func startTracing(cfg config.TracingConfig, log *logrus.Entry) ([]grpc.ServerOpt
 		}
 	}
 	opts := []grpc.ServerOption{
-		grpc.StatsHandler(stats),
+		grpc.StatsHandler(server.TracingStatsHandler(stats)),
 		grpc.ChainUnaryInterceptor(server.TracingUnaryInterceptor()),
 	}
 	return opts, stop, nil

@@ -202,7 +202,7 @@ func serveVersion(tb testing.TB, opts []grpc.ServerOption) runtime.RuntimeServic
 func TestSpanLimitsCutLongValues(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSpanLimits(spanLimits()))
-	_, span := tp.Tracer("test").Start(context.Background(), "image.pull", trace.WithAttributes(tracing.ImageRef.String(strings.Repeat("a", 1<<20))))
+	_, span := tp.Tracer("test").Start(context.Background(), "image.pull", trace.WithAttributes(tracing.PodName.String(strings.Repeat("a", 1<<20))))
 	span.End()
 	if got := len(rec.Ended()[0].Attributes()[0].Value.AsString()); got != tracing.MaxValueLen {
 		t.Fatalf("attribute value of %d bytes kept, want %d", got, tracing.MaxValueLen)

@@ -11,8 +11,8 @@ package tracing
 
 import (
 	"context"
+	"errors"
 	"slices"
-	"strings"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -24,15 +24,18 @@ import (
 // Scope is the instrumentation scope of minicri's own spans.
 const Scope = "github.com/minicri/minicri"
 
-// The attributes of minicri's spans: IDs, references, handlers and exit
-// codes, never a credential, an environment value or a request's auth
-// (docs/security.md). The Kubernetes and process ones are OpenTelemetry's
-// semantic conventions.
+// The attributes of minicri's spans: IDs and digests minicri made or
+// checked, the handler and CNI network of the node's configuration, the
+// pod's Kubernetes name and namespace, and exit codes. Never a text a
+// client chose beyond those names (a command, an argument, an environment
+// value, a mount's path, a label, an annotation, an image reference, auth)
+// nor the text of an error (a runtime's or a registry's message quotes
+// them): docs/security.md. The Kubernetes and process ones are
+// OpenTelemetry's semantic conventions.
 const (
 	PodID        = attribute.Key("minicri.pod_sandbox.id")
 	ContainerID  = attribute.Key("minicri.container.id")
 	Handler      = attribute.Key("minicri.runtime.handler")
-	ImageRef     = attribute.Key("minicri.image.ref")
 	ImageID      = attribute.Key("minicri.image.id")
 	LayerDigest  = attribute.Key("minicri.image.layer.digest")
 	CNINetwork   = attribute.Key("minicri.cni.network")
@@ -76,21 +79,32 @@ func (a *active) start(ctx context.Context, name string, attrs []attribute.KeyVa
 	return a.tracer.Start(ctx, name, trace.WithAttributes(slices.Clone(attrs)...))
 }
 
-// MaxValueLen bounds an attribute's value and a status's message: what a
-// span holds while it waits in the export queue does not grow with what a
-// runtime or a registry said.
+// MaxValueLen bounds an attribute's value: what a span holds while it
+// waits in the export queue does not grow with what a request named.
 const MaxValueLen = 1024
 
-// End ends span, marked failed with err's message when err is not nil: the
-// message the caller gets anyway (its first MaxValueLen bytes), never more
-// (no stack, no event).
+// End ends span, marked failed when err is not nil, with a fixed word
+// (Failure's) for its status, never err's message: that quotes what the
+// call was given (runc's "exec: /path: no such file" names argv[0], a
+// mount's error its host path, a registry's answer the reference), which
+// the caller gets in its answer anyway and a trace collector must not. No
+// stack, no event.
 func End(span trace.Span, err error) {
 	if err != nil && span.IsRecording() {
-		msg := err.Error()
-		if len(msg) > MaxValueLen {
-			msg = strings.ToValidUTF8(msg[:MaxValueLen], "") + "..."
-		}
-		span.SetStatus(codes.Error, msg)
+		span.SetStatus(codes.Error, Failure(err))
 	}
 	span.End()
+}
+
+// Failure is the fixed word a span's status says of err: the end of the
+// call's time or its cancelation, or that it failed.
+func Failure(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline exceeded"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	default:
+		return "failed"
+	}
 }

@@ -418,3 +418,129 @@ func TestSIGHUPDuringStartIsKept(t *testing.T) {
 		return strings.Contains(out.String(), "SIGHUP: configuration reloaded")
 	})
 }
+
+// TestTracingCarriesNoClientText plants one token in every field of the
+// CRI calls a client writes, but for the pod's name and namespace (which
+// spans name): commands, arguments, environment, working dir, log path,
+// mounts' host and container paths, labels and annotations of the pod and
+// the container, image names and registry auth; in calls that succeed
+// and in calls that fail, where runc's and the registry's error texts
+// quote them: a create whose argv[0] does not exist, a create with a bind
+// mount of a missing host path that cannot be shared, an ExecSync of a
+// missing command, a pull of a missing image with auth. No span of the
+// trace carries the token: not its name, attributes, events, links or
+// status.
+func TestTracingCarriesNoClientText(t *testing.T) {
+	rcv := startOTLPReceiver(t)
+	token := "tok" + randomHex(12)
+	d := StartDaemon(t, WithArgs("--tracing-endpoint", rcv.Addr, "--tracing-sampling-ratio", "0"))
+	d.bridgeNetwork(t)
+	reg := registry.Start(t, registry.Options{Users: map[string]string{"user-" + token: "pass-" + token}})
+	ref := pushImage(t, reg, token+":"+token, testimage.Busybox(t), basicAuth("user-"+token, "pass-"+token)).ref
+	auth := &runtime.AuthConfig{Username: "user-" + token, Password: "pass-" + token}
+	rt, im := criClient(t, d)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ctx, traceID, _ := withTraceparent(ctx)
+	planted := map[string]string{"label-" + token: "value-" + token}
+
+	podCfg := d.podConfig("traced-text")
+	podCfg.Labels, podCfg.Annotations = planted, planted
+	pod, err := rt.RunPodSandbox(ctx, &runtime.RunPodSandboxRequest{Config: podCfg})
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v", err)
+	}
+	podID := pod.GetPodSandboxId()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = d.Runtime.StopPodSandbox(ctx, podID)
+		_ = d.Runtime.RemovePodSandbox(ctx, podID)
+	})
+	if _, err := im.PullImage(ctx, &runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: ref}, Auth: auth, SandboxConfig: podCfg}); err != nil {
+		t.Fatalf("PullImage with auth: %v", err)
+	}
+	missing := reg.Host() + "/e2e/missing-" + token + ":" + token
+	if _, err := im.PullImage(ctx, &runtime.PullImageRequest{Image: &runtime.ImageSpec{Image: missing}, Auth: auth}); err == nil {
+		t.Fatalf("PullImage of %s succeeded", missing)
+	}
+
+	hostDir := filepath.Join(t.TempDir(), "host-"+token)
+	if err := os.Mkdir(hostDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctrCfg := func(name string, cmd ...string) *runtime.ContainerConfig {
+		cfg := containerConfig(name, ref, cmd...)
+		cfg.Args = []string{"arg-" + token}
+		cfg.Envs = []*runtime.KeyValue{{Key: "ENV_" + token, Value: []byte("env-" + token)}}
+		cfg.WorkingDir = "/work-" + token
+		cfg.LogPath = name + "-" + token + ".log"
+		cfg.Labels, cfg.Annotations = planted, planted
+		cfg.Mounts = []*runtime.Mount{{HostPath: hostDir, ContainerPath: "/mnt-" + token}}
+		return cfg
+	}
+	create := func(cfg *runtime.ContainerConfig) (string, error) {
+		r, err := rt.CreateContainer(ctx, &runtime.CreateContainerRequest{PodSandboxId: podID, Config: cfg, SandboxConfig: podCfg})
+		return r.GetContainerId(), err
+	}
+	id, err := create(ctrCfg("app", "sh", "-c", "sleep 3600 # "+token))
+	if err != nil {
+		t.Fatalf("CreateContainer: %v", err)
+	}
+	if _, err := rt.StartContainer(ctx, &runtime.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatalf("StartContainer: %v", err)
+	}
+	if _, err := create(ctrCfg("noexec", "/cmd-"+token)); err == nil {
+		t.Fatal("CreateContainer of a missing argv[0] succeeded")
+	} else {
+		t.Logf("create of a missing argv[0]: %v", err)
+	}
+	badMount := ctrCfg("badmount", "sh")
+	badMount.Mounts = []*runtime.Mount{{HostPath: filepath.Join(t.TempDir(), "missing-"+token), ContainerPath: "/shared-" + token,
+		Propagation: runtime.MountPropagation_PROPAGATION_BIDIRECTIONAL}}
+	if _, err := create(badMount); err == nil {
+		t.Fatal("CreateContainer of a bidirectional mount of a private host path succeeded")
+	} else {
+		t.Logf("create of a bad bind mount: %v", err)
+	}
+	if r, err := rt.ExecSync(ctx, &runtime.ExecSyncRequest{ContainerId: id, Cmd: []string{"/exec-" + token, "arg-" + token}, Timeout: 30}); err == nil && r.GetExitCode() == 0 {
+		t.Fatal("ExecSync of a missing command succeeded")
+	} else {
+		t.Logf("ExecSync of a missing command: exit %d, %v", r.GetExitCode(), err)
+	}
+	if r, err := rt.ExecSync(ctx, &runtime.ExecSyncRequest{ContainerId: id, Cmd: []string{"sh", "-c", "echo " + token + "; exit 3"}, Timeout: 30}); err != nil || r.GetExitCode() != 3 {
+		t.Fatalf("ExecSync: exit %d, %v; want exit 3", r.GetExitCode(), err)
+	}
+
+	var spans []receivedSpan
+	want := map[string]int{"runtime.v1.ImageService/PullImage": 2, "image.pull": 2,
+		"runtime.v1.RuntimeService/CreateContainer": 3, "runtime.v1.RuntimeService/ExecSync": 2, "runtime.exec": 2}
+	waitFor(t, "the spans of every call", time.Minute, func() bool {
+		spans = rcv.inTrace(traceID)
+		for name, n := range want {
+			count := 0
+			for _, s := range spans {
+				if s.GetName() == name && s.service == "minicri" {
+					count++
+				}
+			}
+			if count < n {
+				return false
+			}
+		}
+		return true
+	})
+	failed := 0
+	for _, s := range spans {
+		text := s.Span.String() // every field: name, attributes, events, links, status
+		if strings.Contains(strings.ToLower(text), token) {
+			t.Errorf("span %q carries client text (%s):\n%s", s.GetName(), token, text)
+		}
+		if s.GetStatus().GetCode() == tracev1.Status_STATUS_CODE_ERROR {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Errorf("no span is marked failed; the failed calls' spans must say they failed:\n%s", describeSpans(spans))
+	}
+}

@@ -2,6 +2,7 @@ package fake
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -20,11 +21,13 @@ import (
 // filesystems that are plain directories.
 type Images struct {
 	Failures
-	dir    string
-	mu     sync.Mutex
-	images map[string]image.Image // by ID
-	rootfs map[string]string      // container ID → its image's ID
-	admits []string
+	// DiffBytes, when set, is the size of the file WriteRootfsDiff writes.
+	DiffBytes int
+	dir       string
+	mu        sync.Mutex
+	images    map[string]image.Image // by ID
+	rootfs    map[string]string      // container ID → its image's ID
+	admits    []string
 }
 
 // NewImages keeps the root filesystems under dir.
@@ -199,17 +202,21 @@ func (s *Images) Rootfses() []string {
 	return slices.Sorted(maps.Keys(s.rootfs))
 }
 
-// WriteRootfsDiff writes a tar of one file, "changed", and reports
-// "/gone" deleted.
+// WriteRootfsDiff writes a tar of one file, "changed" (of DiffBytes
+// bytes when set), and reports "/gone" deleted.
 func (s *Images) WriteRootfsDiff(id string, w io.Writer, skip []string) ([]string, error) {
 	if err := s.err("WriteRootfsDiff"); err != nil {
 		return nil, err
 	}
+	body := []byte("new")
+	if s.DiffBytes > 0 {
+		body = bytes.Repeat([]byte("n"), s.DiffBytes)
+	}
 	tw := tar.NewWriter(w)
-	if err := tw.WriteHeader(&tar.Header{Name: "changed", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: "changed", Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
 		return nil, err
 	}
-	if _, err := tw.Write([]byte("new")); err != nil {
+	if _, err := tw.Write(body); err != nil {
 		return nil, err
 	}
 	return []string{"/gone"}, tw.Close()

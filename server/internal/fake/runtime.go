@@ -1,6 +1,7 @@
 package fake
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -32,6 +33,9 @@ type Runtime struct {
 	Feats oci.Features
 	// CheckpointBlocks makes Checkpoint wait for the end of its context.
 	CheckpointBlocks bool
+	// CheckpointPages, when set, is the size of the page image Checkpoint
+	// writes (written bytes, not a hole).
+	CheckpointPages int
 
 	mu       sync.Mutex
 	running  map[string]bool
@@ -192,7 +196,11 @@ func (r *Runtime) Checkpoint(ctx context.Context, id, imagesDir, workDir string)
 	if !frozen {
 		return fmt.Errorf("fake: checkpoint of %s while it runs: pause it first", id)
 	}
-	if err := os.WriteFile(filepath.Join(imagesDir, "pages-1.img"), []byte("pages"), 0o600); err != nil {
+	pages := []byte("pages")
+	if r.CheckpointPages > 0 {
+		pages = bytes.Repeat([]byte("p"), r.CheckpointPages)
+	}
+	if err := os.WriteFile(filepath.Join(imagesDir, "pages-1.img"), pages, 0o600); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(workDir, "dump.log"), []byte("Dumping finished successfully\n"), 0o600)

@@ -56,10 +56,14 @@ func (r *Root) Name() string { return r.f.Name() }
 // fs.ErrNotExist.
 func (r *Root) OpenDir(rel string) (*os.File, error) {
 	rel = clean(rel)
-	fd, err := unix.Openat2(int(r.f.Fd()), rel, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: resolve,
-	})
+	how := &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC, Resolve: resolve}
+	fd, err := unix.Openat2(int(r.f.Fd()), rel, how)
+	// EAGAIN: a rename elsewhere on the file system raced the lookup, which
+	// RESOLVE_BENEATH refuses to trust; a pod renaming in a loop must not
+	// fail the walk, nor hold it for long.
+	for try := 0; errors.Is(err, unix.EAGAIN) && try < 16; try++ {
+		fd, err = unix.Openat2(int(r.f.Fd()), rel, how)
+	}
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path.Join(r.f.Name(), rel), Err: notDir(err)}
 	}
@@ -74,11 +78,12 @@ func (r *Root) Lstat(rel string) (*Entry, error) {
 		return nil, err
 	}
 	defer dir.Close()
-	e := &Entry{Rel: rel, Name: path.Base(rel), dir: dir}
+	// Without its directory: the entry's descriptor-relative methods are
+	// for a walk's entries only.
+	e := &Entry{Rel: rel, Name: path.Base(rel)}
 	if err := unix.Fstatat(int(dir.Fd()), e.Name, &e.Stat, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return nil, &fs.PathError{Op: "lstat", Path: path.Join(r.f.Name(), rel), Err: err}
 	}
-	e.dir = nil // the directory closes on return
 	return e, nil
 }
 

@@ -57,19 +57,19 @@ func TestAddRegularCopiesOnlyRegularFiles(t *testing.T) {
 	}
 }
 
-// TestSparseFileCostsWhatItHolds: a file of 512 MiB with two written blocks
+// TestSparseFileCostsWhatItHolds: a file of 64 MiB with two written blocks
 // makes an entry of some KiB, which archive/tar reads back as the whole
 // file: its data where it was written, zeros elsewhere; GNU tar, where the
 // host has it, lists it at its real size.
 func TestSparseFileCostsWhatItHolds(t *testing.T) {
-	const size = 512 << 20
+	const size = 64 << 20
 	dir := t.TempDir()
 	path := filepath.Join(dir, "sparse")
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data := map[int64]string{1 << 20: "first block", 300 << 20: "second block"}
+	data := map[int64]string{1 << 20: "first block", 40 << 20: "second block"}
 	for off, s := range data {
 		if _, err := f.WriteAt([]byte(s), off); err != nil {
 			t.Fatal(err)
@@ -110,11 +110,12 @@ func TestSparseFileCostsWhatItHolds(t *testing.T) {
 	if hdr.Name != "dir/sparse" || hdr.Size != size {
 		t.Fatalf("entry %q of %d bytes, want dir/sparse of %d", hdr.Name, hdr.Size, size)
 	}
-	chunk := make([]byte, 1<<20)
+	chunk, zeros := make([]byte, 1<<20), make([]byte, 1<<20)
 	var off int64
 	for off < size {
 		n, err := io.ReadFull(tr, chunk)
-		for i := 0; i < n; i++ {
+		holeOnly := bytes.Equal(chunk[:n], zeros[:n])
+		for i := 0; i < n && !holeOnly; i++ {
 			if chunk[i] == 0 {
 				continue
 			}
@@ -149,7 +150,7 @@ func TestSparseFileCostsWhatItHolds(t *testing.T) {
 			t.Fatal(err)
 		}
 		out, err := exec.Command(gnutar, "-tvf", archive).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "536870912") || !strings.Contains(string(out), "dir/sparse") {
+		if err != nil || !strings.Contains(string(out), "67108864") || !strings.Contains(string(out), "dir/sparse") {
 			t.Errorf("tar -tvf: %v\n%s", err, out)
 		}
 	}

@@ -11,15 +11,9 @@ const buildTags = "grpcnotrace,nri_no_wasm"
 
 // TestDaemonLeavesOutHeavyPackages: every linked package costs the daemon
 // memory, its init and its part of the binary's pages being mapped at
-// start (docs/performance.md, "What the daemon's memory is"). These are
-// linked for nothing minicri uses: grpc's request tracing (off unless
-// grpc.EnableTracing) with the html/template it pulls in; and
-// text/template (html/template is built on it), whose run-time method
-// lookup by name (reflect's MethodByName) makes the linker keep every
-// exported method of every linked type: 3.6 MB of the 24.1 MB binary,
-// ~3 MiB of PSS. The CNI conf_template is parsed with text/template/parse
-// and run by network's own evaluator instead. (NRI's WASM
-// runtime is guarded by make build's grep instead: NRI's API package
+// start. These are linked for nothing minicri uses: grpc's request tracing
+// (off unless grpc.EnableTracing) with the html/template it pulls in. (NRI's
+// WASM runtime is guarded by make build's grep instead: NRI's API package
 // imports wazero's API, of which the linker keeps next to nothing.)
 func TestDaemonLeavesOutHeavyPackages(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-tags", buildTags, ".").CombinedOutput()
@@ -33,7 +27,7 @@ func TestDaemonLeavesOutHeavyPackages(t *testing.T) {
 	if !deps["google.golang.org/grpc"] {
 		t.Fatalf("go list -deps lists no grpc; the list is not the daemon's:\n%s", out)
 	}
-	for _, p := range []string{"golang.org/x/net/trace", "html/template", "text/template"} {
+	for _, p := range []string{"golang.org/x/net/trace", "html/template"} {
 		if deps[p] {
 			t.Errorf("the daemon links %s (go list -deps -tags %s ./cmd/minicri)", p, buildTags)
 		}

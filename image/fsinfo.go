@@ -192,5 +192,5 @@ func mountpointOf(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return m.Point, nil
+	return m.Mountpoint, nil
 }

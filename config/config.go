@@ -178,7 +178,7 @@ type RuntimeConfig struct {
 	ExecSyncMaxOutput int `toml:"exec_sync_max_output"`
 	// Containers one minicri-conmon process serves at most. A pod's containers
 	// share one where they fit, and pods fill a monitor before another starts:
-	// each saves a Go runtime (about 0.5 MiB). 1 gives every container its own
+	// each saves a Go runtime's memory. 1 gives every container its own
 	// monitor; a monitor that dies ends the logs and the containers it served.
 	MonitorShare int `toml:"monitor_share"`
 }

@@ -54,7 +54,7 @@ var fieldDocs = map[string]string{
 	"RuntimeConfig.ExecSyncMaxOutput":       "Bytes of stdout and of stderr that ExecSync (exec probes) keeps; the rest is dropped and the truncation logged. Whatever this says, the two together are cut to 16776192 bytes (16 MiB less 1 KiB), each keeping at least half, so that the answer fits the 16 MiB message the kubelet's CRI client accepts.",
 	"RuntimeConfig.Handlers":                "One table per handler: [runtime.handlers.NAME] with path and root.",
 	"RuntimeConfig.MonitorPath":             "Path of the minicri-conmon monitor binary; a bare name is looked up next to the daemon binary, then in PATH.",
-	"RuntimeConfig.MonitorShare":            "Containers one minicri-conmon process serves at most. A pod's containers share one where they fit, and pods fill a monitor before another starts: each saves a Go runtime (about 0.5 MiB). 1 gives every container its own monitor; a monitor that dies ends the logs and the containers it served.",
+	"RuntimeConfig.MonitorShare":            "Containers one minicri-conmon process serves at most. A pod's containers share one where they fit, and pods fill a monitor before another starts: each saves a Go runtime's memory. 1 gives every container its own monitor; a monitor that dies ends the logs and the containers it served.",
 	"RuntimeHandler.Path":                   "OCI runtime binary; a bare name is looked up in PATH.",
 	"RuntimeHandler.Root":                   "The runtime's own state directory (its --root); empty means RUN_DIR/runtime/NAME.",
 	"StreamingConfig.Address":               "Address the streaming server binds. The kubelet proxies to it, so loopback is the safe default.",

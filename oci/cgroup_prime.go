@@ -14,14 +14,14 @@ import (
 // A runtime's create or exec moves a process into the container's cgroup.
 // Every such move takes the kernel's global cgroup migration lock for
 // writing, and the first writer after a quiet spell waits for an RCU grace
-// period before it gets it: 4–26 ms on the bench's VM, the largest part of
-// a CreateContainer above `runc run` (docs/performance.md). A writer that
+// period before it gets it, often the largest part of a CreateContainer
+// above `runc run` (make bench shows it). A writer that
 // comes while another waits shares its grace period, and one that comes
 // within a grace period after the last writer left waits for none.
 //
 // PrimeCgroupMove makes such a move early, in the background, while the
-// daemon starts the monitor and runc starts up, so that runc's own move a
-// few milliseconds later finds the lock ready. The move is the daemon's
+// daemon starts the monitor and runc starts up, so that runc's own move
+// finds the lock ready. The move is the daemon's
 // process into the cgroup it is already in: the kernel takes the lock and
 // moves nothing. It is only a head start: when it fails (no cgroup file to
 // write, no permission), the runtime's move waits as it would anyway.

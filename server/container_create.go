@@ -121,8 +121,8 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err != nil {
 		return err
 	}
-	// The runtime's create, some 10 ms from now, moves the container's
-	// init into its cgroup: the head start saves that move most of a wait.
+	// The runtime's create, soon after, moves the container's init into its
+	// cgroup: the head start saves that move most of a wait.
 	rt.PrimeCgroupMove()
 	if err := checkHandlerMounts(rt, sb.Handler, cfg); err != nil {
 		return err

@@ -11,9 +11,9 @@ import (
 // tables, strings) from the process. Start-up and a join read much of it;
 // a monitor that waits for output reads next to none. Every page of the
 // file that happens to be in the page cache near a fault is mapped along
-// with it (the kernel's fault-around), so without this about 900 KiB of
-// the binary stay mapped and count in the monitor's PSS, for the whole
-// life of its containers. The pages stay in the page cache; a later read
+// with it (the kernel's fault-around), so without this much of the binary
+// stays mapped and counts in the monitor's PSS, for the whole life of its
+// containers. The pages stay in the page cache; a later read
 // maps again what it needs, with a minor fault. Text is left alone: what
 // the loop runs is spread over all of it. buf is scratch space.
 func dropReadOnlyData(buf []byte) {

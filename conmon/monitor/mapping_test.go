@@ -69,10 +69,9 @@ func mappedReadOnly(t *testing.T) int {
 	return total
 }
 
-// TestDropReadOnlyDataAllocatesNothing: the drop runs after every join of
-// a monitor whose collector is off, so what it allocates stays (bytes.Fields
-// once left ~7 KB a join). The two path names the system calls take are
-// all it may allocate.
+// TestDropReadOnlyDataAllocatesOnlyPaths: the drop runs after every join of
+// a monitor whose collector is off, so what it allocates stays. The two
+// path names the system calls take are all it may allocate.
 func TestDropReadOnlyDataAllocatesOnlyPaths(t *testing.T) {
 	buf := make([]byte, 64<<10)
 	if n := testing.AllocsPerRun(5, func() { dropReadOnlyData(buf) }); n > 2 {

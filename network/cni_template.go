@@ -53,10 +53,11 @@ func NewTemplateValues(cidrs []string) TemplateValues {
 }
 
 // WriteConfFromTemplate writes TemplateConfFile from the Go template file
-// tmplPath (text/template, bounded: see renderTemplate), as containerd does
-// with its conf_template when the kubelet sends the node's pod CIDR. It writes only while the directory holds no
-// network config but its own, so that a config dropped by the operator or a
-// network add-on is never shadowed; written reports whether it wrote. The
+// tmplPath (text/template, bounded: see executeTemplate), as containerd does
+// with its conf_template when the kubelet sends the node's pod CIDR. It
+// writes only while the directory holds no network config but its own, so
+// that a config dropped by the operator or a network add-on is never
+// shadowed; written reports whether it wrote. The
 // result must parse as a network config, or nothing is written. The next
 // Ready or Setup loads it. Errors wrap ErrNotReady: the network stays as it
 // was, and the template is the operator's to fix.

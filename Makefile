@@ -1,10 +1,12 @@
 # minicri — the two commands a user needs are `make run` and `make test`.
-# Both install the Debian packages that are missing first (as root).
+# Both install the Debian packages that are missing first (as root), through
+# make deps, the one target that installs; make build only builds.
 
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin:/sbin
 GO       ?= go
+# LDFLAGS is recursive (=): git runs for a build only, not at every make.
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
-LDFLAGS  := -s -w -X main.version=$(VERSION)
+LDFLAGS   = -s -w -X main.version=$(VERSION)
 BIN      := $(CURDIR)/bin
 E2E_BIN  := $(BIN)/e2e
 PREFIX   ?= /usr/local
@@ -21,33 +23,23 @@ deps:
 	@hack/build-runc.sh >/dev/null
 
 # Static binaries: the monitor must not depend on the host's libc, and neither
-# needs cgo. The shipped daemon must not have the test-only crash points.
+# needs cgo. The shipped daemon must not have the test-only crash points
+# (server/crashpoint.go); what each tag leaves out is checked by cmd/minicri's
+# TestBuildTagsLeaveOutFiles and TestDaemonLeavesOutHeavyPackages.
 # minicri-pause, the pod infra process, is a short C program built static
-# with Debian's gcc and libc6-dev (installed by hack/install-deps.sh when
-# missing): one runs per PID-sharing pod, and Go's runtime would cost 0.5 MiB each.
-# NRI's WASM plugin runtime (wazero: 2.6 MB of the binary, 1-2 MiB of the
-# daemon's memory, made at every start) is left out (-tags nri_no_wasm):
-# a WASM plugin in the plugin dir is then refused with a log line.
-# `make build NRI_WASM=1` builds it in (docs/nri.md).
+# with Debian's gcc and libc6-dev: one runs per PID-sharing pod, and a Go
+# runtime in each would cost more than the program.
+# NRI's WASM plugin runtime (wazero, made at every start) is left out
+# (-tags nri_no_wasm): a WASM plugin in the plugin dir is then refused with
+# a log line. `make build NRI_WASM=1` builds it in (docs/nri.md).
 # grpcnotrace leaves out grpc's request tracing (golang.org/x/net/trace,
 # off unless grpc.EnableTracing is set, which minicri never does) and the
-# html/template it pulls in: 0.3 MB of the binary, so about 0.25 MiB of the
-# daemon's PSS (a MB of the binary is ~0.87 MiB, docs/performance.md).
-# Go 1.26's default collector (green tea) keeps mark bits inside each
-# small-object span; the classic one is ~0.7 MiB less of the daemon at 100
-# pods and ~30 KiB less of each monitor, ~1 MiB in all (docs/performance.md),
-# for a heap this small at no measured CPU cost. Used while the toolchain
-# still offers the opt-out (Go plans to drop it): a toolchain without it
-# builds with its default.
-GOEXP   := $(shell GOEXPERIMENT=nogreenteagc $(GO) env GOEXPERIMENT >/dev/null 2>&1 && echo nogreenteagc)
-GOBUILD := CGO_ENABLED=0 GOEXPERIMENT=$(GOEXP) $(GO) build
+# html/template it pulls in.
+GOBUILD := CGO_ENABLED=0 $(GO) build
 comma   := ,
 GOTAGS  := grpcnotrace$(if $(NRI_WASM),,$(comma)nri_no_wasm)
 build: $(BIN)/minicri-pause
 	$(GOBUILD) -tags "$(GOTAGS)" -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
-	@! grep -q MINICRI_TEST_CRASH_AT $(BIN)/minicri || { echo "$(BIN)/minicri has the test-only crash points"; exit 1; }
-	@[ -n "$(NRI_WASM)" ] || ! grep -q "unable to initialize WASM service" $(BIN)/minicri || { echo "$(BIN)/minicri has NRI's WASM runtime"; exit 1; }
-	@! grep -q "golang.org/x/net/trace" $(BIN)/minicri || { echo "$(BIN)/minicri has grpc's request tracing"; exit 1; }
 
 # The e2e suite's binaries: the same, plus the crash points its crash tests
 # use (server/crashpoint.go, -tags crashpoints). Never install these.
@@ -56,7 +48,8 @@ build-e2e: $(E2E_BIN)/minicri-pause
 
 CC ?= cc
 %/minicri-pause: cmd/minicri-pause/pause.c
-	@command -v $(CC) >/dev/null && test -e "$$($(CC) -print-file-name=libc.a)" || hack/install-deps.sh
+	@command -v $(CC) >/dev/null && test -e "$$($(CC) -print-file-name=libc.a)" || \
+		{ echo "minicri-pause needs $(CC) and a static libc (Debian: gcc, libc6-dev); make deps installs them" >&2; exit 1; }
 	@mkdir -p $(@D)
 	$(CC) -static -Os -s -Wall -Wextra -o $@ $<
 
@@ -90,10 +83,9 @@ tidy-check:
 # Unit tests, with the race detector: most packages hold shared state.
 # Every go test also runs the fuzz targets' seed corpora (testdata/fuzz);
 # then each target tries FUZZTIME more inputs (docs/reliability.md). A count,
-# not a duration: Go 1.26's fuzz coordinator can report its own -fuzztime
-# deadline as a failure when a loaded worker is mid-input (golang/go#75804,
-# fixed in 1.27); a count sets no deadline. 4000 inputs take about 2 s for
-# the slowest target (FuzzGenerateSpec) on a quiet machine.
+# not a duration: the fuzz coordinator can report its own -fuzztime
+# deadline as a failure when a loaded worker is mid-input; a count sets no
+# deadline.
 FUZZTIME ?= 4000x
 FUZZ_TARGETS := FuzzValidateContainerConfig:server FuzzValidateSandboxConfig:server FuzzValidateID:server \
 	FuzzGenerateSpec:oci FuzzLogWriter:conmon/monitor
@@ -138,7 +130,7 @@ guest-test: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 		$(GO) test -tags e2e,guest -count=1 -parallel 8 -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' -v ./test/e2e/
 
 # make bench SCALE=100: the node-scale bench, 100 pods (then 100 pods x 2
-# containers) with the floors measured in the same run (docs/performance.md).
+# containers), with the floors taken in the same run (docs/performance.md).
 SCALE ?=
 bench: deps build
 	@MINICRI_BENCH_PODS=$(SCALE) hack/bench.sh $(BIN)

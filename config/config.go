@@ -13,12 +13,14 @@ import (
 	"time"
 )
 
+//go:generate go run ./internal/fielddocs/generate config.go field_docs.go
+
 // Config is the whole configuration. Every field carries its TOML key in its
 // tag and a doc comment written for a node operator: `minicri config` prints
 // it above the key and --help under the key's flag. They read it from
-// field_docs.go, which `go test ./config -run TestFieldDocsAreCurrent
-// -update` makes from these comments (the test fails while the two differ).
-// A note for developers goes on the type, not the field.
+// field_docs.go, which `go generate ./config` makes from these comments
+// (TestFieldDocsAreCurrent fails while the two differ). A note for
+// developers goes on the type, not the field.
 type Config struct {
 	// Unix socket the CRI gRPC server listens on (mode 0660).
 	Listen string `toml:"listen"`
@@ -181,7 +183,7 @@ type RuntimeConfig struct {
 	ExecSyncMaxOutput int `toml:"exec_sync_max_output"`
 	// Containers one minicri-conmon process serves at most. A pod's containers
 	// share one where they fit, and pods fill a monitor before another starts:
-	// each saves a Go runtime (about 0.5 MiB). 1 gives every container its own
+	// each saves a Go runtime's memory. 1 gives every container its own
 	// monitor; a monitor that dies ends the logs and the containers it served.
 	MonitorShare int `toml:"monitor_share"`
 	// Bytes a checkpoint (CheckpointContainer) may write: its archive, and

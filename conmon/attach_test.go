@@ -233,8 +233,8 @@ func (r *stuckStdin) Read(p []byte) (int, error) {
 // monitor's stdin buffer fill, the monitor stops reading the client, and
 // the rest of the 13 frames waits in the socket when the container exits.
 // The monitor may still read a few of them between the stdin pipe's end and
-// the container's, so four containers play it at once: before the fix, a
-// run passed one time in ten.
+// the container's, so four containers play it at once, for the race to be
+// met in most runs.
 func TestAttachEndsCleanlyWithStdinUnread(t *testing.T) {
 	t.Parallel()
 	for i := range 4 {

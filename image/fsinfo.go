@@ -24,8 +24,8 @@ var usageTTL = 10 * time.Second
 
 // usageName, in the store's root, keeps the last measure for the next
 // start: the kubelet's image client asks ImageFsInfo first thing, and a
-// walk on a restarted daemon's first call took longer than its recovery
-// of 100 pods.
+// walk on a restarted daemon's first call would cost what the pods wrote,
+// more than the recovery itself.
 const usageName = "fs-usage.json"
 
 // usageCache is a measure of the store and the catalog generation it was
@@ -192,5 +192,5 @@ func mountpointOf(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return m.Point, nil
+	return m.Mountpoint, nil
 }

@@ -19,7 +19,7 @@ const maxIndexDepth = 3
 // Pull fetches ref ("busybox", "127.0.0.1:5000/app:v1", "repo@sha256:…")
 // from its registry or the registry's mirrors, with auth (may be nil), and
 // returns the image. A manifest list resolves to this machine's platform
-// (linux/amd64 here). The image's tags and repo digests name the reference
+// (linux and the architecture the daemon was built for). The image's tags and repo digests name the reference
 // asked for, never the mirror. A pull that fails leaves no image; blobs it
 // completed stay (until the next garbage collection) so that a retry
 // resumes with what is missing, except for an image over a bound of Limits:

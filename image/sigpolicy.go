@@ -38,8 +38,8 @@ import (
 // pull is never let through by a requirement minicri cannot check. The
 // file is read at every pull, as hosts.toml is; one that does not parse
 // refuses the pull (fail closed). containers/image's own evaluator takes
-// sigstore signatures only from its own transports (an internal type), and
-// costs the idle daemon 1.2 MiB; docs/images.md says more.
+// sigstore signatures only from its own transports (an internal type), not
+// through minicri's hosts.toml, mirrors and limits; docs/images.md says more.
 
 // ErrSignatureRefused: the signature policy refused the image, or could
 // not be read (which refuses every pull it would have judged).

@@ -20,11 +20,9 @@ import (
 	"github.com/minicri/minicri/test/registry"
 )
 
-// The attack of issue 31 item 5: a registry serving a 90 MiB manifest.
-// Before, the registry client read up to its own 100 MiB into memory
-// before the 4 MiB cap was checked ("manifest of 94371931 bytes is larger
-// than the 4194304 allowed", some 180 MiB allocated by one pull). Now the
-// body stops at the cap, with or without a Content-Length, and the pull
+// The attack: a registry serving a 90 MiB manifest, which the registry
+// client would read up to its own 100 MiB before the 4 MiB cap is checked.
+// The body stops at the cap, with or without a Content-Length, and the pull
 // fails with ErrTooLarge (ResourceExhausted) naming the manifest.
 func TestOversizeManifestIsReadOnlyToTheCap(t *testing.T) {
 	for _, withLength := range []bool{false, true} {

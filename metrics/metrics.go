@@ -16,9 +16,8 @@ import (
 
 const namespace = "minicri"
 
-// Buckets, in seconds. CRI calls and exec probes take milliseconds (an
-// ExecSync of `true` about 20 ms), a create or a stop up to seconds; a pull
-// seconds to minutes.
+// Buckets, in seconds. CRI calls and exec probes take milliseconds, a
+// create or a stop up to seconds; a pull seconds to minutes.
 var (
 	callBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 	execBuckets = []float64{.005, .01, .02, .03, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
@@ -94,9 +93,9 @@ func newCounter(name, help string) prometheus.Counter {
 // Handler serves the metrics in the Prometheus text (or OpenMetrics) format,
 // never compressed. A scrape that asks for gzip (Prometheus and Go's HTTP
 // client always do) would otherwise take a gzip writer at the default level
-// from promhttp's pool: ~0.8 MB of compressor state, which stays on the
-// daemon's heap until two collections pass, to shrink ~65 KB of text at 100
-// pods to ~6 KB on a node-local connection (docs/performance.md).
+// from promhttp's pool, compressor state many times the size of the text it
+// shrinks, which stays on the daemon's heap until two collections pass, for
+// a node-local connection that gains nothing from compression.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg, DisableCompression: true})
 }

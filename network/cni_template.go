@@ -2,10 +2,13 @@ package network
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"text/template"
+	"text/template/parse"
 
 	"github.com/containernetworking/cni/libcni"
 
@@ -50,10 +53,11 @@ func NewTemplateValues(cidrs []string) TemplateValues {
 }
 
 // WriteConfFromTemplate writes TemplateConfFile from the Go template file
-// tmplPath (text/template's syntax, see cni_template_eval.go), as containerd does with its conf_template when the kubelet
-// sends the node's pod CIDR. It writes only while the directory holds no
-// network config but its own, so that a config dropped by the operator or a
-// network add-on is never shadowed; written reports whether it wrote. The
+// tmplPath (text/template, bounded: see executeTemplate), as containerd does
+// with its conf_template when the kubelet sends the node's pod CIDR. It
+// writes only while the directory holds no network config but its own, so
+// that a config dropped by the operator or a network add-on is never
+// shadowed; written reports whether it wrote. The
 // result must parse as a network config, or nothing is written. The next
 // Ready or Setup loads it. Errors wrap ErrNotReady: the network stays as it
 // was, and the template is the operator's to fix.
@@ -91,6 +95,28 @@ func (c *CNI) WriteConfFromTemplate(tmplPath string, values TemplateValues) (wri
 	return true, nil
 }
 
+// A template's run is bounded, where text/template's is not: the kubelet
+// calls UpdateRuntimeConfig at every node status sync, and a template that
+// ranges over a huge integer would pin a core, or fill memory, each time.
+// A CNI config list is a few KB and ranges over a few CIDRs and routes.
+const (
+	maxTemplateOutput     = 1 << 20
+	maxTemplateIterations = 1 << 14
+)
+
+var (
+	// errTooBig marks a run stopped by those bounds.
+	errTooBig = errors.New("the template runs too long")
+	// errUnsupported marks what text/template would run but a conf_template
+	// may not: {{template}} and {{block}}, whose recursion no bound above
+	// would stop in time.
+	errUnsupported = errors.New("not supported in a conf_template (docs/networking.md)")
+)
+
+// rangeTick is the function run at the start of every range iteration (see
+// boundTemplate); a template may call it too, which only counts.
+const rangeTick = "minicri_range_tick"
+
 // renderTemplate executes the template and checks that the result is a
 // network config list this package would load.
 func renderTemplate(path string, values TemplateValues) ([]byte, error) {
@@ -102,12 +128,94 @@ func renderTemplate(path string, values TemplateValues) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cni conf_template %s: %w", path, err)
 	}
-	list, err := libcni.NetworkConfFromBytes([]byte(out))
+	list, err := libcni.NetworkConfFromBytes(out)
 	if err == nil {
 		err = validateNetwork(list)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cni conf_template %s: the result is not a network config list: %w", path, err)
 	}
-	return []byte(out), nil
+	return out, nil
+}
+
+// executeTemplate runs text/template, with missingkey=error, on values,
+// within the bounds above.
+func executeTemplate(name, text string, values TemplateValues) ([]byte, error) {
+	iterations := 0
+	tick := func() (string, error) {
+		if iterations++; iterations > maxTemplateIterations {
+			return "", fmt.Errorf("over %d range iterations: %w", maxTemplateIterations, errTooBig)
+		}
+		return "", nil
+	}
+	t, err := template.New(name).Option("missingkey=error").Funcs(template.FuncMap{rangeTick: tick}).Parse(text)
+	if err != nil {
+		return nil, err
+	}
+	if t.Tree == nil {
+		return nil, fmt.Errorf("template %s is empty", name)
+	}
+	if err := boundTemplate(t.Tree, t.Tree.Root); err != nil {
+		return nil, err
+	}
+	out := &cappedWriter{max: maxTemplateOutput}
+	if err := t.Execute(out, values); err != nil {
+		return nil, err
+	}
+	return out.buf.Bytes(), nil
+}
+
+// boundTemplate refuses {{template}} and makes every range iteration call
+// rangeTick first. Only the tree's range bodies can repeat (there is no
+// other loop and no recursion without {{template}}), so counting them bounds
+// the run: text/template has no other hook into a run, and a range over an
+// integer writes nothing for the output cap to stop.
+func boundTemplate(tree *parse.Tree, node parse.Node) error {
+	switch n := node.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return nil
+		}
+		for _, c := range n.Nodes {
+			if err := boundTemplate(tree, c); err != nil {
+				return err
+			}
+		}
+	case *parse.IfNode:
+		return boundBranch(tree, &n.BranchNode)
+	case *parse.WithNode:
+		return boundBranch(tree, &n.BranchNode)
+	case *parse.RangeNode:
+		if err := boundBranch(tree, &n.BranchNode); err != nil {
+			return err
+		}
+		call := &parse.CommandNode{NodeType: parse.NodeCommand, Pos: n.Pos, Args: []parse.Node{parse.NewIdentifier(rangeTick).SetPos(n.Pos)}}
+		pipe := &parse.PipeNode{NodeType: parse.NodePipe, Pos: n.Pos, Line: n.Line, Cmds: []*parse.CommandNode{call}}
+		n.List.Nodes = append([]parse.Node{&parse.ActionNode{NodeType: parse.NodeAction, Pos: n.Pos, Line: n.Line, Pipe: pipe}}, n.List.Nodes...)
+	case *parse.TemplateNode:
+		location, context := tree.ErrorContext(n)
+		return fmt.Errorf("template: %s: %s: %w", location, context, errUnsupported)
+	}
+	return nil
+}
+
+func boundBranch(tree *parse.Tree, b *parse.BranchNode) error {
+	if err := boundTemplate(tree, b.List); err != nil {
+		return err
+	}
+	return boundTemplate(tree, b.ElseList)
+}
+
+// cappedWriter keeps what a template writes and fails the write that would
+// take it over max bytes, which stops text/template's run.
+type cappedWriter struct {
+	buf bytes.Buffer
+	max int
+}
+
+func (w *cappedWriter) Write(p []byte) (int, error) {
+	if w.buf.Len()+len(p) > w.max {
+		return 0, fmt.Errorf("output over %d bytes: %w", w.max, errTooBig)
+	}
+	return w.buf.Write(p)
 }

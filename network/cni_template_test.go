@@ -99,9 +99,9 @@ func TestWriteConfFromTemplateRefusesBadTemplates(t *testing.T) {
 	cases := map[string]struct{ content, says string }{
 		"no such file":          {"", "no such file"},
 		"template syntax":       {`{"name": "{{.PodCIDR"}`, `template.json:1: bad character U+0022 '"'`},
-		"unknown field":         {`{"name": "{{.NodeName}}"}`, "template.json:1:12: executing at <.NodeName>: can't evaluate field NodeName"},
-		"unsupported function":  {`{"name": "{{html .PodCIDR}}"}`, `template.json:1:12: executing at <html .PodCIDR>: function "html": not supported`},
-		"unsupported construct": {"{\n{{define \"x\"}}{{end}}{{template \"x\"}}", `template.json:2:32: executing at <{{template "x"}}>: {{template}}: not supported`},
+		"unknown field":         {`{"name": "{{.NodeName}}"}`, `template.json:1:12: executing "template.json" at <.NodeName>: can't evaluate field NodeName`},
+		"unknown function":      {`{"name": "{{nosuch .PodCIDR}}"}`, `template.json:1: function "nosuch" not defined`},
+		"unsupported construct": {"{\n{{define \"x\"}}{{end}}{{template \"x\"}}", `template.json:2:32: {{template "x"}}: not supported`},
 		"not a network list":    {`{"subnet": "{{.PodCIDR}}"}`, "not a network config list"},
 	}
 	for name, tc := range cases {

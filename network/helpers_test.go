@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
-	"github.com/minicri/minicri/internal/mountinfo"
 	"github.com/minicri/minicri/internal/osthread"
 )
 
@@ -270,15 +270,13 @@ func inNamespace(t *testing.T, path string, nstype int, fn func() error) error {
 // mountsUnder lists the mount points at or below dir.
 func mountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var found []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if m, ok := mountinfo.ParseLine(line); ok && mountinfo.Within(m.Point, dir) {
-			found = append(found, m.Point)
-		}
+	for _, m := range mounts {
+		found = append(found, m.Mountpoint)
 	}
 	return found
 }

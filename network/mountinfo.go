@@ -44,5 +44,5 @@ func onSharedMount(path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return m.Shared(), nil
+	return mountinfo.Shared(m), nil
 }

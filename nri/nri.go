@@ -58,7 +58,7 @@ type NRI struct {
 	// noneLaunched is set by Start when the plugin dir holds no plugin: the
 	// library's synchronization of the launched plugins, the first sync,
 	// then has nobody to tell, and the state need not be made (it reads
-	// every container's config.json: ~15 ms of a restart at 100 pods).
+	// every container's config.json, work that grows with the pods).
 	noneLaunched atomic.Bool
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/creack/pty"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/internal/tracing"
@@ -409,8 +410,8 @@ func (e *execRun) terminalStdio(o ExecIO) (*os.File, error) {
 	e.ours = append(e.ours, master)
 	// Raw from the start: the container's pty does the line discipline, ours
 	// must pass every byte as it is (runc would set it raw, but later).
-	if err := makeRaw(slave); err != nil {
-		return nil, fmt.Errorf("exec in %s: %w", e.id, err)
+	if _, err := term.MakeRaw(int(slave.Fd())); err != nil {
+		return nil, fmt.Errorf("exec in %s: set the terminal raw: %w", e.id, err)
 	}
 	select {
 	case size, ok := <-o.Resize:
@@ -689,26 +690,6 @@ func setWinsize(f *os.File, size TerminalSize) error {
 		return err
 	}
 	return ioErr
-}
-
-// makeRaw sets a terminal to raw mode, as cfmakeraw(3) does.
-func makeRaw(f *os.File) error {
-	fd := int(f.Fd())
-	t, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	if err != nil {
-		return fmt.Errorf("get terminal mode: %w", err)
-	}
-	t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	t.Oflag &^= unix.OPOST
-	t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	t.Cflag &^= unix.CSIZE | unix.PARENB
-	t.Cflag |= unix.CS8
-	t.Cc[unix.VMIN] = 1
-	t.Cc[unix.VTIME] = 0
-	if err := unix.IoctlSetTermios(fd, unix.TCSETS, t); err != nil {
-		return fmt.Errorf("set terminal raw: %w", err)
-	}
-	return nil
 }
 
 // cappedReader reads at most n bytes of r, then discards the rest, so that

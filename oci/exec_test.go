@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/procstat"
 )
@@ -295,4 +297,26 @@ func TestExecOutputGrace(t *testing.T) {
 		t.Errorf("the exec returned after %s: it waited for the background child", took)
 	}
 	assertNoExecFiles(t, bundle)
+}
+
+// TestExecTerminalIsRawFromTheStart: the pty given to the runtime passes
+// every byte as it is (the container's own pty does the line discipline):
+// no echo, no line editing, no output processing, no signals from ^C.
+func TestExecTerminalIsRawFromTheStart(t *testing.T) {
+	e := &execRun{id: "raw", cmd: &exec.Cmd{}}
+	if _, err := e.terminalStdio(ExecIO{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range append(e.closers, e.ours...) {
+			c.Close()
+		}
+	})
+	tio, err := unix.IoctlGetTermios(int(e.closers[0].(*os.File).Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tio.Lflag&(unix.ECHO|unix.ICANON|unix.ISIG|unix.IEXTEN) != 0 || tio.Oflag&unix.OPOST != 0 || tio.Iflag&(unix.ICRNL|unix.IXON) != 0 || tio.Cflag&unix.CSIZE != unix.CS8 {
+		t.Errorf("terminal modes lflag %#o oflag %#o iflag %#o cflag %#o, want raw", tio.Lflag, tio.Oflag, tio.Iflag, tio.Cflag)
+	}
 }

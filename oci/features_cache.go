@@ -15,8 +15,7 @@ import (
 
 // A runtime's `features` answer is kept on disk (Runtime.FeaturesCache) so
 // that a daemon's restart runs no runtime at all: each probe is a process
-// start of 10-20 ms of CPU, and with two runc handlers they took both cores
-// from the recovery of a node's pods. The answer is reused only for the very
+// start, CPU taken from the recovery of a node's pods. The answer is reused only for the very
 // binary that gave it: same path, device, inode, size, mtime and ctime (an
 // upgrade renames a new file over the old one; an edit in place moves the
 // ctime, which no user can set back), and the same kernel release.

@@ -22,10 +22,10 @@ func checkSourcePropagation(source string, p Propagation) error {
 		return fmt.Errorf("check propagation of mount source %s: %w", source, err)
 	}
 	switch {
-	case p == PropagationBidirectional && !m.Shared():
-		return fmt.Errorf("%w: mount source %s is on %s, which is not a shared mount (bidirectional propagation needs one)", ErrInvalid, source, m.Point)
-	case p == PropagationHostToContainer && !m.Shared() && !m.Slave():
-		return fmt.Errorf("%w: mount source %s is on %s, which is neither a shared nor a slave mount (host-to-container propagation needs one)", ErrInvalid, source, m.Point)
+	case p == PropagationBidirectional && !mountinfo.Shared(m):
+		return fmt.Errorf("%w: mount source %s is on %s, which is not a shared mount (bidirectional propagation needs one)", ErrInvalid, source, m.Mountpoint)
+	case p == PropagationHostToContainer && !mountinfo.Shared(m) && !mountinfo.Slave(m):
+		return fmt.Errorf("%w: mount source %s is on %s, which is neither a shared nor a slave mount (host-to-container propagation needs one)", ErrInvalid, source, m.Mountpoint)
 	}
 	return nil
 }

@@ -16,11 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
-	"github.com/minicri/minicri/internal/mountinfo"
 	"github.com/minicri/minicri/internal/tracing"
 	"github.com/minicri/minicri/oci/runcflags"
 )
@@ -297,15 +297,13 @@ func (r *Runtime) removeAbortedState(id string) error {
 
 // unmountBelow detaches every mount at or below dir, the deepest first.
 func unmountBelow(dir string) error {
-	data, err := os.ReadFile(mountinfo.Path)
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return err
 	}
 	var points []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if m, ok := mountinfo.ParseLine(line); ok && mountinfo.Within(m.Point, dir) {
-			points = append(points, m.Point)
-		}
+	for _, m := range mounts {
+		points = append(points, m.Mountpoint)
 	}
 	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
 	for _, p := range points {

@@ -1,17 +1,17 @@
 package oci
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"github.com/moby/sys/user"
 	"golang.org/x/sys/unix"
 )
 
@@ -143,104 +143,100 @@ func ParseID(s string) (id uint32, numeric bool, err error) {
 	return 0, false, nil
 }
 
-type passwdEntry struct {
-	name     string
-	uid, gid uint32
-	home     string
-}
-
-type groupEntry struct {
-	name    string
-	gid     uint32
-	members []string
-}
-
-// imageAccounts are an image's /etc/passwd and /etc/group; a nil slice means
-// the file is missing.
+// imageAccounts are an image's /etc/passwd and /etc/group, as runc's
+// parser (moby/sys/user) reads them; a nil slice means the file is missing.
 type imageAccounts struct {
-	passwd []passwdEntry
-	groups []groupEntry
+	passwd []user.User
+	groups []user.Group
 }
 
 func readImageAccounts(rootfs string) (imageAccounts, error) {
 	var a imageAccounts
-	passwd, err := readFileInRoot(rootfs, "/etc/passwd")
+	err := withFileInRoot(rootfs, "/etc/passwd", func(r io.Reader) (err error) {
+		a.passwd, err = user.ParsePasswdFilter(r, func(u user.User) bool {
+			return isAccount(u.Name) && validID(u.Uid) && validID(u.Gid)
+		})
+		return err
+	})
 	if err != nil {
 		return a, err
 	}
-	if passwd != nil {
-		a.passwd = parsePasswd(passwd)
-	}
-	group, err := readFileInRoot(rootfs, "/etc/group")
-	if err != nil {
-		return a, err
-	}
-	if group != nil {
-		a.groups = parseGroup(group)
-	}
-	return a, nil
+	err = withFileInRoot(rootfs, "/etc/group", func(r io.Reader) (err error) {
+		a.groups, err = user.ParseGroupFilter(r, func(g user.Group) bool {
+			return isAccount(g.Name) && validID(g.Gid)
+		})
+		return err
+	})
+	return a, err
 }
 
-// readFileInRoot reads a regular file at path inside root, resolving every
-// symlink inside root. A missing file returns nil, nil.
-func readFileInRoot(root, path string) ([]byte, error) {
+// isAccount leaves out what glibc does not read as an account: a comment
+// (moby/sys/user skips those in /etc/group only) and NIS's +/- lines.
+func isAccount(name string) bool {
+	return name != "" && name[0] != '#' && name[0] != '+' && name[0] != '-'
+}
+
+// validID reports whether an id field of /etc/passwd or /etc/group is one
+// a process can have; an entry whose id is not (2^32-1 and beyond, or
+// negative) is skipped, never wrapped.
+func validID(id int) bool {
+	return id >= 0 && id <= MaxID
+}
+
+// withFileInRoot calls read on the regular file at path inside root, with
+// every symlink resolved inside root, so that an image cannot make the
+// daemon read a host file; read sees at most maxAccountsFile bytes. A
+// missing file is not an error, and read is not called.
+func withFileInRoot(root, path string, read func(io.Reader) error) error {
 	handle, err := pathrs.OpenInRoot(root, path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open %s in rootfs %s: %w", path, root, err)
+		return fmt.Errorf("open %s in rootfs %s: %w", path, root, err)
 	}
 	defer handle.Close()
 	var st unix.Stat_t
 	if err := unix.Fstat(int(handle.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("stat %s in rootfs %s: %w", path, root, err)
+		return fmt.Errorf("stat %s in rootfs %s: %w", path, root, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		// A FIFO or device here would block or read the host's device.
-		return nil, fmt.Errorf("%w: %s in the image is not a regular file", ErrInvalid, path)
+		return fmt.Errorf("%w: %s in the image is not a regular file", ErrInvalid, path)
 	}
 	f, err := pathrs.Reopen(handle, unix.O_RDONLY|unix.O_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("open %s in rootfs %s: %w", path, root, err)
+		return fmt.Errorf("open %s in rootfs %s: %w", path, root, err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxAccountsFile))
-	if err != nil {
-		return nil, fmt.Errorf("read %s in rootfs %s: %w", path, root, err)
+	if err := read(io.LimitReader(f, maxAccountsFile)); err != nil {
+		return fmt.Errorf("%w: read %s in rootfs %s: %w", ErrInvalid, path, root, err)
 	}
-	return data, nil
+	return nil
 }
 
 // lookupUser resolves a user name or uid (ParseID); "" is root. A numeric
 // uid needs no passwd entry; its gid then is 0.
-func (a imageAccounts) lookupUser(user string) (User, error) {
-	if user == "" {
-		user = "0"
+func (a imageAccounts) lookupUser(name string) (User, error) {
+	if name == "" {
+		name = "0"
 	}
-	uid, numeric, err := ParseID(user)
+	uid, numeric, err := ParseID(name)
 	if err != nil {
 		return User{}, fmt.Errorf("user: %w", err)
 	}
-	if numeric {
-		u := User{UID: uid}
-		for _, p := range a.passwd {
-			if p.uid == u.UID {
-				u.GID, u.Username, u.Home = p.gid, p.name, p.home
-				break
-			}
-		}
-		return u, nil
-	}
-	if a.passwd == nil {
-		return User{}, fmt.Errorf("%w: user %q: the image has no /etc/passwd to look it up", ErrInvalid, user)
+	if !numeric && a.passwd == nil {
+		return User{}, fmt.Errorf("%w: user %q: the image has no /etc/passwd to look it up", ErrInvalid, name)
 	}
 	for _, p := range a.passwd {
-		if p.name == user {
-			return User{UID: p.uid, GID: p.gid, Username: p.name, Home: p.home}, nil
+		if numeric && uint32(p.Uid) == uid || !numeric && p.Name == name {
+			return User{UID: uint32(p.Uid), GID: uint32(p.Gid), Username: p.Name, Home: p.Home}, nil
 		}
 	}
-	return User{}, fmt.Errorf("%w: user %q not found in the image's /etc/passwd", ErrInvalid, user)
+	if numeric {
+		return User{UID: uid}, nil
+	}
+	return User{}, fmt.Errorf("%w: user %q not found in the image's /etc/passwd", ErrInvalid, name)
 }
 
 // lookupGroup resolves a group name or gid (ParseID).
@@ -256,83 +252,25 @@ func (a imageAccounts) lookupGroup(group string) (uint32, error) {
 		return 0, fmt.Errorf("%w: group %q: the image has no /etc/group to look it up", ErrInvalid, group)
 	}
 	for _, g := range a.groups {
-		if g.name == group {
-			return g.gid, nil
+		if g.Name == group {
+			return uint32(g.Gid), nil
 		}
 	}
 	return 0, fmt.Errorf("%w: group %q not found in the image's /etc/group", ErrInvalid, group)
 }
 
 // memberships lists the gids of the groups that name user as a member.
-func (a imageAccounts) memberships(user string) []uint32 {
-	if user == "" {
+func (a imageAccounts) memberships(name string) []uint32 {
+	if name == "" {
 		return nil
 	}
 	var gids []uint32
 	for _, g := range a.groups {
-		for _, m := range g.members {
-			if m == user {
-				gids = append(gids, g.gid)
-				break
-			}
+		if slices.Contains(g.List, name) {
+			gids = append(gids, uint32(g.Gid))
 		}
 	}
 	return gids
-}
-
-// parsePasswd reads name:password:uid:gid:gecos:home:shell lines.
-func parsePasswd(data []byte) []passwdEntry {
-	return parseRecords(data, 4, func(f []string) (passwdEntry, bool) {
-		uid, okU := parseID(f[2])
-		gid, okG := parseID(f[3])
-		e := passwdEntry{name: f[0], uid: uid, gid: gid}
-		if len(f) > 5 {
-			e.home = f[5]
-		}
-		return e, okU && okG
-	})
-}
-
-// parseGroup reads name:password:gid:member,member lines.
-func parseGroup(data []byte) []groupEntry {
-	return parseRecords(data, 3, func(f []string) (groupEntry, bool) {
-		gid, ok := parseID(f[2])
-		e := groupEntry{name: f[0], gid: gid}
-		if len(f) > 3 && f[3] != "" {
-			e.members = strings.Split(f[3], ",")
-		}
-		return e, ok
-	})
-}
-
-// parseRecords reads the colon-separated records of an accounts file,
-// skipping comments, NIS lines, records shorter than minFields and records
-// that parse cannot read (an image's file is not always clean).
-func parseRecords[T any](data []byte, minFields int, parse func(fields []string) (T, bool)) []T {
-	entries := []T{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), maxAccountsFile)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' || line[0] == '+' || line[0] == '-' {
-			continue
-		}
-		fields := strings.Split(line, ":")
-		if len(fields) < minFields {
-			continue
-		}
-		if e, ok := parse(fields); ok {
-			entries = append(entries, e)
-		}
-	}
-	return entries
-}
-
-// parseID reads an id field of /etc/passwd or /etc/group; an entry whose
-// id is out of range (2^32-1 and beyond) is skipped, never wrapped.
-func parseID(s string) (uint32, bool) {
-	id, numeric, err := ParseID(s)
-	return id, numeric && err == nil
 }
 
 func uniqueIDs(ids []uint32) []uint32 {

@@ -247,6 +247,29 @@ func TestResolveUserRefusesOutOfRangeAndSignedIDs(t *testing.T) {
 	}
 }
 
+// TestResolveUserSkipsCommentsAndNISLines: a comment or a NIS line before
+// root's entry is not an account of uid 0 (moby/sys/user reads "# x" in
+// /etc/passwd as a user named "# x" with uid 0), so root keeps its name and
+// home, and none of them can be named as a user or group.
+func TestResolveUserSkipsCommentsAndNISLines(t *testing.T) {
+	rootfs := writeRootfs(t, map[string]string{
+		"etc/passwd": "# managed by hand:x:0:0::/comment:\n+::::::\n-nis:x:0:0::/nis:\nroot:x:0:0:root:/root:/bin/sh\n",
+		"etc/group":  "#wheel:x:0:root\n+staff:x:50:root\nroot:x:0:\n",
+	})
+	got, err := ResolveUser(rootfs, "", nil, "", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (User{UID: 0, GID: 0, AdditionalGids: []uint32{0}, Username: "root", Home: "/root"}); !reflect.DeepEqual(got, want) {
+		t.Errorf("root = %+v, want %+v", got, want)
+	}
+	for _, user := range []string{"#wheel", "root:+staff", "root:#wheel"} {
+		if u, err := ResolveUser(rootfs, user, nil, "", nil, nil); !errors.Is(err, ErrInvalid) {
+			t.Errorf("USER %q = %+v, %v; want ErrInvalid", user, u, err)
+		}
+	}
+}
+
 // ParseID is what both the container's identity and ImageStatus read, so
 // the two cannot disagree.
 func TestParseID(t *testing.T) {

@@ -1,10 +1,10 @@
 package oci
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,9 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-
-	"github.com/minicri/minicri/internal/mountinfo"
 )
 
 // A stranded init is what a create cut short leaves when the runtime's
@@ -274,7 +273,7 @@ func (m cgroupMount) serves(controllers string) bool {
 // hybrid host). Read once: the host's cgroup mounts do not change under a
 // running daemon.
 var cgroupHierarchies = sync.OnceValue(func() []cgroupMount {
-	f, err := os.Open(mountinfo.Path)
+	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
@@ -284,31 +283,25 @@ var cgroupHierarchies = sync.OnceValue(func() []cgroupMount {
 
 // parseCgroupMounts reads a mountinfo file for the cgroup hierarchies
 // mounted at their roots at or under root.
-func parseCgroupMounts(f *os.File, root string) []cgroupMount {
+func parseCgroupMounts(r io.Reader, root string) []cgroupMount {
+	infos, err := mountinfo.GetMountsFromReader(r, mountinfo.PrefixFilter(root))
+	if err != nil {
+		return nil
+	}
 	var mounts []cgroupMount
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		m, ok := mountinfo.ParseLine(line)
-		_, after, found := strings.Cut(line, " - ")
-		fields := strings.Fields(line)
-		tail := strings.Fields(after)
-		if !ok || !found || len(fields) < 4 || fields[3] != "/" || len(tail) < 3 {
+	for _, m := range infos {
+		if m.Root != "/" {
 			continue
 		}
-		if m.Point != root && !strings.HasPrefix(m.Point, root+"/") {
-			continue
-		}
-		switch tail[0] {
+		switch m.FSType {
 		case "cgroup2":
-			mounts = append(mounts, cgroupMount{point: m.Point, v2: true})
+			mounts = append(mounts, cgroupMount{point: m.Mountpoint, v2: true})
 		case "cgroup":
 			opts := map[string]bool{}
-			for _, o := range strings.Split(tail[2], ",") {
+			for _, o := range strings.Split(m.VFSOptions, ",") {
 				opts[o] = true
 			}
-			mounts = append(mounts, cgroupMount{point: m.Point, options: opts})
+			mounts = append(mounts, cgroupMount{point: m.Mountpoint, options: opts})
 		}
 	}
 	return mounts

@@ -23,8 +23,7 @@ func (s *Server) useRuntimes() {
 // startRuntimes makes the OCI runtime of each configured handler and starts
 // the probes that choose the default; settle waits for them and settles it.
 // A start runs its recovery between the two: the probes are processes
-// (10-20 ms) and the recovery needs no default, only the handlers its
-// records name.
+// and the recovery needs no default, only the handlers its records name.
 func (s *Server) startRuntimes() (settle func()) {
 	handlers := runtimeHandlers(s.cfg, s.monitorPath)
 	s.runtimes = ociHandlers{handlers}
@@ -42,7 +41,7 @@ func (s *Server) startRuntimes() (settle func()) {
 }
 
 // probeCandidates runs `features` of every runc handler at once: each is a
-// process start of its own (10-20 ms), and a restart answers no CRI call
+// process start of its own, and a restart answers no CRI call
 // until the default is chosen. Each runtime keeps its answer.
 func probeCandidates(runtimes runtimeSet) {
 	var wg sync.WaitGroup

@@ -228,7 +228,6 @@ func equalFeatures(a, b *runtime.RuntimeHandler) bool {
 // A handler whose runc lacks the fixes of CVE-2025-31133, CVE-2025-52565
 // and CVE-2025-52881 is named in the start-up log and in Status's info,
 // whether or not it is the default; a fixed one and a crun are not.
-// Before, nothing said so (issue 31).
 func TestHandlerLackingRuncFixesIsNamed(t *testing.T) {
 	for _, named := range []string{"", "runc"} {
 		dir := t.TempDir()

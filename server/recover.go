@@ -55,8 +55,8 @@ func (s *Server) recover(ctx context.Context) {
 
 // recoverWorkers is how many containers are watched again (or have their
 // exit recorded) at once: each is a connection to its monitor or a read of
-// its exit file, waits on the kernel more than work, and one after the other
-// they were a third of a restart at 100 pods.
+// its exit file, and waits on the kernel more than it works, so one after
+// the other they would make a restart grow with the containers' waits.
 const recoverWorkers = 8
 
 // recoverContainers recovers every container in three steps:

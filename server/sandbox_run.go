@@ -65,9 +65,10 @@ type ociRuntime interface {
 // podShmSize is the size of a pod's /dev/shm, as Docker and containerd give it.
 const podShmSize = 64 << 20
 
-// RunPodSandbox makes a pod's shared namespaces, files and network. Nothing
-// runs in a pod yet: namespaces are pinned as files, so no pause process is
-// needed.
+// RunPodSandbox makes a pod's shared namespaces, files and network. The
+// namespaces are pinned as files, so no pause image is needed; only a pod
+// that shares its PID namespace gets an infra process (minicri-pause), to
+// be that namespace's init.
 func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRequest) (*runtime.RunPodSandboxResponse, error) {
 	cfg := req.GetConfig()
 	if err := validateSandboxConfig(cfg); err != nil {

@@ -280,17 +280,17 @@ func cgroupDriver(configured string, node *config.Node, log *logrus.Entry) (conf
 const afterStartDelay = time.Second
 
 // runAfterStart runs, afterStartDelay from now, what a restart need not
-// wait for nor share its CPU with (on two cores the recovery's decoding
-// and the runc probes take both):
+// wait for nor share its CPU with (the recovery's decoding and the runc
+// probes can take every core of a small node):
 //   - the image store's collection, what a crashed pull, import or
 //     removal left: with a node's pods it reads every rootfs record and
-//     lists the content (4-12 ms). It takes the store's locks as another
+//     lists the content. It takes the store's locks as another
 //     process's collection (minicri image import) does while the daemon
 //     serves; a pull or create meanwhile waits at the content lock.
 //   - every kernel probe once, for the log. Each copies the mount table,
-//     which grows with the pods: ~12 ms of CPU at 100 pods, which took ~3
-//     ms from the first Version and ListPodSandbox when run at once. A
-//     create or a Status that needs a probe before then runs it itself.
+//     which grows with the pods, CPU the first calls after a restart need
+//     more. A create or a Status that needs a probe before then runs it
+//     itself.
 func (s *Server) runAfterStart(st *image.Store) {
 	done := make(chan struct{})
 	s.afterStartDone = done

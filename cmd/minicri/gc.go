@@ -10,21 +10,19 @@ import (
 // defaultGCPercent is the collector's target for the serving daemon when
 // the environment sets no GOGC: a new cycle when the heap has grown by
 // half of what the last one left live, instead of Go's doubling. The
-// daemon's live heap is small (3.3 MB at 100 pods), so a cycle is cheap
-// and the doubling's headroom, with the free pages the runtime keeps
-// for it, was 2 MiB of its PSS (docs/performance.md). GOGC=100 (or any
-// GOGC, or GOMEMLIMIT with GOGC=off) in the daemon's environment
-// overrides it.
+// daemon's live heap is small, so a cycle is cheap, and the doubling's
+// headroom, with the free pages the runtime keeps for it, would be a large
+// part of its memory. GOGC=100 (or any GOGC, or GOMEMLIMIT with GOGC=off)
+// in the daemon's environment overrides it.
 const defaultGCPercent = 50
 
 // The start collects nothing: reading a node's records and watching its
-// containers again allocates a few MB that the daemon mostly keeps, and
-// at GOGC=50 its 2 MB goal made four cycles of a restart at 100 pods,
-// ~8 ms of CPU beside the recovery on two cores. startMemoryLimit bounds
-// it meanwhile (the collector runs when the daemon's Go memory reaches
-// it: a pull in the first second collects, as a node's start at 100 pods,
-// ~12 MiB, does not), and gcSettleDelay after the daemon serves, past a
-// restart's first calls, the serving target applies.
+// containers again allocates memory that the daemon mostly keeps, so
+// cycles then would find little garbage and take CPU from the recovery.
+// startMemoryLimit bounds it meanwhile (the collector runs when the
+// daemon's Go memory reaches it: a pull in the first second collects, a
+// node's start does not), and gcSettleDelay after the daemon serves, past
+// a restart's first calls, the serving target applies.
 const (
 	startMemoryLimit = 32 << 20
 	gcSettleDelay    = time.Second

@@ -47,8 +47,8 @@ Flags:
 
 func main() {
 	// No heap profile unless the profile endpoint is on (runDaemon): its
-	// sampling kept a table of allocation stacks, ~0.4 MiB of the daemon's
-	// memory at 100 pods, for a profile nobody could fetch.
+	// sampling keeps a table of allocation stacks, which grows with the
+	// pods, for a profile nobody could fetch.
 	runtime.MemProfileRate = 0
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

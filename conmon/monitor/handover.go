@@ -18,7 +18,7 @@ const ServeCommand = "serve"
 // the same binary, which only serves. Creating costs what serving never
 // will: the runtime's command line and environment, a fork, file reads. With
 // the collector off that garbage stays resident; a fresh image starts from
-// the Go runtime's floor instead, about 100 KiB less for every container.
+// the Go runtime's floor instead, for every container it serves.
 // The process stays the same, so the container stays its child and the
 // subreaper setting holds. It returns only when the exec failed.
 func (m *monitor) handOver() error {

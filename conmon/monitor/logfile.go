@@ -31,9 +31,8 @@ type logWriter struct {
 	prefix  [2][]byte // [0] ends in " F ", [1] in " P "
 	storage [2][64]byte
 	// iov is scratch space, empty between two writes: the monitors of a
-	// shared process use their pool's one (pool.add), 1.5 KiB less for
-	// each container; a writer outside a pool makes its own at its first
-	// write.
+	// shared process use their pool's one (pool.add) rather than one each;
+	// a writer outside a pool makes its own at its first write.
 	iov *[maxIovecs]unix.Iovec
 	n   int // vectors in use
 }

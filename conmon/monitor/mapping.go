@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"bytes"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -10,9 +11,9 @@ import (
 // tables, strings) from the process. Start-up and a join read much of it;
 // a monitor that waits for output reads next to none. Every page of the
 // file that happens to be in the page cache near a fault is mapped along
-// with it (the kernel's fault-around), so without this about 900 KiB of
-// the binary stay mapped and count in the monitor's PSS, for the whole
-// life of its containers. The pages stay in the page cache; a later read
+// with it (the kernel's fault-around), so without this much of the binary
+// stays mapped and counts in the monitor's PSS, for the whole life of its
+// containers. The pages stay in the page cache; a later read
 // maps again what it needs, with a minor fault. Text is left alone: what
 // the loop runs is spread over all of it. buf is scratch space.
 func dropReadOnlyData(buf []byte) {
@@ -22,20 +23,10 @@ func dropReadOnlyData(buf []byte) {
 	}
 	maps := readInto("/proc/self/maps", buf)
 	for len(maps) > 0 {
-		line := maps
-		if i := bytes.IndexByte(maps, '\n'); i >= 0 {
-			line, maps = maps[:i], maps[i+1:]
-		} else {
-			maps = nil
-		}
-		// start-end perms offset dev inode path
-		var f [6][]byte
-		if fields(line, f[:]) < len(f) || string(f[1]) != "r--p" || parseUint(f[4], 10) != exe.Ino {
-			continue
-		}
-		lo, hi, ok := bytes.Cut(f[0], []byte{'-'})
-		start, end := uintptr(parseUint(lo, 16)), uintptr(parseUint(hi, 16))
-		if !ok || start == 0 || end <= start {
+		var line []byte
+		line, maps, _ = bytes.Cut(maps, []byte{'\n'})
+		start, end, ino, ok := readOnlyMapping(line)
+		if !ok || ino != exe.Ino {
 			continue
 		}
 		// The raw call: the range is not Go memory, and no slice of it is
@@ -44,24 +35,27 @@ func dropReadOnlyData(buf []byte) {
 	}
 }
 
-// fields splits line at runs of spaces into f, as bytes.Fields would
-// without making a slice: this runs after every join, and what a monitor
-// allocates stays. It returns how many of f it filled.
-func fields(line []byte, f [][]byte) int {
-	n := 0
-	for n < len(f) {
-		line = bytes.TrimLeft(line, " ")
-		if len(line) == 0 {
-			break
-		}
-		end := bytes.IndexByte(line, ' ')
-		if end < 0 {
-			end = len(line)
-		}
-		f[n], line = line[:end], line[end:]
-		n++
+// readOnlyMapping reads a line of /proc/self/maps, "start-end perms offset
+// dev inode path", the first five fields one space apart, and returns the
+// range and the file's inode of an r--p mapping. Nothing is allocated: this
+// runs after every join, and what a monitor allocates stays.
+func readOnlyMapping(line []byte) (start, end uintptr, ino uint64, ok bool) {
+	span, rest, _ := bytes.Cut(line, []byte{' '})
+	perms, rest, _ := bytes.Cut(rest, []byte{' '})
+	_, rest, _ = bytes.Cut(rest, []byte{' '}) // offset
+	_, rest, _ = bytes.Cut(rest, []byte{' '}) // dev
+	inode, _, _ := bytes.Cut(rest, []byte{' '})
+	lo, hi, found := bytes.Cut(span, []byte{'-'})
+	if !found || string(perms) != "r--p" {
+		return 0, 0, 0, false
 	}
-	return n
+	s, err1 := strconv.ParseUint(string(lo), 16, 64)
+	e, err2 := strconv.ParseUint(string(hi), 16, 64)
+	ino, err3 := strconv.ParseUint(string(inode), 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || s == 0 || e <= s {
+		return 0, 0, 0, false
+	}
+	return uintptr(s), uintptr(e), ino, true
 }
 
 // readInto reads a small file into buf with plain system calls, and
@@ -84,22 +78,4 @@ func readInto(path string, buf []byte) []byte {
 		n += r
 	}
 	return buf[:n]
-}
-
-// parseUint parses digits of the base; anything else gives 0.
-func parseUint(b []byte, base uint64) uint64 {
-	var n uint64
-	for _, c := range b {
-		var d uint64
-		switch {
-		case c >= '0' && c <= '9':
-			d = uint64(c - '0')
-		case c >= 'a' && c <= 'f' && base == 16:
-			d = uint64(c-'a') + 10
-		default:
-			return 0
-		}
-		n = n*base + d
-	}
-	return n
 }

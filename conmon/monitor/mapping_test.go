@@ -6,21 +6,25 @@ import (
 	"testing"
 )
 
-func TestParseUint(t *testing.T) {
+func TestReadOnlyMapping(t *testing.T) {
 	for _, tc := range []struct {
-		in   string
-		base uint64
-		want uint64
+		line       string
+		start, end uintptr
+		ino        uint64
+		ok         bool
 	}{
-		{"7f16b25a0000", 16, 0x7f16b25a0000},
-		{"00400000", 16, 0x400000},
-		{"9978220", 10, 9978220},
-		{"12ab", 10, 0},
-		{"-1", 10, 0},
-		{"", 16, 0},
+		{"7f16b25a0000-7f16b25c0000 r--p 00001000 08:01 9978220                    /usr/bin/minicri-conmon", 0x7f16b25a0000, 0x7f16b25c0000, 9978220, true},
+		{"00400000-00452000 r--p 00000000 08:02 173521 /usr/bin/minicri-conmon", 0x400000, 0x452000, 173521, true},
+		{"7f16b25a0000-7f16b25c0000 r-xp 00001000 08:01 9978220 /usr/bin/minicri-conmon", 0, 0, 0, false}, // text
+		{"7f16b25a0000-7f16b25c0000 rw-p 00000000 00:00 0 ", 0, 0, 0, false},
+		{"7f16b25c0000-7f16b25a0000 r--p 00001000 08:01 9978220 /x", 0, 0, 0, false}, // end before start
+		{"7f16b25a0000-7f16b25c0000 r--p 00001000 08:01 12ab /x", 0, 0, 0, false},
+		{"7f16b25a0000 r--p 00001000 08:01 9978220 /x", 0, 0, 0, false},
+		{"", 0, 0, 0, false},
 	} {
-		if got := parseUint([]byte(tc.in), tc.base); got != tc.want {
-			t.Errorf("parseUint(%q, %d) = %d, want %d", tc.in, tc.base, got, tc.want)
+		start, end, ino, ok := readOnlyMapping([]byte(tc.line))
+		if start != tc.start || end != tc.end || ino != tc.ino || ok != tc.ok {
+			t.Errorf("readOnlyMapping(%q) = %#x, %#x, %d, %v; want %#x, %#x, %d, %v", tc.line, start, end, ino, ok, tc.start, tc.end, tc.ino, tc.ok)
 		}
 	}
 }
@@ -65,21 +69,9 @@ func mappedReadOnly(t *testing.T) int {
 	return total
 }
 
-func TestFields(t *testing.T) {
-	line := []byte("7f16b25a0000-7f16b25c0000 r--p 00001000 08:01   9978220    /usr/bin/minicri-conmon")
-	var f [6][]byte
-	if n := fields(line, f[:]); n != 6 || string(f[0]) != "7f16b25a0000-7f16b25c0000" || string(f[4]) != "9978220" || string(f[5]) != "/usr/bin/minicri-conmon" {
-		t.Errorf("fields: %d %q", n, f)
-	}
-	if n := fields([]byte("7f16b25a0000-7f16b25c0000 rw-p 00000000 00:00 0 "), f[:]); n != 5 {
-		t.Errorf("an anonymous mapping: %d fields, want 5", n)
-	}
-}
-
-// TestDropReadOnlyDataAllocatesNothing: the drop runs after every join of
-// a monitor whose collector is off, so what it allocates stays (bytes.Fields
-// once left ~7 KB a join). The two path names the system calls take are
-// all it may allocate.
+// TestDropReadOnlyDataAllocatesOnlyPaths: the drop runs after every join of
+// a monitor whose collector is off, so what it allocates stays. The two
+// path names the system calls take are all it may allocate.
 func TestDropReadOnlyDataAllocatesOnlyPaths(t *testing.T) {
 	buf := make([]byte, 64<<10)
 	if n := testing.AllocsPerRun(5, func() { dropReadOnlyData(buf) }); n > 2 {

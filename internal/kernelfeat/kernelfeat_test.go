@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-
-	"github.com/minicri/minicri/internal/mountinfo"
 )
 
 func requireRoot(t *testing.T) {
@@ -76,17 +75,11 @@ func TestProbesMatchKernelRelease(t *testing.T) {
 // mountsUnder counts the node's mounts at dir or below it.
 func mountsUnder(t *testing.T, dir string) int {
 	t.Helper()
-	data, err := os.ReadFile(mountinfo.Path)
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			n++
-		}
-	}
-	return n
+	return len(mounts)
 }
 
 // Force gives a test the other kernel's answer and restores the probe's.

@@ -21,7 +21,7 @@ import (
 	"github.com/minicri/minicri/test/testimage"
 )
 
-// The CRI v0.37 features of issue 32: bind mount options (KEP-5855), user
+// The CRI v0.37 features: bind mount options (KEP-5855), user
 // namespaces on the host's network (KEP-5607), OCI artifacts as image
 // volumes.
 

@@ -28,14 +28,14 @@ func serveHugeManifest(w http.ResponseWriter, r *http.Request, out io.Writer) {
 }
 
 // maxManifestPullGrowth bounds what the daemon's peak RSS may grow by
-// while it refuses huge manifests (issue 31: under 64 MiB).
+// while it refuses huge manifests: far less than one manifest's size.
 const maxManifestPullGrowth = 64 << 20
 
-// The attack of issue 31 item 5: a registry serving a 90 MiB manifest, one
-// pull and then four at once. Before, the daemon read up to 100 MiB of each
-// before the 4 MiB cap was checked: 1.18 GB RSS for the four. Now each is
-// refused with ResourceExhausted naming the manifest, having read about
-// the cap, and the daemon's peak RSS (VmHWM) grows by less than 64 MiB.
+// The attack: a registry serving a 90 MiB manifest, one pull and then four
+// at once, which the registry client would read up to 100 MiB of each.
+// Each is refused with ResourceExhausted naming the manifest, having read
+// about the 4 MiB cap, and the daemon's peak RSS (VmHWM) grows by less than
+// maxManifestPullGrowth.
 func TestOversizeManifestIsRefusedCheaply(t *testing.T) {
 	reg := registry.ServeManifests(t, serveHugeManifest)
 	d := StartDaemon(t)

@@ -17,11 +17,11 @@ import (
 	"github.com/minicri/minicri/test/testimage"
 )
 
-// The attack of issue 31 item 4: an image whose USER is "4294967296" and
-// whose /etc/passwd has a user of that name with uid 0. Before, ImageStatus
-// said uid 4294967296 (non-root to a kubelet before v1.33) and the
-// container ran as uid 0 (`id -u` printed 0). Now ImageStatus gives no
-// uid, only the name, and the create is refused with InvalidArgument naming
+// The attack: an image whose USER is "4294967296" and whose /etc/passwd has
+// a user of that name with uid 0, which would be non-root to a kubelet
+// reading ImageStatus and root in the container (containerd's
+// GHSA-fqw6-gf59-qr4w). ImageStatus gives no uid, only the name, and the
+// create is refused with InvalidArgument naming
 // the image's user; so are "-1", "+0" and an out-of-range group.
 func TestOutOfRangeImageUserIsRefused(t *testing.T) {
 	reg := registry.Start(t, registry.Options{})

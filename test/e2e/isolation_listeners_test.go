@@ -23,8 +23,8 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// A request that announces a body it never sends: the attack of issue 24
-// item 4 on the streaming server, and item 5 on the metrics.
+// A request that announces a body it never sends, to the streaming server
+// or the metrics.
 func slowBodyRequest(path, host string) string {
 	return "GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 10\r\n\r\n"
 }

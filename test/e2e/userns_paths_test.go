@@ -21,7 +21,7 @@ import (
 // A user-namespaced pod starts, its infra process too, with minicri's
 // binaries under a directory its mapped root cannot search, as a checkout
 // under /root (0700) or a mktemp dir is: the infra process is exec'd from
-// the daemon's sealed copy, not by its path (issue 31, item 7).
+// the daemon's sealed copy, not by its path.
 func TestUserNamespacePodFromPrivateBinaryDir(t *testing.T) {
 	requireCurrentRunc(t)
 	private := t.TempDir() // 0700, as /root
@@ -103,7 +103,7 @@ func TestInfraExecutableIsASealedCopy(t *testing.T) {
 }
 
 // A pod whose host uid or gid range overlaps a ready pod's is refused with
-// InvalidArgument naming the field (issue 31, item 6): the two would be one
+// InvalidArgument naming the field: the two would be one
 // user to the node. Once the first pod is stopped, the range is free again.
 func TestUserNamespaceOverlapRefused(t *testing.T) {
 	d, _ := startUsernsDaemon(t)
@@ -150,10 +150,10 @@ func TestUserNamespaceOverlapRefused(t *testing.T) {
 // CRI client may ask (there is no floor on host IDs: cri-tools maps
 // container 0 to host 1000), run; and neither host user enters any
 // directory of the state root, the run dir or the rootfs stage, nor reads
-// what the pods wrote: the rootfs's upper dir, /etc/hosts, the logs
-// (issue 31, item 6). Their runtimes found the rootfses on a stage of
-// their own, not through the state root, for a pod's first container and
-// for one that joined its monitor.
+// what the pods wrote: the rootfs's upper dir, /etc/hosts, the logs. Their
+// runtimes found the rootfses on a stage of their own, not through the
+// state root, for a pod's first container and for one that joined its
+// monitor.
 func TestHostUsersMappedIntoPodsReachNothing(t *testing.T) {
 	d, ref := startUsernsDaemon(t)
 	type pod struct {

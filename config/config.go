@@ -310,13 +310,14 @@ func (c CNIConfig) check() []error {
 type ImageConfig struct {
 	// A pull that takes longer than this is cancelled; 0 means no limit.
 	PullTimeout Duration `toml:"pull_timeout"`
-	// A download (a manifest from its request on, the image config, a layer)
-	// that moves fewer than pull_progress_min_rate bytes a second on average
-	// over this window cancels its pull, with an error that names what
-	// stalled and the bytes that arrived of its size: a registry that
-	// trickles cannot hold a pull (containerd's image_pull_progress_timeout,
-	// where one byte counts as progress). Unpacking a layer is not download
-	// and never counts as stalled. 0: off.
+	// A download (a manifest from its request on, the image config, a layer,
+	// a signature payload or referrers list) that moves fewer than
+	// pull_progress_min_rate bytes a second on average over this window
+	// cancels its pull, with an error that names what stalled and the bytes
+	// that arrived of its size: a registry that trickles cannot hold a pull
+	// (containerd's image_pull_progress_timeout, where one byte counts as
+	// progress). Unpacking a layer is not download and never counts as
+	// stalled. 0: off.
 	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
 	// Bytes a second that a download must average over
 	// pull_progress_timeout (1024: 300 KiB in the default 5m window).

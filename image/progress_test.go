@@ -2,7 +2,9 @@ package image
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -216,6 +218,36 @@ func TestPullFailsWhenTheConfigTrickles(t *testing.T) {
 	var stall *StalledError
 	if !errors.As(err, &stall) || !errors.Is(err, ErrUnavailable) || stall.What != "image config" || stall.Name != p.configID {
 		t.Fatalf("pull with a trickling config = %v, want a *StalledError of the image config %s", err, p.configID)
+	}
+	assertNoImage(t, s)
+}
+
+// A signature payload is a download of the pull too: a mirror that
+// trickles one ends the pull by the progress window, naming the payload,
+// not by pull_timeout.
+func TestPullFailsWhenASignaturePayloadTrickles(t *testing.T) {
+	r := startSignedRegistry(t)
+	payload := tim.Payload(r.repo, r.signed.digest)
+	sum := sha256.Sum256(payload)
+	payloadDigest := fmt.Sprintf("sha256:%x", sum)
+	r.px.setTamper(func(digest string, body io.ReadCloser) io.ReadCloser {
+		if digest != payloadDigest {
+			return body
+		}
+		return &trickle{ReadCloser: body, every: time.Second}
+	})
+	window := 2 * time.Second
+	s := newTestStore(t, Options{SignaturePolicy: r.policy(t, t.TempDir()), PullTimeout: time.Minute,
+		PullProgress: ProgressLimit{Window: window, MinRate: 1024}})
+	start := time.Now()
+	_, err := s.Pull(testContext(t), r.repo+":signed", nil)
+	took := time.Since(start)
+	var stall *StalledError
+	if !errors.As(err, &stall) || !errors.Is(err, ErrUnavailable) || stall.What != "signature payload" || stall.Name != payloadDigest {
+		t.Fatalf("pull with a trickling signature payload = %v, want a *StalledError of the payload %s", err, payloadDigest)
+	}
+	if took > window+10*time.Second {
+		t.Errorf("the pull failed after %v, want soon after the %v window", took, window)
 	}
 	assertNoImage(t, s)
 }

@@ -217,14 +217,25 @@ func sortedSet(m map[string]struct{}) []string {
 }
 
 // commit writes the image record: tags move to this image from any other
-// that had them; tags and repo digests add up when the image was there.
+// that had them; tags and repo digests add up when the image was there. A
+// record of the same ID but another kind (an artifact for an image, or an
+// image for an artifact) is never replaced nor retagged: the commit fails
+// with ErrIDTaken and the store is as it was.
 func (s *Store) commit(img Image, tags, repoDigests []string) (Image, error) {
 	var out Image
 	_, err := s.update(func(images []Image) ([]Image, error) {
 		at := -1
 		for i := range images {
-			if images[i].ID == img.ID {
-				at = i
+			if images[i].ID != img.ID {
+				continue
+			}
+			if images[i].IsArtifact() != img.IsArtifact() {
+				return nil, fmt.Errorf("%w: %s is %s", ErrIDTaken, img.ID, kindOf(images[i]))
+			}
+			at = i
+		}
+		for i := range images {
+			if i == at {
 				continue
 			}
 			images[i].RepoTags = without(images[i].RepoTags, tags)
@@ -245,6 +256,13 @@ func (s *Store) commit(img Image, tags, repoDigests []string) (Image, error) {
 		return Image{}, fmt.Errorf("record image %s: %w", img.ID, err)
 	}
 	return out, nil
+}
+
+func kindOf(img Image) string {
+	if img.IsArtifact() {
+		return "an OCI artifact (" + img.ArtifactType + ")"
+	}
+	return "a container image"
 }
 
 func union(a, b []string) []string {

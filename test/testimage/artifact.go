@@ -1,6 +1,7 @@
 package testimage
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -76,4 +77,40 @@ func (a *artifact) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
 		return static.NewLayer([]byte(emptyConfig), types.OCIEmptyJSON), nil
 	}
 	return nil, fmt.Errorf("artifact has no blob %s", h)
+}
+
+// ImageWithConfig is an image of no layers whose config blob is config,
+// byte for byte, whatever it holds: an attacker's image whose config is
+// another document (an artifact's manifest) and so has that document's
+// digest as its ID.
+func ImageWithConfig(t testing.TB, config []byte) v1.Image {
+	t.Helper()
+	cfg := static.NewLayer(config, types.OCIConfigJSON)
+	desc, err := partial.Descriptor(cfg)
+	if err != nil {
+		t.Fatalf("testimage: config: %v", err)
+	}
+	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, Config: *desc, Layers: []v1.Descriptor{}}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatalf("testimage: manifest: %v", err)
+	}
+	img, err := partial.CompressedToImage(&rawConfigImage{manifest: raw, config: config})
+	if err != nil {
+		t.Fatalf("testimage: image: %v", err)
+	}
+	return img
+}
+
+type rawConfigImage struct{ manifest, config []byte }
+
+func (r *rawConfigImage) RawConfigFile() ([]byte, error)      { return r.config, nil }
+func (r *rawConfigImage) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+func (r *rawConfigImage) RawManifest() ([]byte, error)        { return r.manifest, nil }
+
+func (r *rawConfigImage) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
+	if d, _, err := v1.SHA256(bytes.NewReader(r.config)); err == nil && d == h {
+		return static.NewLayer(r.config, types.OCIConfigJSON), nil
+	}
+	return nil, fmt.Errorf("image has no blob %s", h)
 }

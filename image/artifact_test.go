@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/minicri/minicri/test/registry"
@@ -239,5 +240,47 @@ func TestCommitRefusesARecordOfAnotherKind(t *testing.T) {
 	art2 := Image{ID: img.ID, ManifestDigest: img.ID, ArtifactType: "application/vnd.example.model.v1"}
 	if _, err := s.commit(art2, []string{"docker.io/library/app:v1"}, nil); !errors.Is(err, ErrIDTaken) {
 		t.Fatalf("an artifact over an image: commit = %v, want ErrIDTaken", err)
+	}
+}
+
+// An image whose config is byte for byte another image's, with a layer
+// blob of its own for the same diff ID, is that image (one ID): its pull
+// adds its tag to the record and changes nothing else. The layer is in, so
+// the attacker's blob is never unpacked nor held to the diff ID; had the
+// record taken its manifest, an export would ship that blob.
+func TestPullKeepsTheRecordOfAnImageWithTheSameID(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	victimImg := tim.Busybox(t)
+	victim := push(t, reg, "victim/app:v1", victimImg)
+	config, err := victimImg.RawConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := static.NewLayer([]byte("not the layer the config's diff ID names"), types.OCILayer)
+	evil := push(t, reg, "evil/app:v1", tim.ImageWithConfig(t, config, junk))
+	if evil.configID != victim.configID {
+		t.Fatalf("the attacker's image has ID %s, want the victim's %s", evil.configID, victim.configID)
+	}
+	s := newTestStore(t, Options{})
+	before, err := s.Pull(testContext(t), victim.ref, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.Pull(testContext(t), evil.ref, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.ID != before.ID || after.ManifestDigest != before.ManifestDigest || !slices.Equal(after.Layers, before.Layers) {
+		t.Fatalf("after the attacker's pull the record is %+v, want the victim's %+v", after, before)
+	}
+	if !slices.Equal(after.RepoTags, []string{evil.ref, victim.ref}) {
+		t.Errorf("tags %v, want both references", after.RepoTags)
+	}
+	if err := s.CollectGarbage(); err != nil {
+		t.Fatal(err)
+	}
+	junkDigest, _ := junk.Digest()
+	if blobExists(s, junkDigest.String()) {
+		t.Errorf("the attacker's blob %s is kept", junkDigest)
 	}
 }

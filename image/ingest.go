@@ -217,10 +217,13 @@ func sortedSet(m map[string]struct{}) []string {
 }
 
 // commit writes the image record: tags move to this image from any other
-// that had them; tags and repo digests add up when the image was there. A
-// record of the same ID but another kind (an artifact for an image, or an
-// image for an artifact) is never replaced nor retagged: the commit fails
-// with ErrIDTaken and the store is as it was.
+// that had them. When the image was there, its record stays as it was and
+// only gains the tags and repo digests: one ID is one config (or one
+// artifact manifest), but another pull's manifest may name other layer
+// blobs for the same diff IDs, which are not unpacked (the layers are in)
+// and so never held to them. A record of the same ID but another kind (an
+// artifact for an image, or an image for an artifact) is never replaced
+// nor retagged: the commit fails with ErrIDTaken and the store is as it was.
 func (s *Store) commit(img Image, tags, repoDigests []string) (Image, error) {
 	var out Image
 	_, err := s.update(func(images []Image) ([]Image, error) {
@@ -243,9 +246,6 @@ func (s *Store) commit(img Image, tags, repoDigests []string) (Image, error) {
 		if at < 0 {
 			images = append(images, img)
 			at = len(images) - 1
-		} else {
-			img.RepoTags, img.RepoDigests = images[at].RepoTags, images[at].RepoDigests
-			images[at] = img
 		}
 		images[at].RepoTags = union(images[at].RepoTags, tags)
 		images[at].RepoDigests = union(images[at].RepoDigests, repoDigests)

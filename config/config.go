@@ -337,11 +337,15 @@ type ImageConfig struct {
 	// is refused.
 	MaxPathDepth int `toml:"max_path_depth"`
 	// Per registry host: [image.registries."HOST"] with mirrors = [...] and
-	// insecure = true|false. A hosts.toml of the host's own in
-	// registry_config_path replaces its entry here. Reloaded on SIGHUP.
+	// insecure = true|false. HOST in any spelling: it is read, as a
+	// reference's host is, in lower case, its port without leading zeros
+	// and without :443; two keys of one registry fail the pulls from it. A
+	// hosts.toml of the host's own in registry_config_path replaces its
+	// entry here. Reloaded on SIGHUP.
 	Registries map[string]RegistryConfig `toml:"registries"`
 	// Directory of per-registry host configs in containerd's hosts.toml
-	// shape: DIR/HOST[:PORT]/hosts.toml (else DIR/_default/hosts.toml) with
+	// shape: DIR/HOST[:PORT]/hosts.toml (HOST in any spelling, as for
+	// registries; else DIR/_default/hosts.toml) with
 	// server, [host."URL"] mirrors tried in order, capabilities (pull,
 	// resolve), ca, client, header, override_path and skip_verify (see
 	// docs/images.md). Read at every pull: an edit needs no restart. A

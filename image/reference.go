@@ -106,7 +106,8 @@ const httpsPort = "443"
 // hosts.toml, the auth file, the store's names. Another spelling of the
 // same registry must not find another entry (or none, and so the default):
 // the host in lower case (DNS names and IPv6 hex ignore case), an IPv6
-// address in its shortest form, the port in decimal without leading zeros,
+// address in its shortest form (an IPv4-mapped one as the IPv4 address it
+// dials), the port in decimal without leading zeros,
 // and no ":443" (the port a reference without one reaches). A host with a
 // spelling that cannot be made one is refused: a numeric host other than a
 // dotted-quad IPv4 address ("127.1", "0x7f.0.0.1", "2130706433",
@@ -141,7 +142,12 @@ func canonicalHost(host string) (string, error) {
 		if err != nil || !a.Is6() || a.Zone() != "" {
 			return "", fmt.Errorf("registry host %q: not an IPv6 address", host)
 		}
-		name = "[" + a.String() + "]"
+		if a.Is4In6() {
+			// [::ffff:7f00:1] dials 127.0.0.1: one address, one spelling.
+			name = a.Unmap().String()
+		} else {
+			name = "[" + a.String() + "]"
+		}
 	default:
 		name = strings.ToLower(name)
 		labels := strings.Split(name, ".")

@@ -71,6 +71,7 @@ func TestCanonicalHost(t *testing.T) {
 		{"[0:0::1]:05000", "[::1]:5000"},
 		{"[::1]:443", "[::1]"},
 		{"[FE80::1]", "[fe80::1]"},
+		{"[::ffff:7f00:1]:05000", "127.0.0.1:5000"},
 		{"reg:443", "reg:443"}, // without its port it would be a Docker Hub namespace
 		{"127.0.0.1", "127.0.0.1"},
 	} {

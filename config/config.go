@@ -322,13 +322,14 @@ func (c CNIConfig) check() []error {
 type ImageConfig struct {
 	// A pull that takes longer than this is cancelled; 0 means no limit.
 	PullTimeout Duration `toml:"pull_timeout"`
-	// A download (a manifest from its request on, the image config, a layer)
-	// that moves fewer than pull_progress_min_rate bytes a second on average
-	// over this window cancels its pull, with an error that names what
-	// stalled and the bytes that arrived of its size: a registry that
-	// trickles cannot hold a pull (containerd's image_pull_progress_timeout,
-	// where one byte counts as progress). Unpacking a layer is not download
-	// and never counts as stalled. 0: off.
+	// A download (a manifest from its request on, the image config, a layer,
+	// a signature payload or referrers list) that moves fewer than
+	// pull_progress_min_rate bytes a second on average over this window
+	// cancels its pull, with an error that names what stalled and the bytes
+	// that arrived of its size: a registry that trickles cannot hold a pull
+	// (containerd's image_pull_progress_timeout, where one byte counts as
+	// progress). Unpacking a layer is not download and never counts as
+	// stalled. 0: off.
 	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
 	// Bytes a second that a download must average over
 	// pull_progress_timeout (1024: 300 KiB in the default 5m window).
@@ -348,11 +349,15 @@ type ImageConfig struct {
 	// is refused.
 	MaxPathDepth int `toml:"max_path_depth"`
 	// Per registry host: [image.registries."HOST"] with mirrors = [...] and
-	// insecure = true|false. A hosts.toml of the host's own in
-	// registry_config_path replaces its entry here. Reloaded on SIGHUP.
+	// insecure = true|false. HOST in any spelling: it is read, as a
+	// reference's host is, in lower case, its port without leading zeros
+	// and without :443; two keys of one registry fail the pulls from it. A
+	// hosts.toml of the host's own in registry_config_path replaces its
+	// entry here. Reloaded on SIGHUP.
 	Registries map[string]RegistryConfig `toml:"registries"`
 	// Directory of per-registry host configs in containerd's hosts.toml
-	// shape: DIR/HOST[:PORT]/hosts.toml (else DIR/_default/hosts.toml) with
+	// shape: DIR/HOST[:PORT]/hosts.toml (HOST in any spelling, as for
+	// registries; else DIR/_default/hosts.toml) with
 	// server, [host."URL"] mirrors tried in order, capabilities (pull,
 	// resolve), ca, client, header, override_path and skip_verify (see
 	// docs/images.md). Read at every pull: an edit needs no restart. A

@@ -23,9 +23,9 @@ import (
 // by its org.opencontainers.image.title annotation, and the volume is the
 // directory of those files, read-only.
 //
-// In the store an artifact is an Image whose ID is its manifest digest (the
-// empty config that most artifacts share cannot name one) and whose layers
-// are one file each: the layer dir of a file holds only that file, a hard
+// In the store an artifact is an Image whose ID is derived from its
+// manifest digest (artifactID; the empty config that most artifacts share
+// cannot name one) and whose layers are one file each: the layer dir of a file holds only that file, a hard
 // link of its verified blob, so that an artifact takes no more disk than its
 // blobs and no memory in proportion to its size. Layer dirs, rootfs records,
 // garbage collection, ImageFsInfo (which counts a hard-linked inode once)
@@ -89,6 +89,20 @@ func artifactFileName(l v1.Descriptor) (string, error) {
 	return name, nil
 }
 
+// artifactID is the ID of the artifact whose manifest has digest m. An
+// image's ID is the digest of its config, a blob a registry serves; were an
+// artifact's ID a blob's digest too (its manifest's, as cri-o's is), an
+// image whose config is byte for byte that manifest would have the
+// artifact's ID and take over its record. So the ID is the digest of a
+// string that no blob of a pull can be: it starts with a letter, and a
+// config is a JSON object (fetchConfig parses it) or refused, so only a
+// SHA-256 collision could give an image this ID. commit refuses one all
+// the same.
+func artifactID(m v1.Hash) v1.Hash {
+	sum := sha256.Sum256([]byte("minicri OCI artifact\x00" + m.String()))
+	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
+}
+
 // artifactFileID names the layer dir of one file: its name and its blob,
 // and nothing else, so that artifacts with the same file share it. The
 // prefix keeps it apart from the chain IDs of image layers.
@@ -119,7 +133,7 @@ func (s *Store) ingestArtifact(ctx context.Context, m *v1.Manifest, manifestDige
 	}
 	budget := newBudget(s.opts.Limits)
 	img := Image{
-		ID:             manifestDigest.String(),
+		ID:             artifactID(manifestDigest).String(),
 		ManifestDigest: manifestDigest.String(),
 		MediaType:      string(req.mediaType),
 		ArtifactType:   artifactType(m),

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 )
 
 // dockerConfig is the part of a Docker config.json that holds credentials.
@@ -38,13 +41,39 @@ func nodeAuth(file, host string, auth *Auth) (*Auth, error) {
 	if err := json.Unmarshal(data, &cfg); err != nil {
 		return nil, fmt.Errorf("auth file %s: %w", file, err)
 	}
-	for _, key := range authKeys(host) {
-		if a, ok := cfg.Auths[key]; ok {
-			return &Auth{Username: a.Username, Password: a.Password, Auth: a.Auth,
-				IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken}, nil
+	key, found := "", false
+	for _, k := range authKeys(host) {
+		if _, found = cfg.Auths[k]; found {
+			key = k
+			break
 		}
 	}
-	return nil, nil
+	if !found {
+		// Another spelling of the host ("Registry.Example:0443"): the
+		// credentials are for the registry, however the file names it.
+		keys := slices.Sorted(maps.Keys(cfg.Auths))
+		i := slices.IndexFunc(keys, func(k string) bool { return authKeyHost(k) == hostKey(host) })
+		if i < 0 {
+			return nil, nil
+		}
+		key = keys[i]
+	}
+	a := cfg.Auths[key]
+	return &Auth{Username: a.Username, Password: a.Password, Auth: a.Auth,
+		IdentityToken: a.IdentityToken, RegistryToken: a.RegistryToken}, nil
+}
+
+// authKeyHost is the registry a config.json key names ("host",
+// "https://host/v1/"), as hostKey spells it; "" for none.
+func authKeyHost(key string) string {
+	for _, scheme := range []string{"https://", "http://"} {
+		key = strings.TrimPrefix(key, scheme)
+	}
+	host, _, _ := strings.Cut(key, "/")
+	if host == "" {
+		return ""
+	}
+	return hostKey(host)
 }
 
 // authKeys are the names a config.json may know a registry by: the host,

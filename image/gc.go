@@ -104,7 +104,9 @@ func (s *Store) liveContent() (liveSet, error) {
 	defer unlock()
 	live := liveSet{blobs: map[string]bool{}, layers: map[string]bool{}}
 	for _, img := range c.images {
-		live.blobs[strings.TrimPrefix(img.ID, "sha256:")] = true
+		if !img.IsArtifact() { // an artifact's ID names no blob
+			live.blobs[strings.TrimPrefix(img.ID, "sha256:")] = true
+		}
 		live.blobs[strings.TrimPrefix(img.ManifestDigest, "sha256:")] = true
 		for _, l := range img.Layers {
 			live.blobs[strings.TrimPrefix(l.Digest, "sha256:")] = true

@@ -87,7 +87,14 @@ func loadHosts(dir, host string) (*hostsConfig, error) {
 	if !validHostDir.MatchString(host) {
 		return nil, fmt.Errorf("registry host %q cannot name a directory of registry_config_path", host)
 	}
-	for _, d := range []string{host, defaultHostDir} {
+	own, err := hostDirOf(dir, host)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{own, defaultHostDir} {
+		if d == "" {
+			continue
+		}
 		hostDir := filepath.Join(dir, d)
 		file := filepath.Join(hostDir, "hosts.toml")
 		data, err := os.ReadFile(file)
@@ -100,6 +107,33 @@ func loadHosts(dir, host string) (*hostsConfig, error) {
 		return parseHosts(file, hostDir, host, data)
 	}
 	return nil, nil
+}
+
+// hostDirOf is the directory of dir that is host's, whichever spelling of
+// the host its name is (hostKey: "Registry.Example:0443" is
+// registry.example's); "" when there is none. Two that name one registry
+// are an error, not a choice: which one judged a pull would depend on the
+// spelling a pod wrote.
+func hostDirOf(dir, host string) (string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("registry host config: %w", err)
+	}
+	want := hostKey(host)
+	var found string
+	for _, e := range entries {
+		if (!e.IsDir() && e.Type()&fs.ModeSymlink == 0) || e.Name() == defaultHostDir || want == "" || hostKey(e.Name()) != want {
+			continue
+		}
+		if found != "" {
+			return "", fmt.Errorf("registry host config: %s and %s name the same registry %s", filepath.Join(dir, found), filepath.Join(dir, e.Name()), want)
+		}
+		found = e.Name()
+	}
+	return found, nil
 }
 
 // parseHosts reads one hosts.toml; errors name the file and the key.

@@ -354,3 +354,54 @@ func TestCredentialsNeverReachAMirror(t *testing.T) {
 		})
 	}
 }
+
+// [image.registries], the auth file and registry_config_path are found
+// by any spelling of the host, written in any: another spelling of a
+// reference's host does not miss its registry's entry (and fall back to
+// the default); two entries of one registry are an error.
+func TestHostLookupsAreCanonical(t *testing.T) {
+	regs := map[string]RegistryConfig{"REG.Example:0443": {Insecure: true}, "127.0.0.1:05000": {Mirrors: []string{"m.example"}}}
+	for _, tc := range []struct {
+		host string
+		want RegistryConfig
+	}{
+		{"reg.example", regs["REG.Example:0443"]},
+		{"127.0.0.1:5000", regs["127.0.0.1:05000"]},
+	} {
+		got, ok, err := registryConfig(regs, tc.host)
+		if err != nil || !ok || got.Insecure != tc.want.Insecure || len(got.Mirrors) != len(tc.want.Mirrors) {
+			t.Errorf("registryConfig(%s) = %+v, %v, %v; want %+v", tc.host, got, ok, err, tc.want)
+		}
+	}
+	if _, _, err := registryConfig(map[string]RegistryConfig{"reg.example": {}, "REG.EXAMPLE": {}}, "reg.example"); err == nil {
+		t.Error("two [image.registries] keys of one registry: no error")
+	}
+
+	file := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(file, []byte(`{"auths": {"https://Reg.Example:0443/v1/": {"auth": "YTpi"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := nodeAuth(file, "reg.example", nil); err != nil || got == nil || got.Auth != "YTpi" {
+		t.Errorf("nodeAuth(reg.example) from a key of another spelling = %+v, %v", got, err)
+	}
+
+	dir := t.TempDir()
+	for _, d := range []string{"REG.EXAMPLE", defaultHostDir} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, d, "hosts.toml"), []byte(`server = "https://`+strings.ToLower(d)+`.mirror"`+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hc, err := loadHosts(dir, "reg.example")
+	if err != nil || hc == nil || hc.server.url.Host != "reg.example.mirror" {
+		t.Fatalf("loadHosts(reg.example) with a dir REG.EXAMPLE = %+v, %v; want its own file, not _default's", hc, err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "reg.example:443"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadHosts(dir, "reg.example"); err == nil || !strings.Contains(err.Error(), "name the same registry") {
+		t.Errorf("two dirs of one registry: %v, want an error", err)
+	}
+}

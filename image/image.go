@@ -29,6 +29,10 @@ var (
 	ErrAmbiguous = errors.New("ambiguous image ID prefix")
 	// ErrUnauthorized: the registry refused the credentials (or their absence).
 	ErrUnauthorized = errors.New("registry refused the credentials")
+	// ErrIDTaken: what was pulled has the ID of a record of another kind
+	// (an artifact's for an image, an image's for an artifact), which no
+	// pull replaces.
+	ErrIDTaken = errors.New("the ID names an image of another kind")
 	// ErrUnavailable: the registry could not be reached or answered that it
 	// cannot serve now (connection refused, timeout, 429, 502/503/504):
 	// worth a retry later.
@@ -118,7 +122,7 @@ type Layer struct {
 // Image is one image in the store. It marshals to JSON as the verbose info
 // of CRI ImageStatus.
 type Image struct {
-	ID          string   `json:"id"`          // "sha256:<hex>" of the config blob
+	ID          string   `json:"id"`          // "sha256:<hex>" of the config blob; an artifact's: artifactID
 	RepoTags    []string `json:"repoTags"`    // "docker.io/library/busybox:latest"
 	RepoDigests []string `json:"repoDigests"` // "docker.io/library/busybox@sha256:<manifest or index digest>"
 	// Size is the compressed layers plus the config, as crictl shows it.

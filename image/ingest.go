@@ -219,14 +219,28 @@ func sortedSet(m map[string]struct{}) []string {
 }
 
 // commit writes the image record: tags move to this image from any other
-// that had them; tags and repo digests add up when the image was there.
+// that had them. When the image was there, its record stays as it was and
+// only gains the tags and repo digests: one ID is one config (or one
+// artifact manifest), but another pull's manifest may name other layer
+// blobs for the same diff IDs, which are not unpacked (the layers are in)
+// and so never held to them. A record of the same ID but another kind (an
+// artifact for an image, or an image for an artifact) is never replaced
+// nor retagged: the commit fails with ErrIDTaken and the store is as it was.
 func (s *Store) commit(img Image, tags, repoDigests []string) (Image, error) {
 	var out Image
 	_, err := s.update(func(images []Image) ([]Image, error) {
 		at := -1
 		for i := range images {
-			if images[i].ID == img.ID {
-				at = i
+			if images[i].ID != img.ID {
+				continue
+			}
+			if images[i].IsArtifact() != img.IsArtifact() {
+				return nil, fmt.Errorf("%w: %s is %s", ErrIDTaken, img.ID, kindOf(images[i]))
+			}
+			at = i
+		}
+		for i := range images {
+			if i == at {
 				continue
 			}
 			images[i].RepoTags = without(images[i].RepoTags, tags)
@@ -235,9 +249,9 @@ func (s *Store) commit(img Image, tags, repoDigests []string) (Image, error) {
 			images = append(images, img)
 			at = len(images) - 1
 		} else {
-			img.RepoTags, img.RepoDigests = images[at].RepoTags, images[at].RepoDigests
-			img.Signatures = mergeSignatureSets(images[at].Signatures, img.Signatures)
-			images[at] = img
+			// The record stays as it was (its layers were checked when it
+			// was made); it gains the names and the signatures of this pull.
+			images[at].Signatures = mergeSignatureSets(images[at].Signatures, img.Signatures)
 		}
 		images[at].RepoTags = union(images[at].RepoTags, tags)
 		images[at].RepoDigests = union(images[at].RepoDigests, repoDigests)
@@ -248,6 +262,13 @@ func (s *Store) commit(img Image, tags, repoDigests []string) (Image, error) {
 		return Image{}, fmt.Errorf("record image %s: %w", img.ID, err)
 	}
 	return out, nil
+}
+
+func kindOf(img Image) string {
+	if img.IsArtifact() {
+		return "an OCI artifact (" + img.ArtifactType + ")"
+	}
+	return "a container image"
 }
 
 func union(a, b []string) []string {

@@ -44,11 +44,12 @@ func (l ProgressLimit) checkEvery() time.Duration {
 	return max(10*time.Millisecond, l.Window/10)
 }
 
-// StalledError is a download (a manifest, the image config, a layer) that
-// moved less than its ProgressLimit asks. It is a registry that cannot
+// StalledError is a download (a manifest, the image config, a layer, a
+// signature payload, a referrers list) that moved less than its
+// ProgressLimit asks. It is a registry that cannot
 // serve now: ErrUnavailable.
 type StalledError struct {
-	What         string // "layer", "image config", "manifest"
+	What         string // "layer", "image config", "manifest", "signature payload", "referrers of"
 	Name         string // its digest, or the tag a manifest was asked by
 	Bytes, Total int64  // arrived so far, of its size (a manifest's: at most)
 	Moved        int64  // in the last window
@@ -57,7 +58,7 @@ type StalledError struct {
 
 func (e *StalledError) Error() string {
 	of := formatBytes(e.Total)
-	if e.What == manifestDownload {
+	if e.What == manifestDownload || e.What == referrersDownload {
 		of = "at most " + of
 	}
 	return fmt.Sprintf("%s %s: download stalled: %s of %s arrived, %s in the last %v; at least %s (%d bytes a second) must arrive in every %v (image.pull_progress_min_rate, image.pull_progress_timeout)",
@@ -70,12 +71,16 @@ const (
 	layerDownload    = "layer"
 	configDownload   = "image config"
 	manifestDownload = "manifest"
+	// A signature policy's downloads: a registry that stalls on them holds
+	// the pull as one that stalls on a layer does.
+	payloadDownload   = "signature payload"
+	referrersDownload = "referrers of"
 )
 
 func (e *StalledError) Unwrap() error { return ErrUnavailable }
 
-// pullProgress watches one pull's downloads (its manifests, config and
-// layers), from the request until the last byte is in (never a layer's
+// pullProgress watches one pull's downloads (its manifests, config,
+// layers, and the signatures and referrers its policy asks for), from the request until the last byte is in (never a layer's
 // unpacking, nor the wait for a download slot): it logs each layer when it
 // is in (size, time, rate) and every progressInterval the downloads still
 // coming, and calls stalled with a *StalledError when one moves less than
@@ -90,7 +95,7 @@ type pullProgress struct {
 }
 
 type layerProgress struct {
-	what  string // layerDownload, configDownload, manifestDownload
+	what  string // layerDownload, configDownload, manifestDownload …
 	name  string // digest, or a manifest's tag
 	total int64
 	start time.Time

@@ -2,12 +2,18 @@ package image
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/minicri/minicri/test/registry"
@@ -216,6 +222,79 @@ func TestPullFailsWhenTheConfigTrickles(t *testing.T) {
 	var stall *StalledError
 	if !errors.As(err, &stall) || !errors.Is(err, ErrUnavailable) || stall.What != "image config" || stall.Name != p.configID {
 		t.Fatalf("pull with a trickling config = %v, want a *StalledError of the image config %s", err, p.configID)
+	}
+	assertNoImage(t, s)
+}
+
+// A signature payload is a download of the pull too: a mirror that
+// trickles one ends the pull by the progress window, naming the payload,
+// not by pull_timeout.
+func TestPullFailsWhenASignaturePayloadTrickles(t *testing.T) {
+	r := startSignedRegistry(t)
+	payload := tim.Payload(r.repo, r.signed.digest)
+	sum := sha256.Sum256(payload)
+	payloadDigest := fmt.Sprintf("sha256:%x", sum)
+	r.px.setTamper(func(digest string, body io.ReadCloser) io.ReadCloser {
+		if digest != payloadDigest {
+			return body
+		}
+		return &trickle{ReadCloser: body, every: time.Second}
+	})
+	window := 2 * time.Second
+	s := newTestStore(t, Options{SignaturePolicy: r.policy(t, t.TempDir()), PullTimeout: time.Minute,
+		PullProgress: ProgressLimit{Window: window, MinRate: 1024}})
+	start := time.Now()
+	_, err := s.Pull(testContext(t), r.repo+":signed", nil)
+	took := time.Since(start)
+	var stall *StalledError
+	if !errors.As(err, &stall) || !errors.Is(err, ErrUnavailable) || stall.What != "signature payload" || stall.Name != payloadDigest {
+		t.Fatalf("pull with a trickling signature payload = %v, want a *StalledError of the payload %s", err, payloadDigest)
+	}
+	if took > window+10*time.Second {
+		t.Errorf("the pull failed after %v, want soon after the %v window", took, window)
+	}
+	assertNoImage(t, s)
+}
+
+// A registry's referrers list is a download of the pull too: one that
+// trickles ends the pull by the progress window, naming it.
+func TestPullFailsWhenTheReferrersTrickle(t *testing.T) {
+	reg := ggcrregistry.New(ggcrregistry.WithReferrersSupport(true), ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.URL.Path, "/referrers/") {
+			reg.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		reg.ServeHTTP(rec, r)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		for _, b := range rec.Body.Bytes() {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(time.Second):
+			}
+			_, _ = w.Write([]byte{b})
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	digest := tim.Push(t, tim.Busybox(t), host+"/app:v1")
+	policy := writePolicy(t, t.TempDir(), "p.json", fmt.Sprintf(`{"default": [{"type": "sigstoreSigned", "keyPath": %q}]}`, keyFile(t, tim.NewSigningKey(t))))
+	window := 2 * time.Second
+	s := newTestStore(t, Options{SignaturePolicy: policy, PullTimeout: time.Minute, PullProgress: ProgressLimit{Window: window, MinRate: 1024}})
+	start := time.Now()
+	_, err := s.Pull(testContext(t), host+"/app:v1", nil)
+	var stall *StalledError
+	if !errors.As(err, &stall) || stall.What != "referrers of" || stall.Name != digest {
+		t.Fatalf("pull with trickling referrers = %v, want a *StalledError of the referrers of %s", err, digest)
+	}
+	if took := time.Since(start); took > window+10*time.Second {
+		t.Errorf("the pull failed after %v, want soon after the %v window", took, window)
 	}
 	assertNoImage(t, s)
 }

@@ -2,7 +2,9 @@ package image
 
 import (
 	"fmt"
+	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -57,19 +59,114 @@ func checkGrammar(ref string) error {
 		}
 		name = name[:i]
 	}
-	parts := strings.Split(name, "/")
-	if len(parts) > 1 && (strings.ContainsAny(parts[0], ".:") || parts[0] == "localhost" || strings.ToLower(parts[0]) != parts[0]) {
-		if !hostPattern.MatchString(parts[0]) {
-			return fmt.Errorf("%w: %q has a malformed registry host", ErrInvalidReference, ref)
-		}
-		parts = parts[1:]
+	host, path, hasHost := splitHost(name)
+	if hasHost && !hostPattern.MatchString(host) {
+		return fmt.Errorf("%w: %q has a malformed registry host", ErrInvalidReference, ref)
 	}
-	for _, part := range parts {
+	for _, part := range strings.Split(path, "/") {
 		if !componentPattern.MatchString(part) {
 			return fmt.Errorf("%w: %q: path component %q", ErrInvalidReference, ref, part)
 		}
 	}
 	return nil
+}
+
+// splitHost splits a repository name ("host/path", "path") into its
+// registry host, if it names one, and its path, by the distribution rule:
+// the first component is a host when it has a dot, a port or an upper-case
+// letter, or is localhost.
+func splitHost(name string) (host, path string, ok bool) {
+	first, rest, found := strings.Cut(name, "/")
+	if found && (strings.ContainsAny(first, ".:") || first == "localhost" || strings.ToLower(first) != first) {
+		return first, rest, true
+	}
+	return "", name, false
+}
+
+// canonicalRef is ref (grammar-checked) with its registry host spelled as
+// canonicalHost spells it.
+func canonicalRef(ref string) (string, error) {
+	host, rest, ok := splitHost(ref)
+	if !ok {
+		return ref, nil
+	}
+	h, err := canonicalHost(host)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %v", ErrInvalidReference, ref, err)
+	}
+	return h + "/" + rest, nil
+}
+
+// httpsPort is the port a registry is reached on when a reference names
+// none: HTTPS's. containerd's resolver takes "" and 443 alike.
+const httpsPort = "443"
+
+// canonicalHost is the one spelling of a registry host ("host[:port]") that
+// everything keyed by hosts sees: policy scopes, [image.registries],
+// hosts.toml, the auth file, the store's names. Another spelling of the
+// same registry must not find another entry (or none, and so the default):
+// the host in lower case (DNS names and IPv6 hex ignore case), an IPv6
+// address in its shortest form (an IPv4-mapped one as the IPv4 address it
+// dials), the port in decimal without leading zeros,
+// and no ":443" (the port a reference without one reaches). A host with a
+// spelling that cannot be made one is refused: a numeric host other than a
+// dotted-quad IPv4 address ("127.1", "0x7f.0.0.1", "2130706433",
+// "127.000.000.001"), which resolvers read in ways of their own; a port
+// out of 1-65535; a one-label name other than localhost that, lower-cased,
+// would read as a Docker Hub namespace.
+func canonicalHost(host string) (string, error) {
+	name, port, hasPort := host, "", false
+	if strings.HasPrefix(host, "[") {
+		end := strings.IndexByte(host, ']')
+		if end < 0 || (end+1 < len(host) && host[end+1] != ':') {
+			return "", fmt.Errorf("registry host %q: malformed IPv6 address", host)
+		}
+		name = host[:end+1]
+		if end+1 < len(host) {
+			port, hasPort = host[end+2:], true
+		}
+	} else if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		name, port, hasPort = host[:i], host[i+1:], true
+	}
+	if hasPort {
+		trimmed := strings.TrimLeft(port, "0")
+		n, err := strconv.Atoi(trimmed)
+		if err != nil || len(trimmed) > 5 || n < 1 || n > 65535 {
+			return "", fmt.Errorf("registry host %q: port %q is not one of 1-65535", host, port)
+		}
+		port = strconv.Itoa(n)
+	}
+	switch {
+	case strings.HasPrefix(name, "["):
+		a, err := netip.ParseAddr(name[1 : len(name)-1])
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return "", fmt.Errorf("registry host %q: not an IPv6 address", host)
+		}
+		if a.Is4In6() {
+			// [::ffff:7f00:1] dials 127.0.0.1: one address, one spelling.
+			name = a.Unmap().String()
+		} else {
+			name = "[" + a.String() + "]"
+		}
+	default:
+		name = strings.ToLower(name)
+		labels := strings.Split(name, ".")
+		if last := labels[len(labels)-1]; last != "" && last[0] >= '0' && last[0] <= '9' {
+			// No top-level domain starts with a digit: this is an address.
+			if a, err := netip.ParseAddr(name); err != nil || !a.Is4() || a.String() != name {
+				return "", fmt.Errorf("registry host %q: a numeric host must be an IPv4 address written a.b.c.d, in decimal without leading zeros", host)
+			}
+		} else if len(labels) == 1 && name != "localhost" && port == "" {
+			return "", fmt.Errorf("registry host %q: in lower case it would name a Docker Hub namespace; write the host with a dot or a port", host)
+		}
+	}
+	if port == httpsPort && (strings.ContainsAny(name, ".[") || name == "localhost") {
+		port = ""
+	}
+	if port != "" {
+		return name + ":" + port, nil
+	}
+	return name, nil
 }
 
 // parseReference normalises ref. A reference with both a tag and a digest
@@ -79,6 +176,10 @@ func parseReference(ref string) (reference, error) {
 		return reference{}, fmt.Errorf("%w: %q", ErrInvalidReference, ref)
 	}
 	if err := checkGrammar(ref); err != nil {
+		return reference{}, err
+	}
+	ref, err := canonicalRef(ref)
+	if err != nil {
 		return reference{}, err
 	}
 	r, err := name.ParseReference(ref, name.WeakValidation)

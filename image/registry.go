@@ -54,7 +54,10 @@ func (s *Store) endpoints(ref reference, auth *Auth) ([]*endpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, explicit := registryConfig(live.Registries, ref.host)
+	cfg, explicit, err := registryConfig(live.Registries, ref.host)
+	if err != nil {
+		return nil, err
+	}
 	if hosts != nil && explicit {
 		// The host's own hosts.toml wins over [image.registries], which
 		// wins over _default's.
@@ -73,7 +76,10 @@ func (s *Store) endpoints(ref reference, auth *Auth) ([]*endpoint, error) {
 		if err != nil {
 			return nil, err
 		}
-		mcfg, _ := registryConfig(live.Registries, host)
+		mcfg, _, err := registryConfig(live.Registries, host)
+		if err != nil {
+			return nil, err
+		}
 		insecure := plainHTTP || mcfg.Insecure
 		ep, err := s.newEndpoint("mirror "+m, host, ref.path, insecure, authn.Anonymous)
 		if err != nil {
@@ -89,20 +95,35 @@ func (s *Store) endpoints(ref reference, auth *Auth) ([]*endpoint, error) {
 }
 
 // registryConfig finds a host's [image.registries] configuration, and
-// whether it has one; Docker Hub answers to both of its names.
-func registryConfig(regs map[string]RegistryConfig, host string) (RegistryConfig, bool) {
-	if cfg, ok := regs[host]; ok {
-		return cfg, true
+// whether it has one, whichever spelling of the host its key is (hostKey);
+// two keys that name one registry are an error, not a choice.
+func registryConfig(regs map[string]RegistryConfig, host string) (RegistryConfig, bool, error) {
+	want := hostKey(host)
+	var found string
+	for key := range regs {
+		if want == "" || hostKey(key) != want {
+			continue
+		}
+		if found != "" {
+			return RegistryConfig{}, false, fmt.Errorf("image.registries: %q and %q name the same registry %s", min(found, key), max(found, key), want)
+		}
+		found = key
 	}
-	if host == dockerHub {
-		cfg, ok := regs[name.DefaultRegistry]
-		return cfg, ok
+	if found == "" {
+		return RegistryConfig{}, false, nil
 	}
-	if host == name.DefaultRegistry {
-		cfg, ok := regs[dockerHub]
-		return cfg, ok
+	return regs[found], true, nil
+}
+
+// hostKey is the one spelling (canonicalHost) of a registry host written in
+// configuration or a reference, Docker Hub's two names one; "" for what
+// names no host a reference can name.
+func hostKey(host string) string {
+	h, err := canonicalHost(host)
+	if err != nil {
+		return ""
 	}
-	return RegistryConfig{}, false
+	return displayHost(h)
 }
 
 // hostsEndpoints are the endpoints of a registry's hosts.toml: its mirrors

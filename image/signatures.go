@@ -171,12 +171,19 @@ func (r *remoteSource) signaturesOf(ctx context.Context, m manifest, where strin
 }
 
 // payload reads one signature payload into memory: no more than its
-// descriptor declares, and only if it hashes to its digest.
-func (r *remoteSource) payload(ctx context.Context, desc v1.Descriptor) ([]byte, error) {
+// descriptor declares, and only if it hashes to its digest; under the
+// pull's progress watch from the request on.
+func (r *remoteSource) payload(ctx context.Context, desc v1.Descriptor) (_ []byte, err error) {
 	if err := checkDigest(desc.Digest); err != nil {
 		return nil, err
 	}
-	ctx = withReadLimit(ctx, readLimit{what: "signature payload " + desc.Digest.String(), max: desc.Size, declared: true})
+	limit := readLimit{what: "signature payload " + desc.Digest.String(), max: desc.Size, declared: true}
+	watch := r.progress.begin(payloadDownload, desc.Digest.String(), desc.Size)
+	defer func() { r.progress.end(watch, err) }()
+	if watch != nil {
+		limit.counted = watch
+	}
+	ctx = withReadLimit(ctx, limit)
 	rc, err := r.blob(ctx, desc)
 	if err != nil {
 		return nil, err
@@ -201,8 +208,7 @@ func (r *remoteSource) cosignReferrers(ctx context.Context, d v1.Hash) ([]v1.Des
 		if !ep.pull {
 			continue
 		}
-		lctx := withReadLimit(ctx, readLimit{what: "referrers of " + d.String(), max: maxSignatureManifestSize})
-		idx, err := remote.Referrers(ep.repo.Digest(d.String()), remote.Reuse(ep.puller), remote.WithContext(lctx))
+		idx, err := r.referrers(ctx, ep, d)
 		if err != nil {
 			return nil, endpointError(ep, err)
 		}
@@ -223,4 +229,16 @@ func (r *remoteSource) cosignReferrers(ctx context.Context, d v1.Hash) ([]v1.Des
 		return out, nil
 	}
 	return nil, errors.New("no host of the registry has the pull capability")
+}
+
+// referrers is one endpoint's referrers list of d, read through its cap and
+// under the pull's progress watch from the request on, as a manifest is.
+func (r *remoteSource) referrers(ctx context.Context, ep *endpoint, d v1.Hash) (_ v1.ImageIndex, err error) {
+	limit := readLimit{what: "referrers of " + d.String(), max: maxSignatureManifestSize}
+	watch := r.progress.begin(referrersDownload, d.String(), limit.max)
+	defer func() { r.progress.end(watch, err) }()
+	if watch != nil {
+		limit.counted = watch
+	}
+	return remote.Referrers(ep.repo.Digest(d.String()), remote.Reuse(ep.puller), remote.WithContext(withReadLimit(ctx, limit)))
 }

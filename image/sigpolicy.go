@@ -201,9 +201,17 @@ func parsePolicy(file string, data []byte) (*policy, error) {
 			}
 			// Only images from registries are pulled: the other
 			// transports (docker-daemon, oci-archive …) judge nothing here.
-			if transport == "docker" {
-				p.docker[scope] = reqs
+			if transport != "docker" {
+				continue
 			}
+			canon, err := canonicalScope(scope)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", key, err)
+			}
+			if _, dup := p.docker[canon]; dup {
+				return nil, fmt.Errorf("%s: another scope names %q too", key, canon)
+			}
+			p.docker[canon] = reqs
 		}
 	}
 	return p, nil
@@ -381,12 +389,15 @@ func parseIdentityRule(raw json.RawMessage) (identityRule, error) {
 		if err := only(ij.DockerReference == "" && ij.DockerRepository == ""); err != nil {
 			return rule, err
 		}
-		for _, p := range []string{ij.Prefix, ij.SignedPrefix} {
-			if !validRemapPrefix(p) {
+		prefixes := []string{ij.Prefix, ij.SignedPrefix}
+		for i, p := range prefixes {
+			canon, err := canonicalScope(p)
+			if err != nil || !validRemapPrefix(canon) {
 				return rule, fmt.Errorf("prefix %q: want a host or a repository (host/path), with no tag or digest", p)
 			}
+			prefixes[i] = canon
 		}
-		rule.prefix, rule.signedTo = ij.Prefix, ij.SignedPrefix
+		rule.prefix, rule.signedTo = prefixes[0], prefixes[1]
 		return rule, nil
 	}
 	return rule, fmt.Errorf("unknown signedIdentity type %q", ij.Type)
@@ -403,6 +414,30 @@ func validRemapPrefix(p string) bool {
 	}
 	id, err := parseIdentity(p)
 	return err == nil && id.tag == "" && id.String() == p
+}
+
+// canonicalScope spells the registry host of a transports.docker scope
+// (or a remapIdentity prefix) as references' hosts are spelled
+// (canonicalHost), so that a scope written "Registry.Example:0443/team"
+// judges the pulls of registry.example/team/…, and no spelling of a pulled
+// reference's host escapes the scope of its registry. A scope whose first
+// component names no host (it matches no reference) stays as written.
+func canonicalScope(scope string) (string, error) {
+	if domain, ok := strings.CutPrefix(scope, "*."); ok {
+		return "*." + strings.ToLower(domain), nil
+	}
+	host, rest, hasPath := strings.Cut(scope, "/")
+	if !hostPattern.MatchString(host) || !(strings.ContainsAny(host, ".:[") || strings.EqualFold(host, "localhost")) {
+		return scope, nil
+	}
+	h, err := canonicalHost(host)
+	if err != nil {
+		return "", err
+	}
+	if hasPath {
+		return h + "/" + rest, nil
+	}
+	return h, nil
 }
 
 // identity is a Docker reference normalised as containers/image does
@@ -430,6 +465,10 @@ func parseIdentity(s string) (identity, error) {
 		return identity{}, fmt.Errorf("%w: %q", ErrInvalidReference, s)
 	}
 	if err := checkGrammar(s); err != nil {
+		return identity{}, err
+	}
+	s, err := canonicalRef(s)
+	if err != nil {
 		return identity{}, err
 	}
 	rest, digest, _ := strings.Cut(s, "@")

@@ -280,3 +280,42 @@ func TestValidNamespace(t *testing.T) {
 		}
 	}
 }
+
+// A scope judges every spelling of its registry's host, and is written in
+// any: a leading zero in the port, an upper-case host or an explicit :443
+// escapes no scope. Two scopes of one spelling are refused.
+func TestPolicyScopeHostIsCanonical(t *testing.T) {
+	policy := `{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {
+		"127.0.0.1:5000/team": [{"type": "reject"}],
+		"REG.Example:0443/team": [{"type": "reject"}],
+		"*.Corp.Example": [{"type": "reject"}]}}}`
+	p, err := loadPolicy(writePolicy(t, t.TempDir(), "policy.json", policy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ ref, scope string }{
+		{"127.0.0.1:05000/team/app", `transports.docker."127.0.0.1:5000/team"`},
+		{"127.0.0.1:5000/team/app", `transports.docker."127.0.0.1:5000/team"`},
+		{"reg.example/team/app", `transports.docker."reg.example/team"`},
+		{"REG.EXAMPLE:443/team/app", `transports.docker."reg.example/team"`},
+		{"Registry.CORP.example/app", `transports.docker."*.corp.example"`},
+		{"127.0.0.1:5001/team/app", "default"},
+	} {
+		img, err := parseIdentity(tc.ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, scope := p.requirementsFor(img); scope != tc.scope {
+			t.Errorf("%s: scope %s, want %s", tc.ref, scope, tc.scope)
+		}
+	}
+	dup := `{"default": [{"type": "reject"}], "transports": {"docker": {
+		"reg.example/team": [{"type": "reject"}], "REG.EXAMPLE:443/team": [{"type": "insecureAcceptAnything"}]}}}`
+	if _, err := loadPolicy(writePolicy(t, t.TempDir(), "policy.json", dup)); err == nil || !strings.Contains(err.Error(), "reg.example/team") {
+		t.Errorf("two scopes of one registry: %v, want an error naming it", err)
+	}
+	bad := `{"default": [{"type": "reject"}], "transports": {"docker": {"127.1:5000/team": [{"type": "reject"}]}}}`
+	if _, err := loadPolicy(writePolicy(t, t.TempDir(), "policy.json", bad)); err == nil || !strings.Contains(err.Error(), "127.1:5000") {
+		t.Errorf("a scope of a host with no one spelling: %v, want an error naming it", err)
+	}
+}

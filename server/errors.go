@@ -70,7 +70,7 @@ var codeMappings = []struct {
 		oci.ErrInvalid, oci.ErrNoCommand, oci.ErrUnknownHandler, conmon.ErrPauseIDUnmapped}},
 	{codes.AlreadyExists, []error{store.ErrNameReserved}},
 	{codes.NotFound, []error{store.ErrNotFound, image.ErrNotFound, oci.ErrNotFound}},
-	{codes.FailedPrecondition, []error{image.ErrInUse, image.ErrSignatureRefused, network.ErrNotReady,
+	{codes.FailedPrecondition, []error{image.ErrInUse, image.ErrSignatureRefused, image.ErrIDTaken, network.ErrNotReady,
 		conmon.ErrNotRunning, conmon.ErrNoPauseBinary, errNotRunning, errHandlerUnavailable,
 		errWrongState, errHostPortTaken, errKernelNoUserNamespaces, oci.ErrNoCheckpoint}},
 	{codes.Unauthenticated, []error{image.ErrUnauthorized}},

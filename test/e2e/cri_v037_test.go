@@ -218,7 +218,8 @@ func defaultRouteInterface(t *testing.T) string {
 }
 
 // An OCI artifact pushed to a registry (a small file layer with a title, as
-// oras pushes one) pulls as an image whose ID is its manifest digest,
+// oras pushes one) pulls as an image whose ID is its own (not its manifest
+// digest, nor any blob's digest: images_ids_test.go),
 // appears in a container as a read-only file of its image volume, counts in
 // ImageFsInfo, cannot be a container's image, and goes with RemoveImage.
 func TestOCIArtifactImageVolume(t *testing.T) {
@@ -232,8 +233,12 @@ func TestOCIArtifactImageVolume(t *testing.T) {
 	digest := testimage.Push(t, art, ref)
 
 	before := d.fsUsage(t).GetUsedBytes().GetValue()
-	if id := d.pull(t, ref); id != digest {
-		t.Fatalf("PullImage of an artifact answered %q, want its manifest digest %s", id, digest)
+	id := d.pull(t, ref)
+	if !strings.HasPrefix(id, "sha256:") || id == digest {
+		t.Fatalf("PullImage of an artifact answered %q, want an ID of its own, not its manifest digest %s", id, digest)
+	}
+	if st := d.imageStatus(t, ref, false).GetImage(); st.GetId() != id || !slices.Contains(st.GetRepoDigests(), reg.Host()+"/e2e/model@"+digest) {
+		t.Fatalf("ImageStatus of the artifact: %v; want ID %s and its manifest digest among its repo digests", st, id)
 	}
 	after := d.fsUsage(t).GetUsedBytes().GetValue()
 	if after < before+uint64(len(weights)) {
@@ -252,7 +257,7 @@ func TestOCIArtifactImageVolume(t *testing.T) {
 	cfg := containerConfig("reader", busybox, "sh", "-c",
 		`echo files=$(ls /model | tr '\n' ' '); head -n 1 /model/model.bin; echo size=$(wc -c < /model/model.bin); cat /model/README; `+
 			`{ touch /model/new 2>/dev/null && echo writable || echo read-only; }; { echo x >> /model/model.bin 2>/dev/null && echo appended || echo kept; }`)
-	cfg.Mounts = []*runtime.Mount{{ContainerPath: "/model", Image: &runtime.ImageSpec{Image: digest}, Readonly: true}}
+	cfg.Mounts = []*runtime.Mount{{ContainerPath: "/model", Image: &runtime.ImageSpec{Image: id}, Readonly: true}}
 	st, out := d.runToExit(t, pod, podCfg, cfg)
 	if st.GetExitCode() != 0 {
 		t.Fatalf("container exited %d:\n%s", st.GetExitCode(), out)
@@ -269,7 +274,7 @@ func TestOCIArtifactImageVolume(t *testing.T) {
 	if err := d.Images.RemoveImage(ctx, &runtime.ImageSpec{Image: ref}); err != nil {
 		t.Fatalf("RemoveImage of the artifact: %v", err)
 	}
-	if st, err := d.Images.ImageStatus(ctx, &runtime.ImageSpec{Image: digest}, false); err != nil || st.GetImage() != nil {
+	if st, err := d.Images.ImageStatus(ctx, &runtime.ImageSpec{Image: id}, false); err != nil || st.GetImage() != nil {
 		t.Errorf("ImageStatus after RemoveImage: %v, %v; want no image", st.GetImage(), err)
 	}
 	waitFor(t, "ImageFsInfo to drop the artifact's bytes", 30*time.Second, func() bool {

@@ -4,6 +4,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,4 +61,50 @@ func TestPullFailsWhenALayerStalls(t *testing.T) {
 
 	proxy.unstall()
 	d.pull(t, ref)
+}
+
+// A mirror that stops sending a signature payload half-way fails the pull
+// after image.pull_progress_timeout, not pull_timeout, naming the payload:
+// a signature policy's downloads are under the same watch as the image's.
+// Then, the mirror moving again, the same pull works.
+func TestPullFailsWhenASignaturePayloadStalls(t *testing.T) {
+	s := pushSignedImages(t)
+	proxy := startStallProxy(t, s.reg.Host())
+	repo := proxy.host() + "/e2e/app"
+	sig := s.key.Sign(t, repo, s.signed.digest) // cosign's identity: the repository as the puller names it
+	testimage.PushSignatures(t, s.repo, s.signed.digest, []testimage.Signature{sig})
+	payload := fmt.Sprintf("sha256:%x", sha256.Sum256(sig.Payload))
+	keyPath := filepath.Join(t.TempDir(), "cosign.pub")
+	writeFile(t, keyPath, string(s.key.PublicPEM), 0o644)
+	policy := filepath.Join(t.TempDir(), "policy.json")
+	writeFile(t, policy, fmt.Sprintf(`{"default": [{"type": "reject"}], "transports": {"docker": {%q: [
+		{"type": "sigstoreSigned", "keyPath": %q, "signedIdentity": {"type": "matchRepository"}}]}}}`, repo, keyPath), 0o644)
+	d := StartDaemon(t, WithArgs("--image-pull-progress-timeout", "2s"),
+		WithConfig(fmt.Sprintf("[image]\nsignature_policy = %q\npull_timeout = \"60s\"\n", policy)))
+	ref := repo + ":signed"
+
+	proxy.stallBlob(payload)
+	start := time.Now()
+	_, err := d.pullErr(ref, nil)
+	took := time.Since(start)
+	t.Logf("after %v: %v", took.Round(time.Millisecond), err)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("PullImage with a stalled signature payload = %v, want Unavailable", err)
+	}
+	for _, want := range []string{"signature payload " + payload, "download stalled", "image.pull_progress_timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q", want)
+		}
+	}
+	if took > 30*time.Second {
+		t.Errorf("the pull failed after %v, want soon after the 2s window, long before pull_timeout", took)
+	}
+	if resp := d.imageStatus(t, ref, false); resp.GetImage() != nil {
+		t.Fatalf("an image is listed after the stalled pull: %v", resp.GetImage())
+	}
+
+	proxy.unstall()
+	if got := d.pull(t, ref); got != s.signed.id {
+		t.Fatalf("PullImage once the mirror moves = %s, want %s", got, s.signed.id)
+	}
 }

@@ -397,6 +397,7 @@ type stallProxy struct {
 
 	mu      sync.Mutex
 	stall   bool
+	blob    string        // "sha256:…": the one blob to hold, whatever its size ("": layers)
 	stalled chan struct{} // closed once a download is held half-way
 	release chan struct{} // closed by the test to let held downloads go on
 }
@@ -420,6 +421,14 @@ func (p *stallProxy) stallLayers() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stall = true
+}
+
+// stallBlob makes the next download of the blob digest stop half-way
+// until unstall.
+func (p *stallProxy) stallBlob(digest string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stall, p.blob = true, digest
 }
 
 func (p *stallProxy) unstall() {
@@ -477,8 +486,13 @@ func (p *stallProxy) serve(w http.ResponseWriter, r *http.Request) {
 func (p *stallProxy) shouldStall(r *http.Request, resp *http.Response) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.stall && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") &&
-		resp.StatusCode == http.StatusOK && resp.ContentLength > layerBlobMin
+	if !p.stall || r.Method != http.MethodGet || resp.StatusCode != http.StatusOK {
+		return false
+	}
+	if p.blob != "" {
+		return strings.HasSuffix(r.URL.Path, "/blobs/"+p.blob)
+	}
+	return strings.Contains(r.URL.Path, "/blobs/") && resp.ContentLength > layerBlobMin
 }
 
 // waitStalled waits until a layer download is held half-way.

@@ -77,3 +77,52 @@ func (a *artifact) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
 	}
 	return nil, fmt.Errorf("artifact has no blob %s", h)
 }
+
+// ImageWithConfig is an image whose config blob is config, byte for byte,
+// whatever it holds, and whose layers are layers, whatever the config says
+// of them: an attacker's image whose config is another document (an
+// artifact's manifest, another image's config) and so has that document's
+// digest as its ID.
+func ImageWithConfig(t testing.TB, config []byte, layers ...v1.Layer) v1.Image {
+	t.Helper()
+	r := &rawConfigImage{config: config, layers: map[v1.Hash]v1.Layer{}}
+	cfg := static.NewLayer(config, types.OCIConfigJSON)
+	desc, err := partial.Descriptor(cfg)
+	if err != nil {
+		t.Fatalf("testimage: config: %v", err)
+	}
+	r.layers[desc.Digest] = cfg
+	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1, Config: *desc, Layers: []v1.Descriptor{}}
+	for _, l := range layers {
+		d, err := partial.Descriptor(l)
+		if err != nil {
+			t.Fatalf("testimage: layer: %v", err)
+		}
+		m.Layers = append(m.Layers, *d)
+		r.layers[d.Digest] = l
+	}
+	if r.manifest, err = json.Marshal(m); err != nil {
+		t.Fatalf("testimage: manifest: %v", err)
+	}
+	img, err := partial.CompressedToImage(r)
+	if err != nil {
+		t.Fatalf("testimage: image: %v", err)
+	}
+	return img
+}
+
+type rawConfigImage struct {
+	manifest, config []byte
+	layers           map[v1.Hash]v1.Layer
+}
+
+func (r *rawConfigImage) RawConfigFile() ([]byte, error)      { return r.config, nil }
+func (r *rawConfigImage) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+func (r *rawConfigImage) RawManifest() ([]byte, error)        { return r.manifest, nil }
+
+func (r *rawConfigImage) LayerByDigest(h v1.Hash) (partial.CompressedLayer, error) {
+	if l, ok := r.layers[h]; ok {
+		return l, nil
+	}
+	return nil, fmt.Errorf("image has no blob %s", h)
+}

@@ -157,7 +157,7 @@ func TestOldPluginsRefuseConfigOfOneNewerVersion(t *testing.T) {
 	}
 	var warned int
 	for _, e := range hook.AllEntries() {
-		if e.Level == logrus.WarnLevel && strings.Contains(e.Data[logrus.ErrorKey].(error).Error(), "plugin oldnet") {
+		if err, _ := e.Data[logrus.ErrorKey].(error); e.Level == logrus.WarnLevel && err != nil && strings.Contains(err.Error(), "plugin oldnet") {
 			warned++
 		}
 	}

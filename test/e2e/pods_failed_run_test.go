@@ -13,13 +13,13 @@ import (
 )
 
 // failingPluginScript is a CNI plugin that speaks every version and fails
-// ADD; named failall, it fails DEL too, as a plugin that refuses the config
-// does.
+// ADD; named ...failall, it fails DEL too, as a plugin that refuses the
+// config does.
 const failingPluginScript = `#!/bin/sh
 cat >/dev/null
 case "$CNI_COMMAND" in
 VERSION) echo '{"cniVersion":"1.0.0","supportedVersions":["0.3.1","0.4.0","1.0.0"]}'; exit 0 ;;
-DEL) [ "$(basename "$0")" = failall ] || exit 0 ;;
+DEL) case "$(basename "$0")" in *failall) ;; *) exit 0 ;; esac ;;
 esac
 echo '{"cniVersion":"1.0.0","code":11,"msg":"this plugin refuses every pod"}'
 exit 1

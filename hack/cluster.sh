@@ -58,6 +58,11 @@ sysctls=(net/ipv4/ip_forward)
 tunables=(vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1
 	kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000)
 
+# The host paths a cluster makes (kubeadm, the kubelet and its hostPath
+# volumes, minicri): up records which did not exist, down removes those.
+host_paths=(/etc/kubernetes /var/lib/kubelet /var/lib/etcd /var/log/pods /var/log/containers
+	/lib/modules /run/xtables.lock /usr/libexec/kubernetes /var/lib/minicri /run/minicri /run/minicri-rootfs)
+
 log() { echo "cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
 
@@ -109,7 +114,7 @@ kubectl() { "$cdir/kubectl" --kubeconfig "$admin" "$@"; }
 
 up() {
 	[ "$(id -u)" = 0 ] || die "needs root"
-	if [ -e "$state/env" ] || [ -e /etc/kubernetes ] || [ -e /var/lib/kubelet ] || [ -S "$socket" ]; then
+	if [ -e "$state" ] || [ -e /etc/kubernetes ] || [ -e /var/lib/kubelet ] || [ -S "$socket" ]; then
 		die "a cluster (or another kubelet or minicri) is already here: hack/cluster.sh down first"
 	fi
 	for b in minicri minicri-conmon minicri-pause; do
@@ -123,6 +128,7 @@ up() {
 	local t0=$SECONDS
 	mkdir -p "$state"
 	echo "$cdir" >"$state/cluster-dir"
+	for p in "${host_paths[@]}"; do [ -e "$p" ] || echo "$p"; done >"$state/new-paths"
 	for s in "${sysctls[@]}"; do echo "$s=$(cat "/proc/sys/$s")"; done >"$state/sysctls"
 	echo 1 >/proc/sys/net/ipv4/ip_forward
 
@@ -134,7 +140,7 @@ up() {
 	registry=127.0.0.1:$port
 	cat >"$state/registry.yml" <<-EOF
 	version: 0.1
-	log: { level: warn }
+	log: { level: warn, accesslog: { disabled: true } }
 	storage: { filesystem: { rootdirectory: $state/registry }, delete: { enabled: true } }
 	http: { addr: $registry }
 	EOF
@@ -181,7 +187,8 @@ up() {
 	write_kubeadm_config
 	log "kubeadm init (registry $registry, pods $pod_subnet, services $service_subnet)"
 	echo "$cdir/kubeadm" >"$state/kubeadm.cmd"
-	start kubeadm "$cdir/kubeadm" init --config "$state/kubeadm.yaml" --skip-phases=addon/coredns --v=1
+	# kubeadm's preflight asks the kubelet on its PATH for its version.
+	start kubeadm env PATH="$(dirname "$kubelet"):$PATH" "$cdir/kubeadm" init --config "$state/kubeadm.yaml" --skip-phases=addon/coredns --v=1
 	# No systemd on this host: kubeadm writes the kubelet's configuration and
 	# warns that it cannot start the service; the kubelet starts here instead.
 	wait_for 120 "kubeadm to write the kubelet's configuration" \
@@ -232,12 +239,10 @@ write_kubeadm_config() {
 	  advertiseAddress: $ip
 	nodeRegistration:
 	  criSocket: $cri
-	  # This host: no systemd (the script starts the kubelet), cgroup v1
-	  # (SystemVerification: the kubelet runs with failCgroupV1: false), and
-	  # the kubelet's port is unused but its service unknown.
+	  # This host: cgroup v1, which SystemVerification refuses for a kubelet
+	  # of 1.35 or newer; the kubelet runs with failCgroupV1: false.
 	  ignorePreflightErrors:
 	  - SystemVerification
-	  - Service-Kubelet
 	---
 	apiVersion: kubeadm.k8s.io/v1beta4
 	kind: ClusterConfiguration
@@ -315,7 +320,7 @@ down() {
 	# kubeadm reset unmounts what is under the kubelet's root dir, not the
 	# root dir itself.
 	while mountpoint -q /var/lib/kubelet 2>/dev/null; do umount /var/lib/kubelet; done
-	rm -rf /etc/kubernetes /var/lib/kubelet /var/lib/etcd /var/log/pods /var/log/containers
+	rm -rf /etc/kubernetes /var/lib/kubelet /var/lib/etcd
 	ip link del "$bridge" 2>/dev/null || true
 	remove_kube_chains
 	remove_kubepods_cgroups
@@ -326,9 +331,11 @@ down() {
 	# is images and records.
 	if grep -qE ' (/var/lib/minicri|/run/minicri)[/ ]' /proc/self/mountinfo; then
 		left+=("mounts under minicri's dirs: $(grep -oE ' (/var/lib/minicri|/run/minicri)[^ ]*' /proc/self/mountinfo | tr '\n' ' ')")
-	else
-		rm -rf /var/lib/minicri /run/minicri /run/minicri-rootfs
+	elif [ -f "$state/new-paths" ]; then
+		xargs -r rm -rf <"$state/new-paths"
 	fi
+	local new_paths
+	new_paths=$(cat "$state/new-paths" 2>/dev/null || true)
 	rm -rf "$state"
 	# Check that nothing is left.
 	grep -q ' /var/lib/kubelet' /proc/self/mountinfo && left+=("mounts under /var/lib/kubelet")
@@ -339,7 +346,7 @@ down() {
 	cg=$(kubepods_cgroups)
 	[ -z "$cg" ] || left+=("cgroups: $cg")
 	local p
-	for p in /etc/kubernetes /var/lib/kubelet /var/lib/etcd /var/lib/minicri "$state" /sys/class/net/$bridge; do
+	for p in /etc/kubernetes /var/lib/kubelet /var/lib/etcd $new_paths "$state" /sys/class/net/$bridge; do
 		[ ! -e "$p" ] || left+=("$p")
 	done
 	if [ ${#left[@]} -gt 0 ]; then

@@ -79,6 +79,9 @@ wait_for() {
 	return 1
 }
 
+# gone PID: the process has exited (a zombie not yet reaped counts as gone).
+gone() { [ ! -d "/proc/$1" ] || grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+
 # start NAME CMD...: runs CMD in the background in a session of its own, its
 # output in STATE/NAME.log, its pid in STATE/NAME.pid.
 start() {
@@ -98,10 +101,10 @@ stop() {
 	if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$(cat "$state/$name.cmd" 2>/dev/null || echo "$name")"; then
 		kill -TERM "$pid" 2>/dev/null || true
 		for ((i = 0; i < 200; i++)); do
-			[ -d "/proc/$pid" ] || break
+			gone "$pid" && break
 			sleep 0.1
 		done
-		if [ -d "/proc/$pid" ]; then
+		if ! gone "$pid"; then
 			log "$name (pid $pid) did not stop on SIGTERM; killing it"
 			kill -KILL "$pid" 2>/dev/null || true
 			sleep 0.5
@@ -197,7 +200,7 @@ up() {
 	start_kubelet
 	local pid
 	pid=$(cat "$state/kubeadm.pid")
-	wait_for 600 "kubeadm init" test ! -d "/proc/$pid" || { tail -30 "$state/kubeadm.log" >&2; exit 1; }
+	wait_for 600 "kubeadm init" gone "$pid" || { tail -30 "$state/kubeadm.log" >&2; exit 1; }
 	grep -q 'Your Kubernetes control-plane has initialized successfully' "$state/kubeadm.log" \
 		|| { tail -40 "$state/kubeadm.log" >&2; die "kubeadm init failed (log: $state/kubeadm.log)"; }
 	rm -f "$state/kubeadm.pid"

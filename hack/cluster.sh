@@ -61,7 +61,7 @@ tunables=(vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_
 # The host paths a cluster makes (kubeadm, the kubelet and its hostPath
 # volumes, minicri): up records which did not exist, down removes those.
 host_paths=(/etc/kubernetes /var/lib/kubelet /var/lib/etcd /var/log/pods /var/log/containers
-	/lib/modules /run/xtables.lock /usr/libexec/kubernetes /var/lib/minicri /run/minicri /run/minicri-rootfs)
+	/lib/modules /run/xtables.lock /usr/libexec/kubernetes /run/minicri /run/minicri-cluster /run/minicri-cluster-rootfs)
 
 log() { echo "cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -171,8 +171,12 @@ up() {
 	  ]
 	}
 	EOF
+	# Its state root and run dir are the cluster's own, so that the e2e
+	# suite's or a developer's daemon on this host is never touched.
 	cat >"$state/minicri.toml" <<-EOF
 	listen = "$socket"
+	root = "$state/minicri"
+	run_dir = "/run/minicri-cluster"
 	cgroup_driver = "cgroupfs"
 	[cni]
 	conf_dir = "$state/net.d"
@@ -319,6 +323,7 @@ down() {
 	[ -x "$cdir/kube-proxy" ] && "$cdir/kube-proxy" --cleanup >"$state/proxy-cleanup.log" 2>&1 || true
 	local left=()
 	stop minicri
+	rm -f "$socket"
 	stop registry
 	# kubeadm reset unmounts what is under the kubelet's root dir, not the
 	# root dir itself.
@@ -332,18 +337,18 @@ down() {
 	fi
 	# minicri's state: its pods are gone with kubeadm reset; what is left
 	# is images and records.
-	if grep -qE ' (/var/lib/minicri|/run/minicri)[/ ]' /proc/self/mountinfo; then
-		left+=("mounts under minicri's dirs: $(grep -oE ' (/var/lib/minicri|/run/minicri)[^ ]*' /proc/self/mountinfo | tr '\n' ' ')")
+	if grep -qE " ($state|/run/minicri-cluster)[/ ]" /proc/self/mountinfo; then
+		left+=("mounts under minicri's dirs: $(grep -oE " ($state|/run/minicri-cluster)[^ ]*" /proc/self/mountinfo | tr '\n' ' ')")
 	elif [ -f "$state/new-paths" ]; then
 		xargs -r rm -rf <"$state/new-paths"
 	fi
 	local new_paths
 	new_paths=$(cat "$state/new-paths" 2>/dev/null || true)
-	rm -rf "$state"
+	[ ${#left[@]} -gt 0 ] || rm -rf "$state"
 	# Check that nothing is left.
 	grep -q ' /var/lib/kubelet' /proc/self/mountinfo && left+=("mounts under /var/lib/kubelet")
 	local chains
-	chains=$(for c in iptables ip6tables; do for tb in filter nat mangle; do "$c" -t "$tb" -S 2>/dev/null | grep -E '^-N KUBE-' | sed "s/^/$c $tb /"; done; done)
+	chains=$(for c in iptables ip6tables; do for tb in filter nat mangle; do "$c" -t "$tb" -S 2>/dev/null | sed -n "s/^-N \(KUBE-.*\)/$c $tb \1/p"; done; done)
 	[ -z "$chains" ] || left+=("iptables chains: $chains")
 	local cg
 	cg=$(kubepods_cgroups)
@@ -367,7 +372,7 @@ remove_kube_chains() {
 		for tb in filter nat mangle; do
 			"$c" -t "$tb" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -vE '^-A KUBE-' | while read -r rule; do
 				eval "$c -t $tb ${rule/-A/-D}" || true
-			done
+			done || true
 			for chain in $("$c" -t "$tb" -S 2>/dev/null | sed -n 's/^-N \(KUBE-[^ ]*\)$/\1/p'); do
 				"$c" -t "$tb" -F "$chain" || true
 			done

@@ -12,7 +12,7 @@ E2E_BIN  := $(BIN)/e2e
 PREFIX   ?= /usr/local
 E2E_TIMEOUT ?= 20m
 
-.PHONY: all deps build build-e2e kubelet cri-tools run test vet fmt-check tidy-check unit e2e guest-test bench install clean
+.PHONY: all deps build build-e2e kubelet cri-tools run test vet fmt-check tidy-check unit e2e guest-test cluster cluster-down cluster-test bench install clean
 
 all: build
 
@@ -66,6 +66,7 @@ vet:
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e/
 	$(GO) vet -tags e2e,guest ./test/e2e/
+	$(GO) vet -tags cluster ./test/e2e/
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -79,6 +80,7 @@ tidy-check:
 	$(GO) mod tidy -diff
 	cd hack/kubelet && $(GO) mod tidy -diff
 	cd hack/cri-tools && $(GO) mod tidy -diff
+	cd hack/cluster && $(GO) mod tidy -diff
 
 # Unit tests, with the race detector: most packages hold shared state.
 # Every go test also runs the fuzz targets' seed corpora (testdata/fuzz);
@@ -128,6 +130,25 @@ guest-test: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 	dir=$$(hack/build-guest.sh) && \
 	MINICRI_GUEST_DIR=$$dir MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) \
 		$(GO) test -tags e2e,guest -count=1 -parallel 8 -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' -v ./test/e2e/
+
+# A single-node kubeadm cluster on this host, minicri its CRI (docs/cluster.md):
+# make cluster brings it up and leaves it running (kubectl --kubeconfig
+# /etc/kubernetes/admin.conf), make cluster-down takes it down and checks that
+# nothing is left. Kubernetes' binaries and the control plane's images are
+# built once, offline, and cached like the kubelet (hack/build-cluster.sh).
+# make cluster-test: up, the tests of test/e2e/cluster_test.go, down.
+CLUSTER_TIMEOUT ?= 10m
+cluster: deps build kubelet
+	@hack/cluster.sh up
+
+cluster-down:
+	@hack/cluster.sh down
+
+cluster-test: deps build kubelet
+	@hack/cluster.sh up || { hack/cluster.sh down; exit 1; }
+	MINICRI_CLUSTER_ENV=/var/lib/minicri-cluster/env \
+		$(GO) test -tags cluster -count=1 -timeout $(CLUSTER_TIMEOUT) -run '^TestCluster' -v ./test/e2e/; \
+		rc=$$?; hack/cluster.sh down && exit $$rc
 
 # make bench SCALE=100: the node-scale bench, 100 pods (then 100 pods x 2
 # containers), with the floors taken in the same run (docs/performance.md).

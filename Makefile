@@ -60,7 +60,7 @@ run: deps build
 	@hack/install-cni-config.sh
 	PATH=$(BIN):$$PATH $(BIN)/minicri $(ARGS)
 
-test: deps build vet fmt-check tidy-check unit e2e guest-test
+test: deps build vet fmt-check tidy-check unit e2e guest-test cluster-test
 
 vet:
 	$(GO) vet ./...

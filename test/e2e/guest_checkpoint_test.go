@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +16,13 @@ import (
 	"testing"
 	"time"
 
+	metadata "github.com/checkpoint-restore/checkpointctl/lib"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/test/testimage"
 )
 
 // guestCounter counts, one a second, into /tmp/count.log and stdout: the
@@ -185,4 +193,126 @@ func checkpointctlReads(t *testing.T, archive, container string) {
 		t.Errorf("checkpointctl inspect --ps-tree-cmd: %v\n%s\nwant the process tree and memory pages read from CRIU's images", err, tree)
 	}
 	t.Logf("checkpointctl show:\n%s\ncheckpointctl inspect --ps-tree-cmd:\n%s", show, tree)
+}
+
+// TestGuestCheckpointRootfsOfAnAttackersContainer checkpoints, through
+// CheckpointContainer on a node where CRIU works, a container whose image
+// ships /h, a link to a directory of the node holding other pods' names,
+// and which deletes /h, makes a directory there and writes a sparse file
+// of 1 GiB holding one block. The archive's rootfs-diff.tar and its
+// deleted.files name nothing of the node's directory, and the archive is
+// some MiB: the sparse file is stored sparse, and reads back whole. With
+// runtime.checkpoint_max_bytes below what the container holds, the call is
+// ResourceExhausted and leaves neither an archive nor its staging behind.
+func TestGuestCheckpointRootfsOfAnAttackersContainer(t *testing.T) {
+	g, d := guestTest(t)
+	secrets := "/var/lib/guest-secret-" + randomHex(4)
+	names := []string{"other-pods-volume", "other-pods-secret"}
+	g.Run(t, fmt.Sprintf("mkdir -p %[1]s && touch %[1]s/%s %[1]s/%s", secrets, names[0], names[1]))
+	t.Cleanup(func() { g.Run(t, "rm -rf "+shellQuote(secrets)) })
+
+	const ref = "docker.io/minicri-e2e/linked:guest"
+	img := testimage.Image(t, []v1.Layer{testimage.BusyboxLayer(t), testimage.Layer(t, testimage.Symlink("h", secrets))})
+	save := filepath.Join(g.Share, "linked-"+randomHex(4)+".tar")
+	testimage.WriteDockerSave(t, save, map[string]v1.Image{ref: img})
+	defer os.Remove(save)
+	g.Run(t, "minicri image import "+shellQuote(g.guestPath(save)))
+	t.Cleanup(func() { // after the pod's, registered below
+		_ = d.Images.RemoveImage(context.Background(), &runtime.ImageSpec{Image: ref})
+	})
+
+	p := g.runPod(t, d, guestPodConfig("attacker"))
+	// Two MiB of noise: more than the limit set below, whatever CRIU's
+	// images of the shell come to.
+	id := g.startIn(t, d, p, containerConfig("attacker", ref, "sh", "-c",
+		"rm /h && mkdir /h && echo mine > /h/mine && dd if=/dev/zero of=/big bs=4096 count=1 seek=262143 2>/dev/null && "+
+			"head -c 2097152 /dev/urandom > /noise && echo ready > /tmp/ready; sleep 3600"))
+	waitFor(t, "the container to plant its files", g.Timeout(30*time.Second), func() bool {
+		out, _, _ := g.execSync(t, d, id, "cat", "/tmp/ready")
+		return strings.TrimSpace(out) == "ready"
+	})
+	if ls := g.Run(t, "ls "+shellQuote(secrets)); !strings.Contains(ls, names[0]) {
+		t.Fatalf("the node's directory lost its names to the container: %q", ls)
+	}
+
+	archive := "/var/tmp/attacker-" + randomHex(4) + ".tar"
+	t.Cleanup(func() { g.Run(t, "rm -f "+shellQuote(archive)) })
+	checkpoint := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(2*time.Minute))
+		defer cancel()
+		return d.Runtime.CheckpointContainer(ctx, &runtime.CheckpointContainerRequest{
+			ContainerId: id, Location: archive, Timeout: int64(g.Timeout(time.Minute).Seconds())})
+	}
+	if err := checkpoint(); err != nil {
+		t.Fatalf("CheckpointContainer: %v", err)
+	}
+	size, err := strconv.ParseInt(strings.TrimSpace(g.Run(t, "stat -c %s "+shellQuote(archive))), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the archive is %d bytes", size)
+	if size > 64<<20 {
+		t.Errorf("the archive is %d bytes for a container that wrote 2 MiB and a sparse file of 1 GiB", size)
+	}
+
+	hostCopy := filepath.Join(g.Share, "attacker-"+randomHex(4)+".tar")
+	g.Run(t, fmt.Sprintf("cp %s %s", shellQuote(archive), shellQuote(g.guestPath(hostCopy))))
+	defer os.Remove(hostCopy)
+	a := readCheckpointArchive(t, hostCopy)
+	for _, name := range a.Deleted {
+		if strings.Contains(name, "other-pods") {
+			t.Errorf("deleted.files lists %s, an entry of the node's directory the image's link names (all: %v)", name, a.Deleted)
+		}
+	}
+	f, err := os.Open(filepath.Join(a.Dir, metadata.RootFsDiffTar))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	found := map[string]int64{}
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("rootfs-diff.tar: %v", err)
+		}
+		if strings.Contains(hdr.Name, "other-pods") {
+			t.Errorf("rootfs-diff.tar holds %s", hdr.Name)
+		}
+		n, err := io.Copy(io.Discard, tr)
+		if err != nil {
+			t.Fatalf("rootfs-diff.tar entry %s: %v", hdr.Name, err)
+		}
+		found[hdr.Name] = n
+	}
+	if found["big"] != 1<<30 || found["h/mine"] != 5 || found["noise"] != 2<<20 {
+		t.Errorf("rootfs-diff.tar entries %v, want big of 1 GiB (read back whole), h/mine and noise", found)
+	}
+
+	// The limit below what the container holds: restart the daemon with
+	// it, and with the shipped config again when the test ends.
+	conf := "/etc/minicri/minicri.toml"
+	g.Run(t, fmt.Sprintf("cp %[1]s %[1]s.orig && sed -i 's/^checkpoint_max_bytes = .*/checkpoint_max_bytes = 1048576/' %[1]s && grep -q '^checkpoint_max_bytes = 1048576$' %[1]s", conf))
+	t.Cleanup(func() {
+		g.Run(t, fmt.Sprintf("mv %[1]s.orig %[1]s && systemctl restart minicri.service", conf))
+		waitFor(t, "the daemon restarted with the shipped config to answer", g.Timeout(20*time.Second), func() bool {
+			_, err := d.Runtime.Version(context.Background(), "")
+			return err == nil
+		})
+	})
+	g.Run(t, "systemctl restart minicri.service && rm -f "+shellQuote(archive))
+	waitFor(t, "the restarted daemon to answer", g.Timeout(20*time.Second), func() bool {
+		_, err := d.Runtime.ContainerStatus(context.Background(), id, false)
+		return err == nil
+	})
+	err = checkpoint()
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(fmt.Sprint(err), "checkpoint_max_bytes") {
+		t.Errorf("CheckpointContainer past runtime.checkpoint_max_bytes: %v, want ResourceExhausted naming the key", err)
+	}
+	if left := g.Run(t, fmt.Sprintf("ls -d %s /var/lib/minicri/%s/%s 2>/dev/null || true", shellQuote(archive), "checkpoints", id)); strings.TrimSpace(left) != "" {
+		t.Errorf("a checkpoint past the limit left behind: %s", left)
+	}
 }

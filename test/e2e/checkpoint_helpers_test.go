@@ -117,3 +117,30 @@ func (a *checkpointArchive) rootfsDiffFiles(t *testing.T) map[string]string {
 		out[hdr.Name] = string(body)
 	}
 }
+
+// rootfsDiffSizes reads a rootfs-diff.tar whole and returns each entry's
+// size as read back (a sparse entry's holes included).
+func rootfsDiffSizes(t *testing.T, path string) map[string]int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]int64{}
+	tr := tar.NewReader(f)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		n, err := io.Copy(io.Discard, tr)
+		if err != nil {
+			t.Fatalf("%s entry %s: %v", path, hdr.Name, err)
+		}
+		out[hdr.Name] = n
+	}
+}

@@ -3,8 +3,6 @@
 package e2e
 
 import (
-	"archive/tar"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,29 +72,11 @@ func TestCheckpointRootfsDiffOfAnAttackersContainer(t *testing.T) {
 	if fi.Size() > 1<<20 {
 		t.Errorf("rootfs-diff.tar is %d bytes for a container that wrote some KiB", fi.Size())
 	}
-	f, err = os.Open(diffPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	found := map[string]int64{}
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
+	found := rootfsDiffSizes(t, diffPath)
+	for name := range found {
+		if strings.Contains(name, "other-pods") {
+			t.Errorf("rootfs-diff.tar holds %s", name)
 		}
-		if err != nil {
-			t.Fatalf("rootfs-diff.tar: %v", err)
-		}
-		if strings.Contains(hdr.Name, "other-pods") {
-			t.Errorf("rootfs-diff.tar holds %s", hdr.Name)
-		}
-		n, err := io.Copy(io.Discard, tr)
-		if err != nil {
-			t.Fatalf("rootfs-diff.tar entry %s: %v", hdr.Name, err)
-		}
-		found[hdr.Name] = n
 	}
 	if found["big"] != 1<<30 || found["h/mine"] != 5 {
 		t.Errorf("rootfs-diff.tar entries %v, want big of 1 GiB (read back whole) and h/mine", found)

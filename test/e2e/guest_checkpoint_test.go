@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"archive/tar"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -264,29 +262,11 @@ func TestGuestCheckpointRootfsOfAnAttackersContainer(t *testing.T) {
 			t.Errorf("deleted.files lists %s, an entry of the node's directory the image's link names (all: %v)", name, a.Deleted)
 		}
 	}
-	f, err := os.Open(filepath.Join(a.Dir, metadata.RootFsDiffTar))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	found := map[string]int64{}
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
+	found := rootfsDiffSizes(t, filepath.Join(a.Dir, metadata.RootFsDiffTar))
+	for name := range found {
+		if strings.Contains(name, "other-pods") {
+			t.Errorf("rootfs-diff.tar holds %s", name)
 		}
-		if err != nil {
-			t.Fatalf("rootfs-diff.tar: %v", err)
-		}
-		if strings.Contains(hdr.Name, "other-pods") {
-			t.Errorf("rootfs-diff.tar holds %s", hdr.Name)
-		}
-		n, err := io.Copy(io.Discard, tr)
-		if err != nil {
-			t.Fatalf("rootfs-diff.tar entry %s: %v", hdr.Name, err)
-		}
-		found[hdr.Name] = n
 	}
 	if found["big"] != 1<<30 || found["h/mine"] != 5 || found["noise"] != 2<<20 {
 		t.Errorf("rootfs-diff.tar entries %v, want big of 1 GiB (read back whole), h/mine and noise", found)

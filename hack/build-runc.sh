@@ -2,8 +2,10 @@
 # Builds a current runc, for the runtime handler "runc-current" (docs/security.md):
 # Debian 12's runc 1.1.5 cannot do idmapped mounts, which user-namespaced pods
 # (hostUsers: false) need. The release below comes from the Go module proxy,
-# with seccomp (cgo + libseccomp-dev), and is installed beside, never over,
-# Debian's /usr/sbin/runc:
+# with seccomp, linked statically (libseccomp's archive and glibc's, as runc's
+# own release binaries are), so that one build runs on every node the guest
+# stage boots, whatever its C library (Debian 11's glibc is older than the
+# host's). It is installed beside, never over, Debian's /usr/sbin/runc:
 #
 #   /usr/local/lib/minicri/runc-VERSION/runc
 #
@@ -22,7 +24,10 @@ if [ "${1:-}" = "--path" ]; then
 	echo "$out"
 	exit 0
 fi
-if [ -x "$out" ]; then
+# A dynamically linked one (what this script built before it linked
+# statically) is built again.
+static() { [ -x "$1" ] && ! ldd "$1" >/dev/null 2>&1; }
+if static "$out"; then
 	echo "$out"
 	exit 0
 fi
@@ -35,7 +40,7 @@ mkdir -p "$dir"
 # One build at a time: a second caller waits, then reuses.
 exec 9>"$dir/.lock"
 flock 9
-if [ -x "$out" ]; then
+if static "$out"; then
 	echo "$out"
 	exit 0
 fi
@@ -59,12 +64,17 @@ gobin=$(mktemp -d "$dir/.gobin.XXXXXX")
 trap 'rm -rf "$gobin"' EXIT
 # GOWORK=off and a neutral directory: no go.work or go.mod around the checkout
 # may take part; GOTOOLCHAIN=local: build with the installed Go, never download
-# another. The version stamp is what runc's Makefile sets.
+# another. The version stamp is what runc's Makefile sets; netgo and osusergo
+# keep glibc's NSS (which cannot be linked statically) out.
 (cd / && CGO_ENABLED=1 GOWORK=off GOTOOLCHAIN=local GOFLAGS=-mod=mod GOBIN="$gobin" \
-	go install -trimpath -tags seccomp \
-	-ldflags "-X main.version=${version#v}" \
+	go install -trimpath -tags "seccomp netgo osusergo" \
+	-ldflags "-X main.version=${version#v} -extldflags -static" \
 	"github.com/opencontainers/runc@$version")
 "$gobin/runc" --version >&2
+if ! static "$gobin/runc"; then
+	echo "build-runc: runc $version did not link statically" >&2
+	exit 1
+fi
 if ! "$gobin/runc" features | grep -A3 '"idmap"' | grep -q '"enabled": true'; then
 	echo "build-runc: runc $version does not report idmapped mount support" >&2
 	exit 1

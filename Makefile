@@ -118,16 +118,19 @@ e2e: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 	MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/
 
 # The guest stage (docs/development.md): the tests of test/e2e/guest_*_test.go
-# in a Debian 12 VM (systemd, cgroup v2, AppArmor, kernel 6.1) that
-# hack/build-guest.sh builds once into the cache, booted by qemu (TCG where
-# KVM cannot run a stock kernel). minicri goes in by make install.
-# make guest-test GUEST_RUN=TestGuestNode runs one test.
+# in a Debian VM (systemd, cgroup v2, AppArmor, the release's stock kernel)
+# that hack/build-guest.sh builds once per release into the cache, booted by
+# qemu (TCG where KVM cannot run a stock kernel). minicri goes in by make
+# install. make guest-test GUEST_RUN=TestGuestNode runs one test;
+# GUEST_RELEASE=trixie (6.12) or bullseye (5.10) boots another release than
+# bookworm (6.1).
 GUEST_RUN     ?= ^TestGuest
 GUEST_TIMEOUT ?= 20m
+GUEST_RELEASE ?= bookworm
 guest-test: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 	@hack/install-deps.sh guest
 	@hack/build-runc.sh >/dev/null
-	dir=$$(hack/build-guest.sh) && \
+	dir=$$(hack/build-guest.sh $(GUEST_RELEASE)) && \
 	MINICRI_GUEST_DIR=$$dir MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) \
 		$(GO) test -tags e2e,guest -count=1 -parallel 8 -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' -v ./test/e2e/
 

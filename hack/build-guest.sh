@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the guest VM of the guest test stage (make guest-test,
-# docs/development.md): a Debian 12 (bookworm) node with systemd as PID 1,
-# cgroup v2 only, AppArmor on and Debian's stock LTS kernel, from Debian's
-# packages only. It is cached outside the repository like the kubelet, so
+# docs/development.md): a Debian node with systemd as PID 1, cgroup v2 only,
+# AppArmor on and the release's stock kernel, from Debian's packages only.
+# RELEASE is bookworm (Debian 12, kernel 6.1: the default), trixie (Debian
+# 13, 6.12) or bullseye (Debian 11, 5.10). It is cached outside the repository like the kubelet, so
 # every clone and worktree on the machine shares one build:
 #
 #   DIR/vmlinuz      the guest's kernel, booted by qemu -kernel
@@ -11,22 +12,34 @@
 #   DIR/id_ed25519   the ssh key root in the guest accepts
 #   DIR/packages     the guest's package versions (dpkg -l)
 #
-# DIR is $MINICRI_CACHE/guest-bookworm-KEY, KEY the sha256 of this script
-# (which holds the package list and the whole configuration): any change to
-# it builds again.
+# DIR is $MINICRI_CACHE/guest-RELEASE-KEY, KEY the sha256 of this script
+# (which holds the package lists and the whole configuration): any change to
+# it builds every release again.
 #
-#   hack/build-guest.sh          build if needed; print DIR last
-#   hack/build-guest.sh --path   print DIR only, build nothing
+#   hack/build-guest.sh [RELEASE]          build if needed; print DIR last
+#   hack/build-guest.sh --path [RELEASE]   print DIR only, build nothing
 #
 # MINICRI_CACHE (default /var/cache/minicri-test) moves the cache. Needs root,
 # debootstrap and Debian's mirror (the one the host's apt uses, read at run time).
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
 
-suite=bookworm
+path_only=
+if [ "${1:-}" = "--path" ]; then
+	path_only=1
+	shift
+fi
+suite=${1:-bookworm}
+case "$suite" in
+bookworm | trixie | bullseye) ;;
+*)
+	echo "build-guest: release $suite: want bookworm, trixie or bullseye" >&2
+	exit 2
+	;;
+esac
 # What the guest runs beyond debootstrap's minbase. runc is not among them:
-# the guest runs the runc v1.5.2 that make deps builds (hack/build-runc.sh),
-# from the test's 9p share.
+# every release runs the static runc v1.5.2 that make deps builds
+# (hack/build-runc.sh), from the test's 9p share.
 packages=(
 	systemd-sysv udev kmod dbus          # systemd as PID 1; runc's systemd driver talks D-Bus
 	linux-image-amd64 initramfs-tools zstd
@@ -34,15 +47,21 @@ packages=(
 	openssh-server                       # how the host drives the guest
 	libseccomp2                          # runc v1.5.2 links it
 	apparmor                             # the parser that loads minicri's default profile
-	criu                                 # CheckpointContainer
 	procps psmisc jq curl                # what the tests inspect the guest with
+)
+# What only some releases have: installed where the release has a candidate,
+# and then named in DIR/packages; the tests that need a missing one skip
+# saying which.
+optional=(
+	criu             # CheckpointContainer
+	systemd-networkd # the guest's static address, a package of its own on newer releases
 )
 
 script="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 key=$(sha256sum "$script" | cut -c1-12)
 dir="${MINICRI_CACHE:-/var/cache/minicri-test}/guest-$suite-$key"
 
-if [ "${1:-}" = "--path" ]; then
+if [ -n "$path_only" ]; then
 	echo "$dir"
 	exit 0
 fi
@@ -115,10 +134,20 @@ printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 0755 "$root/usr/sbin/policy-rc.d"
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
 echo "deb $mirror $suite main" >"$root/etc/apt/sources.list"
+chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -q >"$work/apt.log" 2>&1 || {
+	tail -30 "$work/apt.log" >&2
+	exit 1
+}
+for p in "${optional[@]}"; do
+	if chroot "$root" apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+		packages+=("$p")
+	else
+		echo "build-guest: $suite has no $p" >&2
+	fi
+done
 echo "build-guest: installing ${packages[*]}" >&2
-chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -q >"$work/apt.log" 2>&1 &&
-	chroot "$root" env DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y -q --no-install-recommends "${packages[@]}" >>"$work/apt.log" 2>&1 || {
+chroot "$root" env DEBIAN_FRONTEND=noninteractive \
+	apt-get install -y -q --no-install-recommends "${packages[@]}" >>"$work/apt.log" 2>&1 || {
 	tail -30 "$work/apt.log" >&2
 	exit 1
 }

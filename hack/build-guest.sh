@@ -53,8 +53,7 @@ packages=(
 # and then named in DIR/packages; the tests that need a missing one skip
 # saying which.
 optional=(
-	criu             # CheckpointContainer
-	systemd-networkd # the guest's static address, a package of its own on newer releases
+	criu # CheckpointContainer
 )
 
 script="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
@@ -139,7 +138,7 @@ chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get update -q >"$work/apt.
 	exit 1
 }
 for p in "${optional[@]}"; do
-	if chroot "$root" apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+	if [[ "$(chroot "$root" apt-cache policy "$p" 2>/dev/null)" == *"Candidate: "[0-9]* ]]; then
 		packages+=("$p")
 	else
 		echo "build-guest: $suite has no $p" >&2

@@ -80,6 +80,8 @@ type Guest struct {
 	qemu    *exec.Cmd
 	exited  chan struct{}
 	master  *exec.Cmd
+
+	critestOnce sync.Once // critest's files written (Guest.critest)
 }
 
 var (

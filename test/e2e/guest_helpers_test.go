@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os/exec"
@@ -222,4 +223,50 @@ func (g *Guest) hostURL(t *testing.T, u string) string {
 func (g *Guest) systemdProperty(t *testing.T, unit, prop string) string {
 	t.Helper()
 	return strings.TrimSpace(g.Run(t, fmt.Sprintf("systemctl show -p %s --value %s", prop, shellQuote(unit))))
+}
+
+// kernelFeatures is what the guest's minicri found its kernel can do, as
+// its verbose Status reports it (internal/kernelfeat): each feature's name
+// and "yes", or "no: why".
+func (g *Guest) kernelFeatures(t *testing.T, d *Daemon) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
+	defer cancel()
+	st, err := d.Runtime.Status(ctx, true)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	feats := map[string]string{}
+	if err := json.Unmarshal([]byte(st.GetInfo()["kernelFeatures"]), &feats); err != nil || len(feats) == 0 {
+		t.Fatalf("Status info kernelFeatures %q: %v", st.GetInfo()["kernelFeatures"], err)
+	}
+	return feats
+}
+
+// missingKernelFeatures names those of features the guest's kernel lacks,
+// each with kernelfeat's reason, or "" when it has them all.
+func (g *Guest) missingKernelFeatures(t *testing.T, d *Daemon, features ...string) string {
+	t.Helper()
+	have := g.kernelFeatures(t, d)
+	var missing []string
+	for _, f := range features {
+		a, ok := have[f]
+		if !ok {
+			t.Fatalf("Status reports no kernel feature %q (it has %v)", f, have)
+		}
+		if a != "yes" {
+			missing = append(missing, f+" ("+a+")")
+		}
+	}
+	return strings.Join(missing, ", ")
+}
+
+// needsKernel skips the test when the guest's kernel lacks one of
+// features, naming each and why, as minicri's probe found it: what a test
+// needs of the kernel is a feature, never a release.
+func (g *Guest) needsKernel(t *testing.T, d *Daemon, features ...string) {
+	t.Helper()
+	if missing := g.missingKernelFeatures(t, d, features...); missing != "" {
+		t.Skipf("kernel %s lacks %s", g.KernelRelease, missing)
+	}
 }

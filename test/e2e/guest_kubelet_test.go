@@ -100,12 +100,13 @@ spec:
 // on 127.0.0.1:10250 open to anonymous callers). When the test ends it
 // removes the static pods, stops the kubelet, removes the pods it left in
 // minicri and fails the test if anything of them stayed in the guest.
-func (g *Guest) startKubelet(t *testing.T, d *Daemon) {
+// extra is added to the configuration (top-level YAML keys).
+func (g *Guest) startKubelet(t *testing.T, d *Daemon, extra ...string) {
 	t.Helper()
 	if os.Getenv(kubeletEnv) == "" {
 		t.Fatalf("%s is not set: the guest stage runs the real kubelet (make guest-test sets it)", kubeletEnv)
 	}
-	g.WriteFile(t, "/etc/kubernetes/kubelet.yaml", []byte(guestKubeletConfig), 0o644)
+	g.WriteFile(t, "/etc/kubernetes/kubelet.yaml", []byte(guestKubeletConfig+strings.Join(extra, "")), 0o644)
 	g.WriteFile(t, "/etc/systemd/system/kubelet.service", []byte(guestKubeletUnit), 0o644)
 	g.Run(t, "mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl start kubelet.service")
 	t.Cleanup(func() {

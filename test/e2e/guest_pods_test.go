@@ -275,9 +275,10 @@ func TestGuestSharedPID(t *testing.T) {
 
 // TestGuestUserNamespace runs a hostUsers: false pod. Status must say what
 // the node can do: where it advertises user namespaces for the default
-// handler the pod runs with the mapping asked for; where it does not (a
-// kernel that cannot idmap a tmpfs, before 6.3), the pod is refused at
-// once with an error that says why.
+// handler the pod runs with the mapping asked for; where it does not, its
+// kernelFeatures name what the kernel lacks (idmapped tmpfs mounts before
+// 6.3, idmapped layers before 5.12/5.19), and the pod is refused at once
+// with an error that names the same feature.
 func TestGuestUserNamespace(t *testing.T) {
 	t.Parallel()
 	g, d := guestTest(t)
@@ -298,6 +299,10 @@ func TestGuestUserNamespace(t *testing.T) {
 	ids := []*runtime.IDMapping{{HostId: 17 << 16, ContainerId: 0, Length: 1 << 16}}
 	ns := &runtime.NamespaceOption{UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: ids, Gids: ids}}
 	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: ns}
+	missing := g.missingKernelFeatures(t, d, guestUsernsKernel...)
+	if advertised != (missing == "") {
+		t.Fatalf("Status: user namespaces advertised %t, but the kernel lacks %q", advertised, missing)
+	}
 	if !advertised {
 		id, err := d.Runtime.RunPodSandbox(ctx, cfg, "")
 		if err == nil {
@@ -305,8 +310,12 @@ func TestGuestUserNamespace(t *testing.T) {
 			_ = d.Runtime.RemovePodSandbox(ctx, id)
 			t.Fatalf("a hostUsers: false pod ran although Status does not advertise user namespaces")
 		}
-		if !strings.Contains(strings.ToLower(err.Error()), "user namespace") {
-			t.Errorf("RunPodSandbox refused the pod with %v, want an error naming user namespaces", err)
+		named := false
+		for _, f := range guestUsernsKernel {
+			named = named || strings.Contains(missing, f) && strings.Contains(err.Error(), f)
+		}
+		if !strings.Contains(strings.ToLower(err.Error()), "user namespace") || !named {
+			t.Errorf("RunPodSandbox refused the pod with %v, want an error naming user namespaces and what the kernel lacks (%s)", err, missing)
 		}
 		return
 	}

@@ -37,6 +37,7 @@ func TestGuestCheckpointRestore(t *testing.T) {
 	g := bootedGuest(t)
 	g.LogJournalOnFailure(t)
 	d := g.CRI(t)
+	g.needsCRIU(t, d)
 	g.startKubelet(t, d)
 
 	manifest := fmt.Sprintf(`apiVersion: v1
@@ -204,6 +205,7 @@ func checkpointctlReads(t *testing.T, archive, container string) {
 // ResourceExhausted and leaves neither an archive nor its staging behind.
 func TestGuestCheckpointRootfsOfAnAttackersContainer(t *testing.T) {
 	g, d := guestTest(t)
+	g.needsCRIU(t, d)
 	secrets := "/var/lib/guest-secret-" + randomHex(4)
 	names := []string{"other-pods-volume", "other-pods-secret"}
 	g.Run(t, fmt.Sprintf("mkdir -p %[1]s && touch %[1]s/%s %[1]s/%s", secrets, names[0], names[1]))

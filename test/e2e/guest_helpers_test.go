@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -269,4 +271,40 @@ func (g *Guest) needsKernel(t *testing.T, d *Daemon, features ...string) {
 	if missing := g.missingKernelFeatures(t, d, features...); missing != "" {
 		t.Skipf("kernel %s lacks %s", g.KernelRelease, missing)
 	}
+}
+
+// needsCRIU skips the test when the guest's minicri finds no working CRIU
+// (Status's checkpoint, as `crictl info` shows it: some releases package
+// none), after checking that a checkpoint is then refused with the reason
+// Status gives: FailedPrecondition, nothing half made.
+func (g *Guest) needsCRIU(t *testing.T, d *Daemon) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(time.Minute))
+	defer cancel()
+	st, err := d.Runtime.Status(ctx, true)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	var ckpt struct {
+		Available bool
+		Reason    string
+	}
+	if err := json.Unmarshal([]byte(st.GetInfo()["checkpoint"]), &ckpt); err != nil {
+		t.Fatalf("Status info checkpoint %q: %v", st.GetInfo()["checkpoint"], err)
+	}
+	if ckpt.Available {
+		return
+	}
+	if ckpt.Reason == "" {
+		t.Fatalf("Status: checkpoint unavailable without a reason")
+	}
+	_, id := g.sleeper(t, d, "nocriu")
+	err = d.Runtime.CheckpointContainer(ctx, &runtime.CheckpointContainerRequest{ContainerId: id, Location: "/tmp/nocriu-" + randomHex(4) + ".tar"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), ckpt.Reason) {
+		t.Errorf("CheckpointContainer without CRIU: %v, want FailedPrecondition saying %q", err, ckpt.Reason)
+	}
+	if out := strings.TrimSpace(g.Run(t, "ls /tmp/nocriu-* 2>/dev/null; true")); out != "" {
+		t.Errorf("a refused checkpoint left %s", out)
+	}
+	t.Skipf("the node has no working CRIU: %s", ckpt.Reason)
 }

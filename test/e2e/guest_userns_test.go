@@ -33,10 +33,6 @@ spec:
     image: %s
     imagePullPolicy: Never
     command: ["sh", "-c", "echo secret >/%s; echo secret >/vol/%s; touch /tmp/ready; exec sleep 3600"]
-    readinessProbe:
-      exec:
-        command: ["cat", "/tmp/ready"]
-      periodSeconds: 2
     volumeMounts:
     - name: vol
       mountPath: /vol
@@ -62,14 +58,16 @@ func TestGuestKubeletUserNamespace(t *testing.T) {
 	g.startKubelet(t, d, "featureGates:\n  UserNamespacesHostNetworkSupport: true\n")
 
 	marker := "minicri-e2e-userns-" + randomHex(8)
-	pods := map[string]bool{"userns": false, "userns-hostnet": true}
+	pods := map[string]bool{"userns-podnet": false, "userns-hostnet": true}
 	for name, hostNet := range pods {
 		g.WriteFile(t, "/etc/kubernetes/manifests/"+name+".yaml",
 			[]byte(fmt.Sprintf(guestUsernsPod, name, hostNet, guestBusyboxRef, marker, marker)), 0o644)
 	}
 	hostIDs := map[string]int{}
 	for name, hostNet := range pods {
-		pod := g.waitKubeletPod(t, name, "Ready", g.Timeout(2*time.Minute), podReady)
+		// Running, not Ready: an exec probe's one-second timeout does not
+		// hold under TCG with two pods starting.
+		pod := g.waitKubeletPod(t, name, "Running", g.Timeout(2*time.Minute), running)
 		ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(30*time.Second))
 		cs, err := d.Runtime.ListContainers(ctx, &runtime.ContainerFilter{
 			State:         &runtime.ContainerStateValue{State: runtime.ContainerState_CONTAINER_RUNNING},
@@ -79,6 +77,10 @@ func TestGuestKubeletUserNamespace(t *testing.T) {
 			t.Fatalf("%s: the running containers in minicri: %v %v", name, cs, err)
 		}
 		id := cs[0].GetId()
+		waitFor(t, name+" to write its files", g.Timeout(30*time.Second), func() bool {
+			_, _, code := g.execSync(t, d, id, "test", "-e", "/tmp/ready")
+			return code == 0
+		})
 		hostIDs[name] = g.checkUsernsContainer(t, d, name, id, string(pod.UID), marker)
 		links, _, _ := g.execSync(t, d, id, "ls", "/sys/class/net")
 		hostLinks := g.Run(t, "ls /sys/class/net")
@@ -89,8 +91,8 @@ func TestGuestKubeletUserNamespace(t *testing.T) {
 			t.Errorf("%s: pod IP %s is not one of the node's addresses", name, pod.Status.PodIP)
 		}
 	}
-	if hostIDs["userns"] == hostIDs["userns-hostnet"] {
-		t.Errorf("both pods have host ID %d: the kubelet gives each pod a range of its own", hostIDs["userns"])
+	if hostIDs["userns-podnet"] == hostIDs["userns-hostnet"] {
+		t.Errorf("both pods have host ID %d: the kubelet gives each pod a range of its own", hostIDs["userns-podnet"])
 	}
 
 	// What the pods wrote: root finds it, nobody must not.

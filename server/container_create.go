@@ -23,7 +23,7 @@ import (
 // container then waits for StartContainer.
 func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContainerRequest) (*runtime.CreateContainerResponse, error) {
 	cfg := req.GetConfig()
-	if err := validateContainerConfig(cfg); err != nil {
+	if err := validateContainerConfig(cfg, hostSELinux()); err != nil {
 		return nil, toStatus(err)
 	}
 	sbID, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())

@@ -71,7 +71,7 @@ const podShmSize = 64 << 20
 // be that namespace's init.
 func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRequest) (*runtime.RunPodSandboxResponse, error) {
 	cfg := req.GetConfig()
-	if err := validateSandboxConfig(cfg); err != nil {
+	if err := validateSandboxConfig(cfg, hostSELinux()); err != nil {
 		return nil, toStatus(err)
 	}
 	if err := s.checkHostPorts(cfg); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -213,29 +214,31 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err != nil {
 		return err
 	}
-	spec, err := s.writeBundle(ctx, rec, sb, sbCfg, cfg, img, refs)
-	if err != nil {
-		s.cancelMonitor(c, monitor)
+	if err := step(ctx, stepOf{phase: "bundle", crash: "container-after-bundle"}, func(ctx context.Context) error {
+		spec, err := s.writeBundle(ctx, rec, sb, sbCfg, cfg, img, refs)
+		if err != nil {
+			s.cancelMonitor(c, monitor)
+			return err
+		}
+		rec.CgroupsPath, rec.User = spec.Linux.CgroupsPath, specUser(spec)
+		return nil
+	}); err != nil {
 		return err
 	}
-	rec.CgroupsPath = spec.Linux.CgroupsPath
-	rec.User = specUser(spec)
-	phaseDone(ctx, "bundle")
-	crashPoint("container-after-bundle")
-	// The runtime's create runs in the monitor: its span is the wait for it.
-	createCtx, span := tracing.Start(ctx, "runtime.create", tracing.ContainerID.String(id), tracing.Handler.String(rec.Handler))
-	rec.Monitor, err = s.finishMonitor(createCtx, c, rec, monitor)
-	tracing.End(span, err)
-	if err != nil {
+	// The runtime's create runs in the monitor: its span is the wait for
+	// it. At the crash point a monitor runs that no record names yet.
+	if err := step(ctx, stepOf{phase: "monitor_runtime_create", crash: "container-after-monitor",
+		span: "runtime.create", attrs: []attribute.KeyValue{tracing.ContainerID.String(id), tracing.Handler.String(rec.Handler)},
+	}, func(ctx context.Context) (err error) {
+		rec.Monitor, err = s.finishMonitor(ctx, c, rec, monitor)
+		return err
+	}); err != nil {
 		return err
 	}
-	phaseDone(ctx, "monitor_runtime_create")
-	crashPoint("container-after-monitor") // a monitor runs that no record names yet
 	rec.State = stateCreated
-	if err := s.containers.Put(id, rec); err != nil {
+	if err := step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.containers.Put(id, rec) }); err != nil {
 		return err
 	}
-	phaseDone(ctx, "record")
 	_ = s.transition(ctx, c, rec, created)
 	s.watchContainer(rec)
 	return nil

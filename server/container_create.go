@@ -193,24 +193,7 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err := s.transition(ctx, c, rec, creating); err != nil {
 		return err
 	}
-	// A shared monitor's join begins before the bundle is written: its
-	// helper starts and prepares meanwhile, in the bundle directory and
-	// with the log's, and creates once the bundle is complete.
-	if err := os.MkdirAll(rec.Bundle, 0o700); err != nil {
-		return fmt.Errorf("create bundle: %w", err)
-	}
-	if rec.LogPath != "" {
-		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
-			return fmt.Errorf("create log dir: %w", err)
-		}
-	}
-	opts, err := s.monitorOptions(rec, rt, cfg)
-	if err != nil {
-		return err
-	}
-	opts.Rootfs, opts.RootfsStage = s.rootfsStageOf(rec.ID, sb, sbCfg)
-	opts.SysStage = s.sysStageOf(sb, sbCfg)
-	monitor, err := s.beginMonitor(ctx, c, rec, opts)
+	monitor, err := s.prepareMonitor(ctx, c, rec, rt, sb, sbCfg, cfg)
 	if err != nil {
 		return err
 	}
@@ -242,6 +225,28 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	_ = s.transition(ctx, c, rec, created)
 	s.watchContainer(rec)
 	return nil
+}
+
+// prepareMonitor makes the bundle and log directories and begins the
+// container's monitor: a shared monitor's join begins before the bundle is
+// written, so that its helper starts and prepares meanwhile, in the bundle
+// directory and with the log's, and creates once the bundle is complete.
+func (s *Server) prepareMonitor(ctx context.Context, c *container, rec containerRecord, rt monitorRuntime, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig) (*monitorStart, error) {
+	if err := os.MkdirAll(rec.Bundle, 0o700); err != nil {
+		return nil, fmt.Errorf("create bundle: %w", err)
+	}
+	if rec.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
+			return nil, fmt.Errorf("create log dir: %w", err)
+		}
+	}
+	opts, err := s.monitorOptions(rec, rt, cfg)
+	if err != nil {
+		return nil, err
+	}
+	opts.Rootfs, opts.RootfsStage = s.rootfsStageOf(rec.ID, sb, sbCfg)
+	opts.SysStage = s.sysStageOf(sb, sbCfg)
+	return s.beginMonitor(ctx, c, rec, opts)
 }
 
 // writeBundle mounts the container's root filesystem and writes

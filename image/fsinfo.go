@@ -20,7 +20,7 @@ import (
 // was added or removed meanwhile: the kubelet asks every few seconds, and a
 // walk of the store, which holds the containers' writable layers too, costs
 // what the pods wrote.
-var usageTTL = 10 * time.Second
+const usageTTL = 10 * time.Second
 
 // usageName, in the store's root, keeps the last measure for the next
 // start: the kubelet's image client asks ImageFsInfo first thing, and a
@@ -50,7 +50,7 @@ func (s *Store) FsInfo() (FsUsage, error) {
 		return FsUsage{}, err
 	}
 	if u := s.lastUsage(); u != nil && u.Gen == c.gen {
-		if time.Since(u.At) >= usageTTL {
+		if s.opts.Hooks.now().Sub(u.At) >= usageTTL {
 			s.refreshUsage()
 		}
 		return u.Usage, nil
@@ -110,7 +110,7 @@ func (s *Store) measureUsage(gen uint64) (*usageCache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("image store usage: %w", err)
 	}
-	u := &usageCache{Gen: gen, At: time.Now(), Usage: FsUsage{Mountpoint: mountpoint, UsedBytes: bytes, InodesUsed: inodes}}
+	u := &usageCache{Gen: gen, At: s.opts.Hooks.now(), Usage: FsUsage{Mountpoint: mountpoint, UsedBytes: bytes, InodesUsed: inodes}}
 	s.mu.Lock()
 	if s.usage == nil || s.usage.Gen <= gen {
 		s.usage = u

@@ -11,6 +11,7 @@
 package image
 
 import (
+	"cmp"
 	"errors"
 	"time"
 
@@ -82,6 +83,39 @@ type Options struct {
 	Limits Limits
 	// Log receives pull progress (info) and repair notes (warnings); default logrus.StandardLogger().
 	Log logrus.FieldLogger
+	// Hooks are what a test may replace; the zero value is the daemon's.
+	Hooks Hooks
+}
+
+// Hooks are the store's seams: a field left zero takes the real thing.
+type Hooks struct {
+	// Now is the clock the disk usage measures are aged by (default
+	// time.Now): a test moves it past usageTTL instead of waiting.
+	Now func() time.Time
+	// WalkUpper measures a container's upper dir (default diskUsage): a
+	// test makes one slow to walk.
+	WalkUpper func(upper string) (bytes, inodes uint64, err error)
+	// ProgressInterval is how often a pull logs the layers still
+	// downloading (default 5 s).
+	ProgressInterval time.Duration
+}
+
+func (h Hooks) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
+}
+
+func (h Hooks) walkUpper(upper string) (bytes, inodes uint64, err error) {
+	if h.WalkUpper != nil {
+		return h.WalkUpper(upper)
+	}
+	return diskUsage(upper)
+}
+
+func (h Hooks) progressInterval() time.Duration {
+	return cmp.Or(h.ProgressInterval, 5*time.Second)
 }
 
 // Auth holds the CRI AuthConfig fields for one pull.

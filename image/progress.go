@@ -9,9 +9,6 @@ import (
 	"github.com/sirupsen/logrus"
 )
 
-// progressInterval is how often a pull logs the layers still downloading.
-var progressInterval = 5 * time.Second
-
 // ProgressLimit is the least a layer download must move: MinRate bytes a
 // second on average over every Window of it (image.pull_progress_timeout,
 // image.pull_progress_min_rate). containerd cancels a pull only when no byte
@@ -82,7 +79,7 @@ func (e *StalledError) Unwrap() error { return ErrUnavailable }
 // pullProgress watches one pull's downloads (its manifests, config,
 // layers, and the signatures and referrers its policy asks for), from the request until the last byte is in (never a layer's
 // unpacking, nor the wait for a download slot): it logs each layer when it
-// is in (size, time, rate) and every progressInterval the downloads still
+// is in (size, time, rate) and every Hooks.ProgressInterval the downloads still
 // coming, and calls stalled with a *StalledError when one moves less than
 // the limit asks. All methods accept a nil receiver (no logging, no limit).
 type pullProgress struct {
@@ -115,12 +112,11 @@ func (l *layerProgress) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// newPullProgress starts watching; stalled is called at most once.
-func newPullProgress(log logrus.FieldLogger, limit ProgressLimit, stalled func(error)) *pullProgress {
+// newPullProgress starts watching, logging every interval; stalled is
+// called at most once.
+func newPullProgress(log logrus.FieldLogger, limit ProgressLimit, interval time.Duration, stalled func(error)) *pullProgress {
 	p := &pullProgress{log: log, limit: limit, stalled: stalled, busy: map[*layerProgress]bool{}, done: make(chan struct{})}
-	// Read here, not in the goroutine: one that starts late, after its
-	// pull ended, must not read the setting while a test changes it.
-	go p.run(progressInterval)
+	go p.run(interval)
 	return p
 }
 

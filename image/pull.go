@@ -97,7 +97,7 @@ func (s *Store) remoteSourceFor(named reference, auth *Auth, live *Reloadable, s
 		return nil, nil, err
 	}
 	log := s.log.WithField("image", named.String())
-	progress := newPullProgress(log, live.PullProgress, func(err error) { stalled(err) })
+	progress := newPullProgress(log, live.PullProgress, s.opts.Hooks.progressInterval(), func(err error) { stalled(err) })
 	return &remoteSource{eps: eps, progress: progress, log: log}, progress.stop, nil
 }
 

@@ -401,16 +401,13 @@ func (s *slowReader) Read(p []byte) (int, error) {
 }
 
 func TestPullLogsProgress(t *testing.T) {
-	old := progressInterval
-	progressInterval = 20 * time.Millisecond
-	t.Cleanup(func() { progressInterval = old })
 	reg := registry.Start(t, registry.Options{})
 	p := push(t, reg, "progress:1", tim.Busybox(t))
 	px := startProxy(t, reg.Host())
 	px.setTamper(func(_ string, body io.ReadCloser) io.ReadCloser { return &pacedReader{ReadCloser: body} })
 	log, hook := logtest.NewNullLogger()
 	log.SetLevel(logrus.InfoLevel)
-	s := newTestStore(t, Options{Log: log})
+	s := newTestStore(t, Options{Log: log, Hooks: Hooks{ProgressInterval: 20 * time.Millisecond}})
 	if _, err := s.Pull(testContext(t), px.host()+"/progress:1", nil); err != nil {
 		t.Fatal(err)
 	}

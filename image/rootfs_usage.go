@@ -17,10 +17,7 @@ var ErrNotMeasured = errors.New("writable layer not measured yet")
 // for its walk: long enough for any layer a container normally writes, so
 // that its first stats are complete; short enough that a layer built to be
 // slow to walk does not hold the call.
-var firstMeasureWait = time.Second
-
-// walkUpper measures an upper dir (a test makes it slow).
-var walkUpper = diskUsage
+const firstMeasureWait = time.Second
 
 // rootfsMeasure is the last measure of one container's upper dir.
 type rootfsMeasure struct {
@@ -106,7 +103,7 @@ func (s *Store) askRootfsUsage(id string) *rootfsMeasure {
 		m = &rootfsMeasure{measured: make(chan struct{})}
 		u.byID[id] = m
 	}
-	if m.queued || (!m.at.IsZero() && time.Since(m.at) < usageTTL) {
+	if m.queued || (!m.at.IsZero() && s.opts.Hooks.now().Sub(m.at) < usageTTL) {
 		return m
 	}
 	m.queued = true
@@ -139,7 +136,7 @@ func (s *Store) walkRootfsUsages() {
 
 func (s *Store) measureRootfs(id string) {
 	upper := s.upperDir(id)
-	bytes, inodes, err := walkUpper(upper)
+	bytes, inodes, err := s.opts.Hooks.walkUpper(upper)
 	if _, statErr := os.Stat(upper); statErr != nil {
 		s.forgetRootfsUsage(id) // removed meanwhile
 		return
@@ -152,7 +149,7 @@ func (s *Store) measureRootfs(id string) {
 		return // forgotten meanwhile
 	}
 	m.queued = false
-	m.at = time.Now()
+	m.at = s.opts.Hooks.now()
 	switch {
 	case err == nil:
 		m.usage, m.err = FsUsage{Mountpoint: upper, UsedBytes: bytes, InodesUsed: inodes}, nil

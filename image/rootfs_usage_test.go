@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +18,18 @@ import (
 // later asks answer the last measure while the walker takes a new one, a
 // layer slow to walk holds no call, and a removed rootfs is forgotten.
 func TestRootfsUsageWalksOutsideTheCall(t *testing.T) {
-	defer func(ttl, wait time.Duration) { usageTTL, firstMeasureWait = ttl, wait }(usageTTL, firstMeasureWait)
-	usageTTL = time.Hour
-	s := newTestStore(t, Options{})
+	clock := newStoppedClock()
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	free := func() { releaseOnce.Do(func() { close(release) }) }
+	defer free() // a failed test leaves no walker waiting
+	walk := func(root string) (uint64, uint64, error) {
+		if filepath.Base(filepath.Dir(root)) == "ctr2" {
+			<-release
+		}
+		return diskUsage(root)
+	}
+	s := newTestStore(t, Options{Hooks: Hooks{Now: clock.now, WalkUpper: walk}})
 	img := importImages(t, s, map[string]v1.Image{"example.com/multi:1": tim.MultiLayer(t)})[0]
 	if err := s.PrepareRootfs("ctr1", img.ID); err != nil {
 		t.Fatal(err)
@@ -42,31 +53,20 @@ func TestRootfsUsageWalksOutsideTheCall(t *testing.T) {
 		t.Fatalf("fresh RootfsUsage = %+v, %v; want the last measure %+v", got, err, first)
 	}
 	// Stale: still answered at once; the walk after it sees the write.
-	usageTTL = 0
+	clock.advance(usageTTL)
 	if _, err := s.RootfsUsage("ctr1"); err != nil {
 		t.Fatal(err)
 	}
 	waitUsage(t, s, "ctr1", func(u FsUsage) bool { return u.UsedBytes >= first.UsedBytes+1<<20 })
-	usageTTL = time.Hour
-	waitWalkerIdle(t, s) // before walkUpper changes under it
 
 	// A layer slow to walk: the first ask gives up after firstMeasureWait.
 	if err := s.PrepareRootfs("ctr2", img.ID); err != nil {
 		t.Fatal(err)
 	}
-	release := make(chan struct{})
-	walkUpper = func(root string) (uint64, uint64, error) {
-		if filepath.Base(filepath.Dir(root)) == "ctr2" {
-			<-release
-		}
-		return diskUsage(root)
-	}
-	defer func() { waitWalkerIdle(t, s); walkUpper = diskUsage }()
-	firstMeasureWait = 50 * time.Millisecond
 	if _, err := s.RootfsUsage("ctr2"); !errors.Is(err, ErrNotMeasured) {
 		t.Errorf("RootfsUsage of a layer under its first walk = %v, want ErrNotMeasured", err)
 	}
-	close(release)
+	free()
 	waitUsage(t, s, "ctr2", func(u FsUsage) bool { return u.Mountpoint == s.upperDir("ctr2") })
 
 	// Removed: forgotten, and unknown.
@@ -83,21 +83,6 @@ func TestRootfsUsageWalksOutsideTheCall(t *testing.T) {
 	s.rootfsUsage.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d measures kept after every rootfs was removed", left)
-	}
-}
-
-func waitWalkerIdle(t *testing.T, s *Store) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		s.rootfsUsage.mu.Lock()
-		walking := s.rootfsUsage.walking
-		s.rootfsUsage.mu.Unlock()
-		if !walking {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the walker still walks after 10 s")
-		}
 	}
 }
 
@@ -185,3 +170,16 @@ func link(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// stoppedClock is a Hooks.Now that moves only when told: a measure stays
+// fresh however slow the machine, and is stale the moment a test says.
+type stoppedClock struct{ at atomic.Int64 }
+
+func newStoppedClock() *stoppedClock {
+	c := &stoppedClock{}
+	c.at.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *stoppedClock) now() time.Time          { return time.Unix(0, c.at.Load()) }
+func (c *stoppedClock) advance(d time.Duration) { c.at.Add(int64(d)) }

@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -189,8 +191,12 @@ func parsePolicy(file string, data []byte) (*policy, error) {
 	if p.def, err = parseRequirements(pj.Default, "default"); err != nil {
 		return nil, err
 	}
-	for transport, scopes := range pj.Transports {
-		for scope, raw := range scopes {
+	// In order, so that a file with several faults is refused naming the
+	// same one every time.
+	for _, transport := range slices.Sorted(maps.Keys(pj.Transports)) {
+		scopes := pj.Transports[transport]
+		for _, scope := range slices.Sorted(maps.Keys(scopes)) {
+			raw := scopes[scope]
 			key := fmt.Sprintf("transports.%s.%q", transport, scope)
 			if len(raw) == 0 {
 				return nil, fmt.Errorf("%s: no requirements", key)
@@ -702,29 +708,42 @@ func (m identityRule) matches(img identity, signedRef string) bool {
 	case "exactRepository":
 		return signed.repo == m.reference.repo
 	case "remapIdentity":
-		return repoDigestOrExact(m.remap(img), signed)
+		remapped, ok := m.remap(img)
+		return ok && repoDigestOrExact(remapped, signed)
 	}
 	return false
 }
 
 // repoDigestOrExact: an image pulled by tag needs a signature for that
-// tag; one pulled by digest, a signature for any tag of its repository
-// (the digest itself is checked against the payload's).
+// tag; one pulled by digest alone, a signature for any tag of its
+// repository (the digest itself is checked against the payload's); one
+// pulled by tag and digest, a signature naming both.
 func repoDigestOrExact(img, signed identity) bool {
 	if signed.tag == "" && signed.digest == "" {
 		return false
 	}
-	if img.digest != "" {
+	if img.digest != "" && img.tag == "" {
 		return signed.repo == img.repo
 	}
 	return signed.String() == img.String()
 }
 
-// remap replaces the rule's prefix of img's repository by signedPrefix.
-func (m identityRule) remap(img identity) identity {
-	repo := img.repo
-	if repo == m.prefix || strings.HasPrefix(repo, m.prefix+"/") {
-		img.repo = m.signedTo + strings.TrimPrefix(repo, m.prefix)
+// prefixMatches: the rule's prefix is img's repository or a namespace
+// above it, compared whole ("r.io/team" names "r.io/team/app", never
+// "r.io/teams/app"; a host's port is part of it).
+func (m identityRule) prefixMatches(img identity) bool {
+	return img.repo == m.prefix || strings.HasPrefix(img.repo, m.prefix+"/")
+}
+
+// remap replaces the rule's prefix of img's repository by signedPrefix. A
+// result that is not a reference in its full form (a host that would read
+// as a repository of docker.io, a tag where a port would be) is not a
+// reference: false, as containers/image refuses it.
+func (m identityRule) remap(img identity) (identity, bool) {
+	if !m.prefixMatches(img) {
+		return img, true
 	}
-	return img
+	img.repo = m.signedTo + strings.TrimPrefix(img.repo, m.prefix)
+	again, err := parseIdentity(img.String())
+	return img, err == nil && again == img
 }

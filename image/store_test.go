@@ -200,10 +200,9 @@ func len64[T any](s []T) uint64 { return uint64(len(s)) }
 // than usageTTL is answered, and a new one taken in the background. A
 // restarted daemon's first call answers the last daemon's measure.
 func TestFsInfoWalksOutsideTheCall(t *testing.T) {
-	defer func(ttl time.Duration) { usageTTL = ttl }(usageTTL)
-	usageTTL = time.Hour
+	clock := newStoppedClock()
 	root := t.TempDir()
-	s := newTestStore(t, Options{Root: root})
+	s := newTestStore(t, Options{Root: root, Hooks: Hooks{Now: clock.now}})
 	first, err := s.FsInfo()
 	if err != nil {
 		t.Fatal(err)
@@ -221,12 +220,12 @@ func TestFsInfoWalksOutsideTheCall(t *testing.T) {
 		}
 	}
 	// A restart: the new store answers the kept measure without a walk.
-	restarted := newTestStore(t, Options{Root: root})
+	restarted := newTestStore(t, Options{Root: root, Hooks: Hooks{Now: clock.now}})
 	if got, err := restarted.FsInfo(); err != nil || got != first {
 		t.Fatalf("restarted FsInfo = %+v, %v; want the kept measure %+v", got, err, first)
 	}
 	// Stale: the call answers at once, the walk after it sees the writes.
-	usageTTL = 0
+	clock.advance(usageTTL)
 	if got, err := restarted.FsInfo(); err != nil || got != first {
 		t.Fatalf("stale FsInfo = %+v, %v; want the last measure %+v", got, err, first)
 	}

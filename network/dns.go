@@ -22,9 +22,8 @@ type HostAlias struct {
 // fsync: they live in the run dir, which does not outlive a reboot anyway.
 const podFileMode = 0o644
 
-// hostResolvConf is the file a pod without DNS settings gets a copy of;
-// a variable so that tests can point it elsewhere.
-var hostResolvConf = "/etc/resolv.conf"
+// hostResolvConf is the file a pod without DNS settings gets a copy of.
+const hostResolvConf = "/etc/resolv.conf"
 
 // WriteResolvConf writes a pod's resolv.conf. With no servers, searches or
 // options at all it copies the host's /etc/resolv.conf, as containerd does:
@@ -36,8 +35,13 @@ var hostResolvConf = "/etc/resolv.conf"
 // Like the other pod files it is replaced by rename, so a crash never leaves
 // half a file; a container that already bind-mounted the old file keeps it.
 func WriteResolvConf(path string, servers, searches, options []string) error {
+	return writeResolvConf(path, hostResolvConf, servers, searches, options)
+}
+
+// writeResolvConf is WriteResolvConf with the host's file at hostFile.
+func writeResolvConf(path, hostFile string, servers, searches, options []string) error {
 	if len(servers)+len(searches)+len(options) == 0 {
-		return copyHostResolvConf(path)
+		return copyHostResolvConf(path, hostFile)
 	}
 	for _, group := range []struct {
 		what   string
@@ -65,8 +69,8 @@ func WriteResolvConf(path string, servers, searches, options []string) error {
 // copyHostResolvConf copies the host's file; a host without one gives an
 // empty file, with which the resolver falls back to a local server, as on
 // the host itself.
-func copyHostResolvConf(path string) error {
-	data, err := os.ReadFile(hostResolvConf)
+func copyHostResolvConf(path, hostFile string) error {
+	data, err := os.ReadFile(hostFile)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("write %s: read host resolv.conf: %w", path, err)
 	}

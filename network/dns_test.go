@@ -23,9 +23,6 @@ func TestWriteResolvConf(t *testing.T) {
 	if err := os.WriteFile(hostFile, []byte(hostContent), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	defer func(old string) { hostResolvConf = old }(hostResolvConf)
-	hostResolvConf = hostFile
-
 	for _, tc := range []struct {
 		name                    string
 		servers, searches, opts []string
@@ -48,7 +45,7 @@ func TestWriteResolvConf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "resolv.conf")
-			err := WriteResolvConf(path, tc.servers, tc.searches, tc.opts)
+			err := writeResolvConf(path, hostFile, tc.servers, tc.searches, tc.opts)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one mentioning %q", err, tc.wantErr)
@@ -72,10 +69,9 @@ func TestWriteResolvConf(t *testing.T) {
 }
 
 func TestWriteResolvConfWithoutHostFile(t *testing.T) {
-	defer func(old string) { hostResolvConf = old }(hostResolvConf)
-	hostResolvConf = filepath.Join(t.TempDir(), "missing")
+	missing := filepath.Join(t.TempDir(), "missing")
 	path := filepath.Join(t.TempDir(), "resolv.conf")
-	if err := WriteResolvConf(path, nil, nil, nil); err != nil {
+	if err := writeResolvConf(path, missing, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := readFile(t, path); got != "" {

@@ -136,7 +136,7 @@ type appArmorHost struct {
 func currentAppArmorHost() appArmorHost {
 	return appArmorHost{
 		enabled:      currentHost().apparmor,
-		profilesPath: appArmorProfilesPath,
+		profilesPath: currentHost().appArmorProfiles,
 		policyDir:    "/etc/apparmor.d",
 		labelPath:    "/proc/self/attr/current",
 		parse:        runAppArmorParser,

@@ -16,8 +16,8 @@ type ProcessStats struct {
 	Sockets         uint64 // those of them that are sockets
 }
 
-// procRoot is where the kernel shows processes; a var for the tests.
-var procRoot = "/proc"
+// procRoot is where the kernel shows processes.
+const procRoot = "/proc"
 
 // ReadProcessStats counts the processes of the container's cgroup and their
 // open files and sockets, as cAdvisor does: cgroup.procs, then each

@@ -104,7 +104,7 @@ func ReadCgroupStats(cgroupsPath string, driver CgroupDriver) (CgroupStats, erro
 	if err != nil {
 		return CgroupStats{}, err
 	}
-	return readStats(cgroupRoot, currentHost().cgroup2, rel)
+	return readStats(cgroupRoot, currentHost().cgroup2, rel, hostBlockDevices)
 }
 
 // ReadPodCgroupStats reads a pod's cgroup: its cgroup parent, which holds
@@ -116,7 +116,7 @@ func ReadPodCgroupStats(cgroupParent string, driver CgroupDriver) (CgroupStats, 
 	if err != nil {
 		return CgroupStats{}, err
 	}
-	return readStats(cgroupRoot, currentHost().cgroup2, rel)
+	return readStats(cgroupRoot, currentHost().cgroup2, rel, hostBlockDevices)
 }
 
 // podCgroupRelPath turns a pod's cgroup parent into its path under a
@@ -142,8 +142,9 @@ func podCgroupRelPath(parent string, driver CgroupDriver) (string, error) {
 // readStats reads the cgroup at rel under root with the readers runc and
 // cAdvisor use (opencontainers/cgroups), so that the figures match what the
 // kubelet's cAdvisor would show. A hybrid host (v1 controllers, an empty v2
-// tree beside them) is read as v1, as runc places containers there.
-func readStats(root string, cgroup2 bool, rel string) (CgroupStats, error) {
+// tree beside them) is read as v1, as runc places containers there. devs
+// names the block devices of the IO figures.
+func readStats(root string, cgroup2 bool, rel string, devs *blockDevices) (CgroupStats, error) {
 	var raw *cgroups.Stats
 	var err error
 	if cgroup2 {
@@ -154,7 +155,7 @@ func readStats(root string, cgroup2 bool, rel string) (CgroupStats, error) {
 	if err != nil {
 		return CgroupStats{}, err
 	}
-	out := convertStats(raw, cgroup2)
+	out := convertStats(raw, cgroup2, devs)
 	memDir := filepath.Join(root, rel)
 	if !cgroup2 {
 		memDir = filepath.Join(root, "memory", rel)
@@ -247,7 +248,7 @@ func readRawV1(root, rel string) (*cgroups.Stats, error) {
 
 // convertStats keeps what the CRI and the cAdvisor metrics ask for, with
 // cAdvisor's definitions: working set is usage less inactive file pages.
-func convertStats(st *cgroups.Stats, cgroup2 bool) CgroupStats {
+func convertStats(st *cgroups.Stats, cgroup2 bool, devs *blockDevices) CgroupStats {
 	ms := st.MemoryStats.Stats
 	// v1 keeps hierarchical totals under total_*; v2 is always hierarchical.
 	key := func(k string) string {
@@ -307,7 +308,7 @@ func convertStats(st *cgroups.Stats, cgroup2 bool) CgroupStats {
 	if out.Swap == nil {
 		out.Memory.MemSwapLimit = 0 // swap is not accounted: no such limit
 	}
-	out.IO = deviceIO(st.BlkioStats)
+	out.IO = deviceIO(st.BlkioStats, devs)
 	return out
 }
 
@@ -335,7 +336,7 @@ func swapStats(m cgroups.MemoryStats, cgroup2 bool) *SwapStats {
 
 // deviceIO sums the read and write entries per device; v1 also lists
 // "Sync", "Async", "Total"... per device, which are left out.
-func deviceIO(b cgroups.BlkioStats) []DeviceIO {
+func deviceIO(b cgroups.BlkioStats, devs *blockDevices) []DeviceIO {
 	var out []DeviceIO
 	at := func(major, minor uint64) *DeviceIO {
 		for i := range out {
@@ -343,7 +344,7 @@ func deviceIO(b cgroups.BlkioStats) []DeviceIO {
 				return &out[i]
 			}
 		}
-		out = append(out, DeviceIO{Major: major, Minor: minor, Device: BlockDeviceName(major, minor)})
+		out = append(out, DeviceIO{Major: major, Minor: minor, Device: devs.name(major, minor)})
 		return &out[len(out)-1]
 	}
 	// Each list counts one unit (bytes, operations); fields picks a
@@ -367,29 +368,36 @@ func deviceIO(b cgroups.BlkioStats) []DeviceIO {
 	return out
 }
 
-// blockDevices caches device numbers to names: read once per device from
-// sysfs, as they do not change while the device is there.
-var blockDevices sync.Map
+// blockDevices names block devices by their numbers as the kernel does in
+// dir, each read once: a name does not change while the device is there.
+type blockDevices struct {
+	dir   string
+	names sync.Map // "MAJOR:MINOR" → name
+}
 
-// sysDevBlock is where the kernel names block devices by number.
-var sysDevBlock = "/sys/dev/block"
+// hostBlockDevices are this host's, named in sysfs.
+var hostBlockDevices = &blockDevices{dir: "/sys/dev/block"}
 
 // BlockDeviceName is the /dev path of a block device by its numbers, as
 // sysfs names it; MAJOR:MINOR for one it does not (an overlay, a tmpfs).
 func BlockDeviceName(major, minor uint64) string {
+	return hostBlockDevices.name(major, minor)
+}
+
+func (b *blockDevices) name(major, minor uint64) string {
 	num := fmt.Sprintf("%d:%d", major, minor)
-	if v, ok := blockDevices.Load(num); ok {
+	if v, ok := b.names.Load(num); ok {
 		return v.(string)
 	}
 	name := num
-	if data, err := os.ReadFile(filepath.Join(sysDevBlock, num, "uevent")); err == nil {
+	if data, err := os.ReadFile(filepath.Join(b.dir, num, "uevent")); err == nil {
 		for line := range strings.Lines(string(data)) {
 			if dev, ok := strings.CutPrefix(strings.TrimSpace(line), "DEVNAME="); ok && dev != "" {
 				name = "/dev/" + dev
 			}
 		}
 	}
-	blockDevices.Store(num, name)
+	b.names.Store(num, name)
 	return name
 }
 

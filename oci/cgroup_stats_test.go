@@ -16,13 +16,10 @@ func init() { cgroups.TestMode = true }
 
 // fakeBlockDevices names block devices from a fake /sys/dev/block: 8:0 is
 // sda, 8:16 unknown.
-func fakeBlockDevices(t *testing.T) {
+func fakeBlockDevices(t *testing.T) *blockDevices {
 	dir := t.TempDir()
 	writeCgroupFiles(t, dir, map[string]string{"8:0/uevent": "MAJOR=8\nMINOR=0\nDEVNAME=sda\nDEVTYPE=disk\n"})
-	old := sysDevBlock
-	sysDevBlock = dir
-	blockDevices.Clear()
-	t.Cleanup(func() { sysDevBlock = old; blockDevices.Clear() })
+	return &blockDevices{dir: dir}
 }
 
 func writeCgroupFiles(t *testing.T, root string, files map[string]string) {
@@ -73,7 +70,7 @@ func v1Tree(memsw bool, limit string) map[string]string {
 }
 
 func TestReadStatsV1(t *testing.T) {
-	fakeBlockDevices(t)
+	devs := fakeBlockDevices(t)
 	base := CgroupStats{
 		CPU: CPUStats{UsageNanos: 123456789, UserNanos: 50000000, SystemNanos: 20000000, Periods: 10, ThrottledPeriods: 3, ThrottledNanos: 4000},
 		Memory: MemoryStats{Usage: 10000, WorkingSet: 7000, RSS: 4000, Cache: 3500, PageFaults: 7, MajorPageFaults: 1,
@@ -99,7 +96,7 @@ func TestReadStatsV1(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			writeCgroupFiles(t, root, v1Tree(tc.memsw, tc.limit))
-			s, err := readStats(root, false, "/pod/c")
+			s, err := readStats(root, false, "/pod/c", devs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +111,7 @@ func TestReadStatsMissingCgroupIsNotFound(t *testing.T) {
 	root := t.TempDir()
 	writeCgroupFiles(t, root, v1Tree(false, "1\n"))
 	for _, v2 := range []bool{false, true} {
-		if _, err := readStats(root, v2, "/pod/gone"); !errors.Is(err, ErrNotFound) {
+		if _, err := readStats(root, v2, "/pod/gone", fakeBlockDevices(t)); !errors.Is(err, ErrNotFound) {
 			t.Errorf("cgroup2=%v: stats of a missing cgroup: %v, want ErrNotFound", v2, err)
 		}
 	}
@@ -149,7 +146,7 @@ func v2Tree(swap bool, memMax string, psi bool) map[string]string {
 }
 
 func TestReadStatsV2(t *testing.T) {
-	fakeBlockDevices(t)
+	devs := fakeBlockDevices(t)
 	// Inactive file pages above usage (possible between two reads) must
 	// not wrap around: the working set is 0, not 2^64 - 808.
 	base := CgroupStats{
@@ -182,7 +179,7 @@ func TestReadStatsV2(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			writeCgroupFiles(t, filepath.Join(root, "pod", "c"), v2Tree(tc.swap, tc.memMax, tc.psi))
-			s, err := readStats(root, true, "/pod/c")
+			s, err := readStats(root, true, "/pod/c", devs)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/minicri/minicri/internal/mountinfo"
 )
 
 // hostFacts are the properties of this host and daemon that shape a spec. They
@@ -37,6 +39,12 @@ type hostFacts struct {
 	hugetlb bool
 	// apparmor is true when the kernel has AppArmor enabled.
 	apparmor bool
+	// appArmorProfiles lists the loaded AppArmor profiles, "NAME (MODE)"
+	// a line.
+	appArmorProfiles string
+	// mountInfo is the daemon's mount table, read to check a bind
+	// source's propagation.
+	mountInfo string
 }
 
 const cgroupRoot = "/sys/fs/cgroup"
@@ -51,6 +59,9 @@ func readHostFacts() hostFacts {
 		boundingCaps: readBoundingCaps("/proc/self/status"),
 		cgroup2:      isCgroup2(cgroupRoot),
 		apparmor:     readAppArmorEnabled("/sys/module/apparmor/parameters/enabled"),
+		// Paths, not contents: both change while the daemon runs.
+		appArmorProfiles: appArmorProfilesPath,
+		mountInfo:        mountinfo.Path,
 	}
 	h.swapAccounting = detectSwapAccounting(h.cgroup2)
 	h.hugetlb = hasController(h.cgroup2, "hugetlb")

@@ -6,18 +6,16 @@ import (
 	"github.com/minicri/minicri/internal/mountinfo"
 )
 
-// mountInfoPath is read to check a bind source's propagation; tests replace it.
-var mountInfoPath = mountinfo.Path
-
 // checkSourcePropagation refuses a propagating bind whose source cannot
 // propagate: without it the container would silently see no mount events. A
 // Bidirectional mount needs a shared source mount; HostToContainer needs a
-// shared or slave one. This mirrors containerd's check.
-func checkSourcePropagation(source string, p Propagation) error {
+// shared or slave one, in the mount table at mountInfo. This mirrors
+// containerd's check.
+func checkSourcePropagation(mountInfo, source string, p Propagation) error {
 	if p == PropagationPrivate {
 		return nil
 	}
-	m, err := mountinfo.Lookup(mountInfoPath, source)
+	m, err := mountinfo.Lookup(mountInfo, source)
 	if err != nil {
 		return fmt.Errorf("check propagation of mount source %s: %w", source, err)
 	}

@@ -146,8 +146,8 @@ func pathsOrDefault(given, defaults []string) []string {
 	return slices.Clone(given)
 }
 
-func setMounts(s *specs.Spec, c *ContainerSpec, _ hostFacts) error {
-	mounts, err := mountsFor(c)
+func setMounts(s *specs.Spec, c *ContainerSpec, h hostFacts) error {
+	mounts, err := mountsFor(c, h)
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,8 @@ import (
 // unconfined.
 const DefaultAppArmorProfile = "minicri-default"
 
-// appArmorProfilesPath lists the loaded profiles; tests replace it.
-var appArmorProfilesPath = "/sys/kernel/security/apparmor/profiles"
+// appArmorProfilesPath lists the loaded profiles.
+const appArmorProfilesPath = "/sys/kernel/security/apparmor/profiles"
 
 // appArmorFor picks the process's AppArmor profile. Without AppArmor in the
 // kernel every request is ignored, as the kubelet expects of such nodes.
@@ -43,7 +43,7 @@ func appArmorFor(sec Security, h hostFacts) (string, error) {
 	default:
 		return "", fmt.Errorf("%w: unknown AppArmor profile type %d", ErrInvalid, sec.AppArmor.Type)
 	}
-	loaded, err := appArmorProfileLoaded(appArmorProfilesPath, name)
+	loaded, err := appArmorProfileLoaded(h.appArmorProfiles, name)
 	if err != nil {
 		return "", err
 	}

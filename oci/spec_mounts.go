@@ -30,8 +30,8 @@ const shmSize = "size=65536k"
 // mountsFor builds the mount list: the standard mounts, the pod's files
 // (/etc/hosts, resolv.conf, hostname), then the CRI mounts, parents before
 // children. A CRI mount on a standard or pod-file path replaces it.
-func mountsFor(c *ContainerSpec) ([]specs.Mount, error) {
-	user, err := userMounts(c.Mounts)
+func mountsFor(c *ContainerSpec, h hostFacts) ([]specs.Mount, error) {
+	user, err := userMounts(c.Mounts, h)
 	if err != nil {
 		return nil, err
 	}
@@ -150,10 +150,10 @@ func podFileMounts(c *ContainerSpec) []specs.Mount {
 
 // userMounts turns CRI mounts into bind mounts, parents before children so
 // that a mount on /data/x is not hidden by a later mount on /data.
-func userMounts(mounts []Mount) ([]specs.Mount, error) {
+func userMounts(mounts []Mount, h hostFacts) ([]specs.Mount, error) {
 	out := make([]specs.Mount, 0, len(mounts))
 	for _, m := range mounts {
-		sm, err := bindMount(m)
+		sm, err := bindMount(m, h)
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +165,7 @@ func userMounts(mounts []Mount) ([]specs.Mount, error) {
 	return out, nil
 }
 
-func bindMount(m Mount) (specs.Mount, error) {
+func bindMount(m Mount, h hostFacts) (specs.Mount, error) {
 	if !path.IsAbs(m.ContainerPath) {
 		return specs.Mount{}, fmt.Errorf("%w: mount container path %q is not absolute", ErrInvalid, m.ContainerPath)
 	}
@@ -177,7 +177,7 @@ func bindMount(m Mount) (specs.Mount, error) {
 	if err != nil {
 		return specs.Mount{}, err
 	}
-	if err := checkSourcePropagation(source, m.Propagation); err != nil {
+	if err := checkSourcePropagation(h.mountInfo, source, m.Propagation); err != nil {
 		return specs.Mount{}, err
 	}
 	mode, err := mountMode(m)

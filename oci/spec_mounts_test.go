@@ -246,9 +246,8 @@ func TestMountPropagation(t *testing.T) {
 	if err := os.WriteFile(mountinfo, []byte(info), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	old := mountInfoPath
-	mountInfoPath = mountinfo
-	t.Cleanup(func() { mountInfoPath = old })
+	host := testHost()
+	host.mountInfo = mountinfo
 
 	tests := []struct {
 		name       string
@@ -269,7 +268,7 @@ func TestMountPropagation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := minimalSpec(t)
 			c.Mounts = []Mount{{ContainerPath: "/m", HostPath: tt.source, Propagation: tt.p}}
-			s, err := generateSpec(&c, testHost())
+			s, err := generateSpec(&c, host)
 			if tt.wantErr {
 				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.source) {
 					t.Fatalf("err = %v, want ErrInvalid naming %s", err, tt.source)

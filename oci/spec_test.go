@@ -10,10 +10,13 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/internal/mountinfo"
 )
 
 // testHost is a cgroup v1 host with swap accounting, no AppArmor, every
-// capability, a daemon oom_score_adj of 0 and a generous NOFILE limit.
+// capability, a daemon oom_score_adj of 0, a generous NOFILE limit and the
+// test's own mount table.
 func testHost() hostFacts {
 	return hostFacts{
 		oomScoreAdj:    0,
@@ -22,6 +25,7 @@ func testHost() hostFacts {
 		boundingCaps:   ^capSet(0),
 		swapAccounting: true,
 		hugetlb:        true,
+		mountInfo:      mountinfo.Path,
 	}
 }
 
@@ -493,12 +497,8 @@ func TestAppArmor(t *testing.T) {
 	if err := os.WriteFile(profiles, []byte("minicri-default (enforce)\nmy-profile (complain)\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	old := appArmorProfilesPath
-	appArmorProfilesPath = profiles
-	t.Cleanup(func() { appArmorProfilesPath = old })
-
 	withAppArmor := testHost()
-	withAppArmor.apparmor = true
+	withAppArmor.apparmor, withAppArmor.appArmorProfiles = true, profiles
 	tests := []struct {
 		name    string
 		host    hostFacts

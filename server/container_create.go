@@ -9,6 +9,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -23,7 +24,7 @@ import (
 // container then waits for StartContainer.
 func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContainerRequest) (*runtime.CreateContainerResponse, error) {
 	cfg := req.GetConfig()
-	if err := validateContainerConfig(cfg); err != nil {
+	if err := validateContainerConfig(cfg, hostSELinux()); err != nil {
 		return nil, toStatus(err)
 	}
 	sbID, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
@@ -192,53 +193,60 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err := s.transition(ctx, c, rec, creating); err != nil {
 		return err
 	}
-	// A shared monitor's join begins before the bundle is written: its
-	// helper starts and prepares meanwhile, in the bundle directory and
-	// with the log's, and creates once the bundle is complete.
+	monitor, err := s.prepareMonitor(ctx, c, rec, rt, sb, sbCfg, cfg)
+	if err != nil {
+		return err
+	}
+	if err := step(ctx, stepOf{phase: "bundle", crash: "container-after-bundle"}, func(ctx context.Context) error {
+		spec, err := s.writeBundle(ctx, rec, sb, sbCfg, cfg, img, refs)
+		if err != nil {
+			s.cancelMonitor(c, monitor)
+			return err
+		}
+		rec.CgroupsPath, rec.User = spec.Linux.CgroupsPath, specUser(spec)
+		return nil
+	}); err != nil {
+		return err
+	}
+	// The runtime's create runs in the monitor: its span is the wait for
+	// it. At the crash point a monitor runs that no record names yet.
+	if err := step(ctx, stepOf{phase: "monitor_runtime_create", crash: "container-after-monitor",
+		span: "runtime.create", attrs: []attribute.KeyValue{tracing.ContainerID.String(id), tracing.Handler.String(rec.Handler)},
+	}, func(ctx context.Context) (err error) {
+		rec.Monitor, err = s.finishMonitor(ctx, c, rec, monitor)
+		return err
+	}); err != nil {
+		return err
+	}
+	rec.State = stateCreated
+	if err := step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.containers.Put(id, rec) }); err != nil {
+		return err
+	}
+	_ = s.transition(ctx, c, rec, created)
+	s.watchContainer(rec)
+	return nil
+}
+
+// prepareMonitor makes the bundle and log directories and begins the
+// container's monitor: a shared monitor's join begins before the bundle is
+// written, so that its helper starts and prepares meanwhile, in the bundle
+// directory and with the log's, and creates once the bundle is complete.
+func (s *Server) prepareMonitor(ctx context.Context, c *container, rec containerRecord, rt monitorRuntime, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig) (*monitorStart, error) {
 	if err := os.MkdirAll(rec.Bundle, 0o700); err != nil {
-		return fmt.Errorf("create bundle: %w", err)
+		return nil, fmt.Errorf("create bundle: %w", err)
 	}
 	if rec.LogPath != "" {
 		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
-			return fmt.Errorf("create log dir: %w", err)
+			return nil, fmt.Errorf("create log dir: %w", err)
 		}
 	}
 	opts, err := s.monitorOptions(rec, rt, cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	opts.Rootfs, opts.RootfsStage = s.rootfsStageOf(rec.ID, sb, sbCfg)
 	opts.SysStage = s.sysStageOf(sb, sbCfg)
-	monitor, err := s.beginMonitor(ctx, c, rec, opts)
-	if err != nil {
-		return err
-	}
-	spec, err := s.writeBundle(ctx, rec, sb, sbCfg, cfg, img, refs)
-	if err != nil {
-		s.cancelMonitor(c, monitor)
-		return err
-	}
-	rec.CgroupsPath = spec.Linux.CgroupsPath
-	rec.User = specUser(spec)
-	phaseDone(ctx, "bundle")
-	crashPoint("container-after-bundle")
-	// The runtime's create runs in the monitor: its span is the wait for it.
-	createCtx, span := tracing.Start(ctx, "runtime.create", tracing.ContainerID.String(id), tracing.Handler.String(rec.Handler))
-	rec.Monitor, err = s.finishMonitor(createCtx, c, rec, monitor)
-	tracing.End(span, err)
-	if err != nil {
-		return err
-	}
-	phaseDone(ctx, "monitor_runtime_create")
-	crashPoint("container-after-monitor") // a monitor runs that no record names yet
-	rec.State = stateCreated
-	if err := s.containers.Put(id, rec); err != nil {
-		return err
-	}
-	phaseDone(ctx, "record")
-	_ = s.transition(ctx, c, rec, created)
-	s.watchContainer(rec)
-	return nil
+	return s.beginMonitor(ctx, c, rec, opts)
 }
 
 // writeBundle mounts the container's root filesystem and writes

@@ -32,28 +32,29 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	if err := s.transition(ctx, c, rec, starting); err != nil {
 		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
 	}
-	if err := rt.Start(ctx, id); err != nil {
+	// At the crash point the container runs, but is recorded as created.
+	if err := step(ctx, stepOf{phase: "runtime_start", crash: "container-after-start"}, func(ctx context.Context) error { return rt.Start(ctx, id) }); err != nil {
 		_ = s.transition(ctx, c, rec, startFailed)
 		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
 	}
-	phaseDone(ctx, "runtime_start")
-	crashPoint("container-after-start") // running, but recorded as created
 	user, userOK := runningUser(rec.Bundle)
 	// Staged, not durable: the start-up repair derives running from the
 	// runtime's state (crash point above), and after a crash of the
 	// machine the process is gone whichever state the disk kept.
-	_, err = s.containers.StageUpdate(id, func(r *containerRecord) error {
-		if userOK {
-			r.User = user
-		}
-		// The process may already have exited and been recorded: keep that.
-		if r.State == stateCreated {
-			r.State = stateRunning
-		}
-		r.StartedAt = startedAt
-		return nil
+	err = step(ctx, stepOf{phase: "record"}, func(context.Context) error {
+		_, err := s.containers.StageUpdate(id, func(r *containerRecord) error {
+			if userOK {
+				r.User = user
+			}
+			// The process may already have exited and been recorded: keep that.
+			if r.State == stateCreated {
+				r.State = stateRunning
+			}
+			r.StartedAt = startedAt
+			return nil
+		})
+		return err
 	})
-	phaseDone(ctx, "record")
 	if err != nil {
 		_ = s.transition(ctx, c, rec, startFailed)
 		return nil, toStatus(err)

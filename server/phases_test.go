@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http/httptest"
@@ -63,6 +64,35 @@ func TestPhasesMarkedFromSeveralGoroutines(t *testing.T) {
 	body, _ := io.ReadAll(rec.Body)
 	for j := 0; j < 5; j++ {
 		want := fmt.Sprintf(`minicri_operation_phase_duration_seconds_count{operation="RemovePodSandbox",phase="container_%d"} 1`, j)
+		if !strings.Contains(string(body), want) {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+}
+
+// A step's time counts to its phase whether it failed or not, its error is
+// the caller's, and without a span it runs in the call's own context.
+func TestStepCountsToItsPhase(t *testing.T) {
+	s := &Server{metrics: metrics.New()}
+	ctx, p := s.withPhases(context.Background(), "CreateContainer")
+	boom := errors.New("boom")
+	var sawCtx context.Context
+	if err := step(ctx, stepOf{phase: "bundle"}, func(ctx context.Context) error { sawCtx = ctx; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if sawCtx != ctx {
+		t.Error("a step without a span ran in another context than the call's")
+	}
+	if err := step(ctx, stepOf{phase: "record", crash: "never-named"}, func(context.Context) error { return boom }); err != boom {
+		t.Fatalf("step = %v, want fn's error as is", err)
+	}
+	p.observe()
+
+	rec := httptest.NewRecorder()
+	s.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, phase := range []string{"bundle", "record"} {
+		want := `minicri_operation_phase_duration_seconds_count{operation="CreateContainer",phase="` + phase + `"} 1`
 		if !strings.Contains(string(body), want) {
 			t.Errorf("scrape lacks %s", want)
 		}

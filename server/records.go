@@ -172,12 +172,7 @@ func (r *containerRecord) config() (*runtime.ContainerConfig, error) {
 // write is staged, not durable (see store.Stage): each caller says why that
 // is enough for what it makes.
 func stageFirstRecord[T any, O store.Object[T]](ctx context.Context, table *store.Table[T, O], id string, rec T, crashAt string) error {
-	if err := table.Stage(id, rec); err != nil {
-		return err
-	}
-	phaseDone(ctx, "record")
-	crashPoint(crashAt)
-	return nil
+	return step(ctx, stepOf{phase: "record", crash: crashAt}, func(context.Context) error { return table.Stage(id, rec) })
 }
 
 // undoOnFailure is deferred by a handler right after it recorded a new

@@ -30,11 +30,9 @@ func (s *Server) removePodSandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := s.removeContainers(ctx, id); err != nil {
+	if err := step(ctx, stepOf{phase: "containers", crash: "sandbox-remove-after-containers"}, func(ctx context.Context) error { return s.removeContainers(ctx, id) }); err != nil {
 		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
 	}
-	phaseDone(ctx, "containers")
-	crashPoint("sandbox-remove-after-containers")
 	if err := s.removeSandbox(ctx, &rec); err != nil {
 		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
 	}

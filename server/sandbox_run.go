@@ -71,7 +71,7 @@ const podShmSize = 64 << 20
 // be that namespace's init.
 func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRequest) (*runtime.RunPodSandboxResponse, error) {
 	cfg := req.GetConfig()
-	if err := validateSandboxConfig(cfg); err != nil {
+	if err := validateSandboxConfig(cfg, hostSELinux()); err != nil {
 		return nil, toStatus(err)
 	}
 	if err := s.checkHostPorts(cfg); err != nil {
@@ -164,11 +164,9 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	// the infra process's own record (conmon.RecordedInfra): those need no
 	// write of their own. Only the network is recorded before it is made, since nothing
 	// else would find it. Only the last record write costs fsyncs (store.Put).
-	if err := s.pinSandbox(&rec, cfg); err != nil {
+	if err := step(ctx, stepOf{phase: "pin", crash: "sandbox-after-pin"}, func(context.Context) error { return s.pinSandbox(&rec, cfg) }); err != nil {
 		return err
 	}
-	phaseDone(ctx, "pin")
-	crashPoint("sandbox-after-pin")
 	if err := s.dropUnsharedInfra(ctx, &rec, cfg); err != nil {
 		return err
 	}
@@ -177,12 +175,15 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		if err != nil {
 			return err
 		}
-		infra, err := s.infra.StartPause(s.monitorPath, rec.Dir, opts)
-		if err != nil {
+		// At the crash point the infra process is found again only by its
+		// pod dir's record.
+		var infra conmon.Infra
+		if err := step(ctx, stepOf{phase: "infra", crash: "sandbox-infra-unrecorded"}, func(context.Context) (err error) {
+			infra, err = s.infra.StartPause(s.monitorPath, rec.Dir, opts)
+			return err
+		}); err != nil {
 			return err
 		}
-		crashPoint("sandbox-infra-unrecorded") // found again only by its pod dir's record
-		phaseDone(ctx, "infra")
 		rec.Infra = infra
 		crashPoint("sandbox-after-infra")
 	}
@@ -194,18 +195,14 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		}
 	}
 	// Written once, after CNI ADD: /etc/hosts names the pod's own IP.
-	if err := writePodFiles(rec, cfg, ips); err != nil {
+	if err := step(ctx, stepOf{phase: "files", crash: "sandbox-before-ready"}, func(context.Context) error { return writePodFiles(rec, cfg, ips) }); err != nil {
 		return err
 	}
-	phaseDone(ctx, "files")
-	crashPoint("sandbox-before-ready")
 	if err := s.nriRunPodSandbox(ctx, rec); err != nil {
 		return err
 	}
 	rec.State = stateReady
-	err = s.sandboxes.Put(id, rec)
-	phaseDone(ctx, "record")
-	return err
+	return step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.sandboxes.Put(id, rec) })
 }
 
 // undoSandbox removes what a failed RunPodSandbox made. Unlike a removal,
@@ -272,16 +269,19 @@ func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runt
 	// durably before its first plugin is what the sweep finds after a
 	// crash of the machine.
 	rec.NetworkUp = true
-	if err := s.sandboxes.Stage(rec.ID, *rec); err != nil {
+	if err := step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.sandboxes.Stage(rec.ID, *rec) }); err != nil {
 		return nil, err
 	}
-	phaseDone(ctx, "record")
-	result, err := s.cni.Setup(ctx, podNetwork(*rec, cfg))
-	if err != nil {
-		return nil, fmt.Errorf("set up pod network: %w", err)
+	// At the crash point an IP is held that no record names yet.
+	var result network.Result
+	if err := step(ctx, stepOf{phase: "cni", crash: "sandbox-after-network"}, func(ctx context.Context) (err error) {
+		if result, err = s.cni.Setup(ctx, podNetwork(*rec, cfg)); err != nil {
+			return fmt.Errorf("set up pod network: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
-	phaseDone(ctx, "cni")
-	crashPoint("sandbox-after-network") // an IP is held that no record names yet
 	// Recorded with the sandbox's ready state: until then NetworkUp leads
 	// a repair to the DEL that frees the IP.
 	rec.IPs = nil

@@ -63,10 +63,9 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 	}
 	// One write for the network's teardown and the new state.
 	rec.State = stateNotReady
-	if err := s.sandboxes.Put(id, rec); err != nil {
+	if err := step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.sandboxes.Put(id, rec) }); err != nil {
 		return err
 	}
-	phaseDone(ctx, "record")
 	if wasReady {
 		s.podTransition(ctx, s.pod(id), rec, stopped)
 	}
@@ -147,15 +146,26 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 	if err := s.teardownNetwork(ctx, rec); err != nil {
 		return err
 	}
-	if err := s.infra.StopPause(ctx, rec.Infra); err != nil {
+	if err := step(ctx, stepOf{phase: "infra"}, func(ctx context.Context) error {
+		if err := s.infra.StopPause(ctx, rec.Infra); err != nil {
+			return err
+		}
+		// One the pod dir names but the record does not: a crash (or a
+		// failed write) between its start and the record.
+		_, err := stopRecordedInfra(ctx, rec.Dir, rec.Infra)
+		return err
+	}); err != nil {
 		return err
 	}
-	// One the pod dir names but the record does not: a crash (or a failed
-	// write) between its start and the record.
-	if _, err := stopRecordedInfra(ctx, rec.Dir, rec.Infra); err != nil {
+	if err := step(ctx, stepOf{phase: "unpin"}, func(context.Context) error { return s.unpinSandbox(rec) }); err != nil {
 		return err
 	}
-	phaseDone(ctx, "infra")
+	rec.ShmMounted = false
+	return nil
+}
+
+// unpinSandbox releases the pod's pinned namespaces and unmounts its shm.
+func (s *Server) unpinSandbox(rec *sandboxRecord) error {
 	nsDir := filepath.Join(rec.Dir, "ns")
 	pins := network.Namespaces{
 		Dir: nsDir,
@@ -169,8 +179,6 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 	if err := s.pins.UnmountShm(filepath.Join(rec.Dir, "shm")); err != nil {
 		return fmt.Errorf("unmount pod shm: %w", err)
 	}
-	phaseDone(ctx, "unpin")
-	rec.ShmMounted = false
 	return nil
 }
 
@@ -183,11 +191,14 @@ func (s *Server) teardownNetwork(ctx context.Context, rec *sandboxRecord) error 
 	if err != nil {
 		return err
 	}
-	if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
-		return fmt.Errorf("tear down pod network: %w", err)
+	if err := step(ctx, stepOf{phase: "cni", crash: "sandbox-release-after-cni-del"}, func(ctx context.Context) error {
+		if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
+			return fmt.Errorf("tear down pod network: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	phaseDone(ctx, "cni")
-	crashPoint("sandbox-release-after-cni-del")
 	// Written by the caller with the rest (the stopped state, or the
 	// record's removal), not at once: a crash or a failed write before
 	// then costs only a second teardown, which finds nothing to do since
@@ -205,13 +216,16 @@ func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 		return err
 	}
 	crashPoint("sandbox-remove-after-release")
-	if err := os.RemoveAll(rec.Dir); err != nil {
-		return fmt.Errorf("remove pod dir: %w", err)
+	if err := step(ctx, stepOf{phase: "files"}, func(context.Context) error {
+		if err := os.RemoveAll(rec.Dir); err != nil {
+			return fmt.Errorf("remove pod dir: %w", err)
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	phaseDone(ctx, "files")
-	err := s.sandboxes.Delete(rec.ID) // and the object with it
-	phaseDone(ctx, "record")
-	return err
+	// And the object with it.
+	return step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.sandboxes.Delete(rec.ID) })
 }
 
 // unmountIfMounted detaches a mount; a path that is not a mount point (or is

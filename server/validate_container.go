@@ -77,8 +77,8 @@ func validateResources(field string, r *runtime.LinuxContainerResources) error {
 }
 
 // validateContainerConfig checks every field of a CreateContainer config that
-// minicri reads.
-func validateContainerConfig(c *runtime.ContainerConfig) error {
+// minicri reads; selinux says whether the host runs SELinux.
+func validateContainerConfig(c *runtime.ContainerConfig, selinux bool) error {
 	if c == nil {
 		return invalidf("config", "is required")
 	}
@@ -141,7 +141,7 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 		}
 	}
 	for _, m := range c.GetMounts() {
-		if err := validateMountSupported(m); err != nil {
+		if err := validateMountSupported(m, selinux); err != nil {
 			return err
 		}
 	}
@@ -159,10 +159,10 @@ func validateContainerConfig(c *runtime.ContainerConfig) error {
 	if _, ok := runtime.Signal_name[int32(c.GetStopSignal())]; !ok {
 		return invalidf("config.stop_signal", "unknown signal %d", c.GetStopSignal())
 	}
-	return validateLinuxContainerConfig(c.GetLinux())
+	return validateLinuxContainerConfig(c.GetLinux(), selinux)
 }
 
-func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
+func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig, selinux bool) error {
 	if l == nil {
 		return nil
 	}
@@ -176,7 +176,7 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig) error {
 	if err := validateNamespaceOptions("config.linux.security_context.namespace_options", sc.GetNamespaceOptions()); err != nil {
 		return err
 	}
-	if err := validateUnsupportedSecurity("config.linux.security_context", sc.GetSupplementalGroupsPolicy(), sc.GetSelinuxOptions()); err != nil {
+	if err := validateUnsupportedSecurity("config.linux.security_context", sc.GetSupplementalGroupsPolicy(), sc.GetSelinuxOptions(), selinux); err != nil {
 		return err
 	}
 	if len(sc.GetCapabilities().GetAddAmbientCapabilities()) > 0 {

@@ -30,7 +30,7 @@ func FuzzValidateContainerConfig(f *testing.F) {
 		if proto.Unmarshal(data, &c) != nil {
 			return
 		}
-		if validateContainerConfig(&c) != nil {
+		if validateContainerConfig(&c, false) != nil {
 			return
 		}
 		checkAcceptedContainerConfig(t, &c)
@@ -68,7 +68,7 @@ func FuzzValidateSandboxConfig(f *testing.F) {
 		if proto.Unmarshal(data, &c) != nil {
 			return
 		}
-		if validateSandboxConfig(&c) != nil {
+		if validateSandboxConfig(&c, false) != nil {
 			return
 		}
 		checkAcceptedSandboxConfig(t, &c)

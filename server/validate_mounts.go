@@ -19,7 +19,7 @@ import (
 // has it is checked at create, see checkHandlerMounts), ID mappings only
 // with a user namespace, mount_options only when the runtime reports the
 // feature (and then only noexec, nodev, nosuid: validateMountOptions).
-func validateMountSupported(m *runtime.Mount) error {
+func validateMountSupported(m *runtime.Mount, selinux bool) error {
 	if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
 		if err := validateMountIDMappings(m); err != nil {
 			return err
@@ -36,7 +36,7 @@ func validateMountSupported(m *runtime.Mount) error {
 		if err := validateMountOptions(m); err != nil {
 			return err
 		}
-	case m.GetSelinuxRelabel() && selinuxEnabled():
+	case m.GetSelinuxRelabel() && selinux:
 		return invalidf("config.mounts.selinux_relabel", "SELinux relabeling is not supported by minicri, and this host runs SELinux")
 	}
 	return nil

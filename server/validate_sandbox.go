@@ -10,8 +10,9 @@ import (
 // The field rules of a pod's config (RunPodSandbox).
 
 // validateSandboxConfig checks every field of a RunPodSandbox config that
-// minicri reads, naming the first bad one.
-func validateSandboxConfig(c *runtime.PodSandboxConfig) error {
+// minicri reads, naming the first bad one; selinux says whether the host
+// runs SELinux.
+func validateSandboxConfig(c *runtime.PodSandboxConfig, selinux bool) error {
 	if c == nil {
 		return invalidf("config", "is required")
 	}
@@ -61,7 +62,7 @@ func validateSandboxConfig(c *runtime.PodSandboxConfig) error {
 	if err := validateLabelsAndAnnotations(c.GetLabels(), c.GetAnnotations()); err != nil {
 		return err
 	}
-	return validateLinuxSandboxConfig(c.GetLinux())
+	return validateLinuxSandboxConfig(c.GetLinux(), selinux)
 }
 
 func validatePortMapping(p *runtime.PortMapping) error {
@@ -83,7 +84,7 @@ func validatePortMapping(p *runtime.PortMapping) error {
 	return nil
 }
 
-func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
+func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig, selinux bool) error {
 	if l == nil {
 		return nil
 	}
@@ -109,7 +110,7 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig) error {
 	if sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_TARGET {
 		return invalidf("config.linux.security_context.namespace_options.pid", "TARGET is for a container, not a pod")
 	}
-	if err := validateUnsupportedSecurity("config.linux.security_context", sc.GetSupplementalGroupsPolicy(), sc.GetSelinuxOptions()); err != nil {
+	if err := validateUnsupportedSecurity("config.linux.security_context", sc.GetSupplementalGroupsPolicy(), sc.GetSelinuxOptions(), selinux); err != nil {
 		return err
 	}
 	if err := validateSecurityProfile("config.linux.security_context.seccomp", sc.GetSeccomp()); err != nil {

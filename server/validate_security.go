@@ -40,11 +40,11 @@ func validateNamespaceOptions(field string, o *runtime.NamespaceOption) error {
 	return validateUserNamespace(field+".userns_options", o.GetUsernsOptions())
 }
 
-// selinuxEnabled reports whether the host runs SELinux. minicri does not
+// hostSELinux reports whether the host runs SELinux. minicri does not
 // label containers: SELinux options are refused on such a host, where a
 // container would run with the wrong label, and ignored on any other, as
 // containerd ignores them when SELinux is off.
-var selinuxEnabled = sync.OnceValue(func() bool {
+var hostSELinux = sync.OnceValue(func() bool {
 	_, err := os.Stat("/sys/fs/selinux/enforce")
 	return err == nil
 })
@@ -52,7 +52,7 @@ var selinuxEnabled = sync.OnceValue(func() bool {
 // validateUnsupportedSecurity refuses the security context fields that
 // minicri cannot honour, when they ask for something other than the
 // default the kubelet sends.
-func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolicy, selinux *runtime.SELinuxOption) error {
+func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolicy, labels *runtime.SELinuxOption, selinux bool) error {
 	switch p {
 	case runtime.SupplementalGroupsPolicy_Merge:
 		// The CRI's default, and containerd's behaviour when unset: the
@@ -63,7 +63,7 @@ func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolic
 	default:
 		return invalidf(field+".supplemental_groups_policy", "unknown policy %d", p)
 	}
-	if selinux != nil && selinuxEnabled() {
+	if labels != nil && selinux {
 		return invalidf(field+".selinux_options", "SELinux labels are not supported by minicri, and this host runs SELinux")
 	}
 	return nil

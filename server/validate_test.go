@@ -124,7 +124,7 @@ func TestValidateSandboxConfig(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := goodSandboxConfig()
 			c.modify(cfg)
-			checkValidation(t, validateSandboxConfig(cfg), c.field)
+			checkValidation(t, validateSandboxConfig(cfg, false), c.field)
 		})
 	}
 }
@@ -295,7 +295,7 @@ func TestValidateContainerConfig(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := goodContainerConfig()
 			c.modify(cfg)
-			checkValidation(t, validateContainerConfig(cfg), c.field)
+			checkValidation(t, validateContainerConfig(cfg, false), c.field)
 		})
 	}
 }
@@ -386,8 +386,6 @@ func TestValidateImageRef(t *testing.T) {
 // On a host with SELinux, labels and relabeling that minicri cannot apply
 // are refused; on a host without, they are ignored, as containerd does.
 func TestValidateSELinuxOnlyWhereEnabled(t *testing.T) {
-	saved := selinuxEnabled
-	t.Cleanup(func() { selinuxEnabled = saved })
 	withLabel := func() *runtime.ContainerConfig {
 		c := goodContainerConfig()
 		c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{SelinuxOptions: &runtime.SELinuxOption{Type: "container_t", Level: "s0:c1,c2"}}
@@ -404,7 +402,6 @@ func TestValidateSELinuxOnlyWhereEnabled(t *testing.T) {
 		return c
 	}
 	for _, enabled := range []bool{false, true} {
-		selinuxEnabled = func() bool { return enabled }
 		want := func(field string) string {
 			if enabled {
 				return field
@@ -412,9 +409,9 @@ func TestValidateSELinuxOnlyWhereEnabled(t *testing.T) {
 			return ""
 		}
 		t.Run(fmt.Sprintf("selinux=%v", enabled), func(t *testing.T) {
-			checkValidation(t, validateContainerConfig(withLabel()), want("config.linux.security_context.selinux_options"))
-			checkValidation(t, validateContainerConfig(withRelabel()), want("config.mounts.selinux_relabel"))
-			checkValidation(t, validateSandboxConfig(podWithLabel()), want("config.linux.security_context.selinux_options"))
+			checkValidation(t, validateContainerConfig(withLabel(), enabled), want("config.linux.security_context.selinux_options"))
+			checkValidation(t, validateContainerConfig(withRelabel(), enabled), want("config.mounts.selinux_relabel"))
+			checkValidation(t, validateSandboxConfig(podWithLabel(), enabled), want("config.linux.security_context.selinux_options"))
 		})
 	}
 }

@@ -59,7 +59,7 @@ func TestValidateUserNamespace(t *testing.T) {
 			u := kubeletUserns()
 			c.modify(u)
 			cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: u}}
-			checkValidation(t, validateSandboxConfig(cfg), c.field)
+			checkValidation(t, validateSandboxConfig(cfg, false), c.field)
 		})
 	}
 }
@@ -96,7 +96,7 @@ func TestValidateContainerUserNamespace(t *testing.T) {
 			if c.field == "config.mounts.mount_options" {
 				ctr.Mounts[0].MountOptions = []string{"suid"}
 			}
-			err := validateContainerConfig(ctr)
+			err := validateContainerConfig(ctr, false)
 			if err == nil {
 				err = validateContainerInPod(pod, ctr)
 			}

@@ -14,7 +14,7 @@ import (
 // descriptors of the node's processes, pods' included, and a pod may hold
 // millions. Past it the search stops and says so (Holders.Cut): a holder
 // only ever serves a message or a wait, never a kill.
-var holderSearchBudget = 1 << 16
+const holderSearchBudget = 1 << 16
 
 // holderReadBatch is how many names of a descriptor dir are read at a time,
 // so that a process's million descriptors are never in memory at once.
@@ -25,6 +25,8 @@ type Holders struct {
 	PIDs []int
 	// Cut: the search stopped at its budget; others may hold it too.
 	Cut bool
+	// budget is what the search could read, for String.
+	budget int
 }
 
 // FileHolders lists the other processes that have f's file open (by device
@@ -35,17 +37,21 @@ func FileHolders(f *os.File) Holders {
 	if !ok {
 		return Holders{}
 	}
-	return holders(match)
+	return holders(match, holderSearchBudget)
 }
 
 // HoldsFile tells whether process pid has f's file open, from its own
 // descriptors alone (within the search budget).
 func HoldsFile(pid int, f *os.File) bool {
+	return holdsFile(pid, f, holderSearchBudget)
+}
+
+// holdsFile is HoldsFile reading at most budget descriptors.
+func holdsFile(pid int, f *os.File, budget int) bool {
 	match, ok := sameFile(f)
 	if !ok {
 		return false
 	}
-	budget := holderSearchBudget
 	return holdsAny(strconv.Itoa(pid), match, &budget)
 }
 
@@ -81,15 +87,14 @@ func SocketHolders(path string) Holders {
 	return holders(func(fd string) bool {
 		target, err := os.Readlink(fd)
 		return err == nil && inodes[target]
-	})
+	}, holderSearchBudget)
 }
 
 // holders lists the processes but this one with a descriptor match takes,
-// reading at most holderSearchBudget processes and descriptors.
-func holders(match func(fdPath string) bool) Holders {
-	var h Holders
+// reading at most budget processes and descriptors.
+func holders(match func(fdPath string) bool, budget int) Holders {
+	h := Holders{budget: budget}
 	self := strconv.Itoa(os.Getpid())
-	budget := holderSearchBudget
 	eachName("/proc", &budget, func(name string) bool {
 		if pid, err := strconv.Atoi(name); err == nil && name != self && holdsAny(name, match, &budget) {
 			h.PIDs = append(h.PIDs, pid)
@@ -142,7 +147,7 @@ func eachName(dir string, budget *int, fn func(name string) (stop bool)) {
 func (h Holders) String() string {
 	pids := h.PIDs
 	if len(pids) == 0 && h.Cut {
-		return "no process found (the search stopped at its budget of " + strconv.Itoa(holderSearchBudget) + " descriptors)"
+		return "no process found (the search stopped at its budget of " + strconv.Itoa(h.budget) + " descriptors)"
 	}
 	if len(pids) == 0 {
 		return "no process with the file open (a descriptor in flight, or one that just closed)"

@@ -50,7 +50,6 @@ func TestHoldersOfASocketAndAFile(t *testing.T) {
 // A process that holds many descriptors (a pod can hold millions) makes
 // a search stop at its budget, say so, and read no more.
 func TestHoldersSearchStopsAtItsBudget(t *testing.T) {
-	defer func(b int) { holderSearchBudget = b }(holderSearchBudget)
 	f, err := os.Open(os.DevNull)
 	if err != nil {
 		t.Fatal(err)
@@ -74,19 +73,18 @@ func TestHoldersSearchStopsAtItsBudget(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
-	holderSearchBudget = 100
-	if HoldsFile(cmd.Process.Pid, target) {
+	if holdsFile(cmd.Process.Pid, target, 100) {
 		t.Errorf("HoldsFile found a descriptor past a budget of 100")
 	}
-	got := FileHolders(target)
+	match, _ := sameFile(target)
+	got := holders(match, 100)
 	if !got.Cut || len(got.PIDs) != 0 {
 		t.Errorf("FileHolders with a budget of 100 = %+v, want cut, none found", got)
 	}
 	if s := got.String(); !strings.Contains(s, "budget") {
 		t.Errorf("String of a cut search = %q, want it to say so", s)
 	}
-	holderSearchBudget = 1 << 20
-	if !HoldsFile(cmd.Process.Pid, target) {
+	if !holdsFile(cmd.Process.Pid, target, 1<<20) {
 		t.Errorf("HoldsFile missed the descriptor within the budget")
 	}
 }

@@ -294,12 +294,22 @@ func (e *execRun) pipeStdio(o ExecIO) error {
 // batchSize bytes, so that a stream client gets fewer, larger frames. Less
 // output than that (a prompt, a line, a probe's answer) goes out at once,
 // from a small buffer: the batch buffer is only made for bulk.
+//
+// Within a batch the copy does not wait on the pipe: a pipe has no
+// low-water mark (SO_RCVLOWAT is for sockets), and a reader that waits
+// for it is woken by every write of the process, a few KiB each (busybox
+// writes 4 KiB), with a read, a poller event and a goroutine switch for
+// each. It takes what the pipe holds and, when that did not fill the
+// batch, lets the process fill the pipe for fillWait: a producer faster
+// than the copy always finds a full pipe and never waits, a slower one
+// waits at most batchWait, as before.
 const (
 	outputPipeSize = 1 << 20
 	bulkRead       = 4 << 10
 	smallBuffer    = 32 << 10
-	batchSize      = 128 << 10
+	batchSize      = 256 << 10
 	batchWait      = 2 * time.Millisecond
+	fillWait       = batchWait / 4
 )
 
 // copyBatched copies a pipe to dst until the pipe ends, or until the output
@@ -334,6 +344,9 @@ func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
 				}
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // cutOutput's deadline, within a batch
 			}
 			if err != nil {
 				return
@@ -379,21 +392,52 @@ func (e *execRun) cutOutput() {
 	})
 }
 
-// readBatch reads on into buf[n:] until it is full or batchWait passed.
+// readBatch reads on into buf[n:] until it is full or batchWait passed,
+// taking what the pipe holds each time rather than waiting on it (see
+// fillWait).
 func readBatch(src *os.File, buf []byte, n int) (int, error) {
-	if src.SetReadDeadline(time.Now().Add(batchWait)) != nil {
+	rc, err := src.SyscallConn()
+	if err != nil {
 		return n, nil
 	}
-	defer src.SetReadDeadline(time.Time{})
+	deadline := time.Now().Add(batchWait)
 	for n < len(buf) {
-		m, err := src.Read(buf[n:])
+		m, err := readHeld(rc, buf[n:])
 		n += m
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return n, nil
-		}
 		if err != nil {
 			return n, err
 		}
+		if n == len(buf) {
+			break
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		time.Sleep(min(fillWait, left))
+	}
+	return n, nil
+}
+
+// readHeld reads what the pipe holds now, without waiting for more: 0 and
+// no error when it is empty, io.EOF once every writer closed it.
+func readHeld(rc syscall.RawConn, p []byte) (int, error) {
+	var n int
+	var rerr error
+	// A func that returns true never parks on the poller: one read.
+	err := rc.Read(func(fd uintptr) bool {
+		n, rerr = unix.Read(int(fd), p)
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case errors.Is(rerr, unix.EAGAIN) || errors.Is(rerr, unix.EINTR):
+		return 0, nil
+	case rerr != nil:
+		return 0, rerr
+	case n == 0:
+		return 0, io.EOF
 	}
 	return n, nil
 }

@@ -52,6 +52,7 @@ func TestBench(t *testing.T) {
 	t.Run("PodLifecycle", benchPodLifecycle)
 	t.Run("Tracing", benchTracing) // bench_tracing_test.go
 	t.Run("Exec", benchExec)
+	t.Run("ExecStreams", benchExecStreams) // bench_exec_streams_test.go
 	t.Run("StreamLists", benchStreamLists) // bench_stream_test.go
 	t.Run("NRI", benchNRI)                 // bench_nri_test.go
 

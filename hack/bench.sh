@@ -13,6 +13,14 @@ MINICRI_BENCH=1 MINICRI_BIN_DIR="$bin" go test -tags e2e -count=1 -timeout 30m -
 if [ -n "${MINICRI_BENCH_PODS:-}" ]; then
 	exit 0
 fi
+
+# PullImage of a real-sized image (bench_pull_test.go), gzip and zstd, page
+# cache dropped, against tar's floor measured in the same run.
+bench_pull() {
+	MINICRI_BENCH=1 MINICRI_BIN_DIR="$bin" go test -tags e2e -count=1 -timeout 30m -run '^TestBenchPull$' -v ./test/e2e/ \
+		| grep -v -E '^(=== RUN|--- |PASS|ok )|level=' || true
+}
+bench_pull
 # The monitor's memory side by side with Debian's C conmon: a monitor per
 # container, one shared monitor, conmon; PSS per container.
 echo

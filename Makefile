@@ -159,8 +159,8 @@ cluster-test: deps build kubelet
 # make bench SCALE=100: the node-scale bench, 100 pods (then 100 pods x 2
 # containers), with the floors taken in the same run (docs/performance.md).
 SCALE ?=
-bench: deps build
-	@MINICRI_BENCH_PODS=$(SCALE) hack/bench.sh $(BIN)
+bench: deps build $(KUBELET_DEP) $(CRITEST_DEP)
+	@MINICRI_BENCH_PODS=$(SCALE) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) hack/bench.sh $(BIN)
 
 install: build
 	install -D -m 0755 $(BIN)/minicri $(DESTDIR)$(PREFIX)/bin/minicri

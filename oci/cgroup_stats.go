@@ -219,6 +219,25 @@ func readRawV2(dir string) (*cgroups.Stats, error) {
 	return st, nil
 }
 
+// v1Mounted keeps, per cgroup root, which of v1StatsHierarchies it has:
+// the host's mounts do not change under the daemon, and looking them up is
+// five stat calls for every cgroup the kubelet asks about.
+var v1Mounted sync.Map // root → []string
+
+func mountedV1Hierarchies(root string) []string {
+	if hs, ok := v1Mounted.Load(root); ok {
+		return hs.([]string)
+	}
+	var hs []string
+	for _, h := range v1StatsHierarchies {
+		if _, err := os.Stat(filepath.Join(root, h)); err == nil {
+			hs = append(hs, h)
+		}
+	}
+	v1Mounted.Store(root, hs)
+	return hs
+}
+
 func readRawV1(root, rel string) (*cgroups.Stats, error) {
 	// The memory hierarchy tells whether the cgroup is there: every
 	// container and pod cgroup has one.
@@ -227,10 +246,8 @@ func readRawV1(root, rel string) (*cgroups.Stats, error) {
 		return nil, statsError(rel, err)
 	}
 	paths := map[string]string{}
-	for _, h := range v1StatsHierarchies {
-		if _, err := os.Stat(filepath.Join(root, h)); err == nil {
-			paths[h] = filepath.Join(root, h, rel)
-		}
+	for _, h := range mountedV1Hierarchies(root) {
+		paths[h] = filepath.Join(root, h, rel)
 	}
 	m, err := fs.NewManager(&cgroups.Cgroup{Resources: &cgroups.Resources{}}, paths)
 	if err != nil {

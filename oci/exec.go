@@ -261,6 +261,9 @@ func (e *execRun) pipeStdio(o ExecIO) error {
 			e.cmd.Stdin, e.stdinW = r, w
 			e.closers = append(e.closers, r)
 			e.ours = append(e.ours, w)
+			// Room for a client's upload (kubectl cp) to go on while the
+			// process reads: a full pipe parks the copy until it drains.
+			_, _ = unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, outputPipeSize)
 		}
 	}
 	for _, s := range []struct {

@@ -108,15 +108,32 @@ type proxy struct {
 	srv *httptest.Server
 
 	mu       sync.Mutex
-	blobGets map[string]int // by digest
+	blobGets map[string]int      // by digest
+	ranges   map[string][]string // Range headers of blob GETs, by digest
 	tamper   func(digest string, body io.ReadCloser) io.ReadCloser
+	// noRanges, when set, makes the registry ignore range requests (the
+	// whole blob, 200) and goes through the bodies it answers them with.
+	noRanges func(body io.ReadCloser) io.ReadCloser
 }
 
 func startProxy(t *testing.T, upstreamHost string) *proxy {
 	t.Helper()
-	p := &proxy{blobGets: map[string]int{}}
+	p := &proxy{blobGets: map[string]int{}, ranges: map[string][]string{}}
 	target := &url.URL{Scheme: "http", Host: upstreamHost}
 	rp := httputil.NewSingleHostReverseProxy(target)
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		director(r)
+		if digest, ok := blobDigest(r); ok && r.Header.Get("Range") != "" {
+			p.mu.Lock()
+			p.ranges[digest] = append(p.ranges[digest], r.Header.Get("Range"))
+			if p.noRanges != nil {
+				r.Header.Del("Range")
+				r.Header.Set(strippedRange, "1")
+			}
+			p.mu.Unlock()
+		}
+	}
 	rp.ErrorLog = log.New(io.Discard, "", 0) // cut connections are the point of some tests
 	rp.FlushInterval = -1                    // a paced body reaches the client paced, not in 4 KiB bursts
 	rp.ModifyResponse = func(resp *http.Response) error {
@@ -126,8 +143,12 @@ func startProxy(t *testing.T, upstreamHost string) *proxy {
 		}
 		p.mu.Lock()
 		p.blobGets[digest]++
-		tamper := p.tamper
+		tamper, noRanges := p.tamper, p.noRanges
 		p.mu.Unlock()
+		if resp.Request.Header.Get(strippedRange) != "" {
+			resp.Body = noRanges(resp.Body)
+			return nil
+		}
 		if tamper != nil && resp.StatusCode == http.StatusOK {
 			resp.Body = tamper(digest, resp.Body)
 		}
@@ -154,6 +175,22 @@ func (p *proxy) gets() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+// strippedRange marks a request whose Range header the proxy took off.
+const strippedRange = "X-Test-Stripped-Range"
+
+func (p *proxy) ignoreRanges(f func(body io.ReadCloser) io.ReadCloser) {
+	p.mu.Lock()
+	p.noRanges = f
+	p.mu.Unlock()
+}
+
+// rangesOf are the Range headers of the GETs of blob digest.
+func (p *proxy) rangesOf(digest string) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.ranges[digest]...)
 }
 
 func blobDigest(r *http.Request) (string, bool) {

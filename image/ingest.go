@@ -24,6 +24,7 @@ type ingestRequest struct {
 	manifest    []byte
 	mediaType   types.MediaType
 	open        blobOpener
+	openAt      rangeOpener    // nil: a broken download is not resumed
 	artifacts   bool           // an OCI artifact is taken (a registry pull), else refused
 	tags        []string       // full references to point at the image
 	repoDigests []string       // "repo@sha256:…"
@@ -134,24 +135,15 @@ func (s *Store) fetchConfig(ctx context.Context, desc v1.Descriptor, open blobOp
 	return cf, nil
 }
 
-// fetchLayers downloads up to MaxConcurrentDownloads layers at once, and
-// unpacks each as soon as it is in; the first failure cancels the rest.
+// fetchLayers brings the layers in side by side (fetchLayer): up to
+// MaxConcurrentDownloads downloads at once, each layer unpacked as its
+// bytes arrive; the first failure cancels the rest.
 func (s *Store) fetchLayers(ctx context.Context, layers []v1.Descriptor, diffIDs, chains []v1.Hash, req ingestRequest, budget *unpackBudget) error {
 	g, ctx := errgroup.WithContext(ctx)
 	downloads := make(chan struct{}, s.opts.MaxConcurrentDownloads)
 	for i, l := range layers {
 		g.Go(func() error {
-			select {
-			case downloads <- struct{}{}:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			err := s.ensureBlob(ctx, layerDownload, l, req.open, req.progress)
-			<-downloads
-			if err != nil {
-				return fmt.Errorf("layer %s: %w", l.Digest, err)
-			}
-			return s.ensureLayer(ctx, chains[i], diffIDs[i], l.Digest, budget)
+			return s.fetchLayer(ctx, l, diffIDs[i], chains[i], req, budget, downloads)
 		})
 	}
 	return g.Wait()

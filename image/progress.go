@@ -97,14 +97,50 @@ type layerProgress struct {
 	total int64
 	start time.Time
 	bytes atomic.Int64
+	// A streamed download is read at the pace of its unpack: it is
+	// judged only for the time it waited for the network (reading: when
+	// the read under way began; waited: the reads before it).
+	isStreamed      atomic.Bool
+	reading, waited atomic.Int64 // unix nanoseconds; nanoseconds
 	// samples are the byte counts seen by the checks of the last window
 	// and the newest one before it (under pullProgress.mu).
 	samples []progressSample
 }
 
 type progressSample struct {
-	at    time.Time
-	bytes int64
+	at     time.Time
+	bytes  int64
+	waited time.Duration // a streamed download's time in reads, up to at
+}
+
+// streamed marks a download read at the pace of its unpack. Call before
+// the first read.
+func (l *layerProgress) streamed() {
+	if l != nil {
+		l.isStreamed.Store(true)
+	}
+}
+
+// startRead and endRead bracket a read of a streamed download.
+func (l *layerProgress) startRead() {
+	if l != nil {
+		l.reading.Store(time.Now().UnixNano())
+	}
+}
+
+func (l *layerProgress) endRead() {
+	if l != nil {
+		l.waited.Add(time.Now().UnixNano() - l.reading.Swap(0))
+	}
+}
+
+// waitedAt is the time a streamed download spent in reads up to now.
+func (l *layerProgress) waitedAt(now time.Time) time.Duration {
+	w := l.waited.Load()
+	if since := l.reading.Load(); since != 0 {
+		w += max(0, now.UnixNano()-since)
+	}
+	return time.Duration(w)
 }
 
 func (l *layerProgress) Write(p []byte) (int, error) {
@@ -169,7 +205,7 @@ func (p *pullProgress) checkStalls(now time.Time) error {
 // all in (it is being stored), is not judged.
 func (l *layerProgress) judge(now time.Time, limit ProgressLimit) error {
 	n := l.bytes.Load()
-	l.samples = append(l.samples, progressSample{now, n})
+	l.samples = append(l.samples, progressSample{now, n, l.waitedAt(now)})
 	cut := now.Add(-limit.Window)
 	i := 0
 	for i+1 < len(l.samples) && !l.samples[i+1].at.After(cut) {
@@ -177,6 +213,11 @@ func (l *layerProgress) judge(now time.Time, limit ProgressLimit) error {
 	}
 	l.samples = l.samples[i:]
 	if l.samples[0].at.After(cut) || n >= l.total {
+		return nil
+	}
+	// A streamed download that waited for its unpack more than for the
+	// network in the window: the unpack is slow, not the registry.
+	if l.isStreamed.Load() && l.samples[len(l.samples)-1].waited-l.samples[0].waited < limit.Window/2 {
 		return nil
 	}
 	if moved := n - l.samples[0].bytes; moved < limit.minBytes() {
@@ -205,7 +246,7 @@ func (p *pullProgress) begin(what, name string, total int64) *layerProgress {
 		return nil
 	}
 	now := time.Now()
-	l := &layerProgress{what: what, name: name, total: total, start: now, samples: []progressSample{{now, 0}}}
+	l := &layerProgress{what: what, name: name, total: total, start: now, samples: []progressSample{{now, 0, 0}}}
 	p.mu.Lock()
 	p.busy[l] = true
 	p.mu.Unlock()

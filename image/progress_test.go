@@ -160,7 +160,7 @@ func TestPullProgressIgnoresUnpackTime(t *testing.T) {
 func TestProgressJudgesEveryWindow(t *testing.T) {
 	limit := ProgressLimit{Window: 10 * time.Second, MinRate: 100} // 1000 bytes a window
 	t0 := time.Unix(1000, 0)
-	l := &layerProgress{what: layerDownload, name: "sha256:x", total: 1 << 20, start: t0, samples: []progressSample{{t0, 0}}}
+	l := &layerProgress{what: layerDownload, name: "sha256:x", total: 1 << 20, start: t0, samples: []progressSample{{at: t0}}}
 	steps := []struct {
 		after time.Duration
 		bytes int64
@@ -176,7 +176,7 @@ func TestProgressJudgesEveryWindow(t *testing.T) {
 		}
 	}
 	// Moving at 200 bytes a second, twice the rate, judged each second.
-	l = &layerProgress{what: layerDownload, name: "sha256:y", total: 1 << 20, start: t0, samples: []progressSample{{t0, 0}}}
+	l = &layerProgress{what: layerDownload, name: "sha256:y", total: 1 << 20, start: t0, samples: []progressSample{{at: t0}}}
 	for s := 1; s <= 60; s++ {
 		l.bytes.Store(int64(s) * 200)
 		if err := l.judge(t0.Add(time.Duration(s)*time.Second), limit); err != nil {

@@ -139,6 +139,7 @@ func (s *Store) pull(ctx context.Context, named reference, auth *Auth, live *Rel
 		manifest:    m.raw,
 		mediaType:   m.mediaType,
 		open:        src.blob,
+		openAt:      src.blobFrom,
 		artifacts:   true,
 		repoDigests: []string{named.withDigest(top.digest.String())},
 		signatures:  signatures,

@@ -36,6 +36,10 @@ type endpoint struct {
 	label  string // "mirror http://127.0.0.1:5001", "registry docker.io"
 	repo   name.Repository
 	puller *remote.Puller
+	// What the puller was made with, for the requests it cannot make
+	// (a blob from an offset).
+	transport http.RoundTripper
+	auth      authn.Authenticator
 	// resolve: may be asked for a manifest by tag; pull: for a manifest
 	// by digest and for blobs (hosts.toml capabilities; both by default).
 	resolve, pull bool
@@ -175,7 +179,7 @@ func (s *Store) hostEndpoint(label string, h hostEndpoint, path string, auth aut
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	return &endpoint{label: label, repo: reg.Repo(path), puller: puller, resolve: h.resolve, pull: h.pull}, nil
+	return &endpoint{label: label, repo: reg.Repo(path), puller: puller, transport: t, auth: auth, resolve: h.resolve, pull: h.pull}, nil
 }
 
 func (s *Store) newPuller(t http.RoundTripper, auth authn.Authenticator) (*remote.Puller, error) {
@@ -222,7 +226,7 @@ func (s *Store) newEndpoint(label, host, path string, insecure bool, auth authn.
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	return &endpoint{label: label, repo: reg.Repo(path), puller: puller, resolve: true, pull: true}, nil
+	return &endpoint{label: label, repo: reg.Repo(path), puller: puller, transport: t, auth: auth, resolve: true, pull: true}, nil
 }
 
 func authenticator(a *Auth) authn.Authenticator {
@@ -334,18 +338,37 @@ func checkManifest(desc *remote.Descriptor, identifier string) (manifest, error)
 
 // blob opens a blob stream from the first endpoint that has it.
 func (r *remoteSource) blob(ctx context.Context, desc v1.Descriptor) (io.ReadCloser, error) {
+	return r.firstBlob(ctx, desc, func(ep *endpoint) (io.ReadCloser, error) {
+		l, err := ep.puller.Layer(ctx, ep.repo.Digest(desc.Digest.String()))
+		if err != nil {
+			return nil, err
+		}
+		return l.Compressed()
+	})
+}
+
+// blobFrom opens a blob's content from offset on, with an HTTP range
+// request: how a download whose connection broke continues. A registry
+// that ignores the range (200, the whole blob) is read past the bytes
+// already had; the caller hashes the whole blob either way.
+func (r *remoteSource) blobFrom(ctx context.Context, desc v1.Descriptor, offset int64) (io.ReadCloser, error) {
+	return r.firstBlob(ctx, desc, func(ep *endpoint) (io.ReadCloser, error) {
+		return ep.blobFrom(ctx, desc, offset)
+	})
+}
+
+// firstBlob is the first endpoint's blob stream that open gets, in the
+// order blobs are asked for.
+func (r *remoteSource) firstBlob(ctx context.Context, desc v1.Descriptor, open func(*endpoint) (io.ReadCloser, error)) (io.ReadCloser, error) {
 	var errs []error
 	for i := r.first; i < len(r.eps); i++ {
 		ep := r.eps[i]
 		if !ep.pull {
 			continue
 		}
-		l, err := ep.puller.Layer(ctx, ep.repo.Digest(desc.Digest.String()))
+		rc, err := open(ep)
 		if err == nil {
-			var rc io.ReadCloser
-			if rc, err = l.Compressed(); err == nil {
-				return rc, nil
-			}
+			return rc, nil
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -356,6 +379,42 @@ func (r *remoteSource) blob(ctx context.Context, desc v1.Descriptor) (io.ReadClo
 		return nil, fmt.Errorf("blob %s: no host of the registry has the pull capability (hosts.toml capabilities)", desc.Digest)
 	}
 	return nil, joinErrors(errs)
+}
+
+func (ep *endpoint) blobFrom(ctx context.Context, desc v1.Descriptor, offset int64) (io.ReadCloser, error) {
+	reg := ep.repo.Registry
+	t, err := transport.NewWithContext(ctx, reg, ep.auth, transport.NewUserAgent(ep.transport, userAgent),
+		[]string{ep.repo.Scope(transport.PullScope)})
+	if err != nil {
+		return nil, err
+	}
+	u := url.URL{Scheme: reg.Scheme(), Host: reg.RegistryStr(), Path: "/v2/" + ep.repo.RepositoryStr() + "/blobs/" + desc.Digest.String()}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Range", fmt.Sprintf("bytes=%d-", offset))
+	resp, err := (&http.Client{Transport: t}).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	switch resp.StatusCode {
+	case http.StatusPartialContent:
+		var start int64
+		if _, err := fmt.Sscanf(resp.Header.Get("Content-Range"), "bytes %d-", &start); err != nil || start != offset {
+			resp.Body.Close()
+			return nil, fmt.Errorf("blob %s: asked for bytes from %d, got Content-Range %q", desc.Digest, offset, resp.Header.Get("Content-Range"))
+		}
+		return resp.Body, nil
+	case http.StatusOK:
+		if _, err := io.CopyN(io.Discard, resp.Body, offset); err != nil {
+			resp.Body.Close()
+			return nil, fmt.Errorf("blob %s: skip the %d bytes already had: %w", desc.Digest, offset, err)
+		}
+		return resp.Body, nil
+	}
+	defer resp.Body.Close()
+	return nil, transport.CheckError(resp, http.StatusPartialContent, http.StatusOK)
 }
 
 // endpointError names the endpoint, and marks the failures a caller can act

@@ -16,8 +16,8 @@ import (
 	"syscall"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/klauspost/pgzip"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,13 +57,29 @@ func unpackLayerFile(ctx context.Context, blobPath, dest string, budget *unpackB
 		return v1.Hash{}, err
 	}
 	defer f.Close()
-	tarStream, closeStream, err := decompress(bufio.NewReaderSize(f, 1<<16))
+	return unpackStream(ctx, f, dest, budget, func() {})
+}
+
+// unpackStream is unpackLayerFile of a layer blob read from r. The
+// decompressors read r ahead in goroutines of their own: when the unpack
+// fails for what it found in the layer (not for the stream it read), stop
+// is called before they are stopped, and must end a read blocked in r. A
+// failure of the stream itself is a *streamError: the decompressor has
+// stopped reading r, and r can be read on.
+func unpackStream(ctx context.Context, r io.Reader, dest string, budget *unpackBudget, stop func()) (_ v1.Hash, err error) {
+	tarStream, closeStream, err := decompress(bufio.NewReaderSize(r, 1<<16))
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	defer closeStream()
+	defer func() {
+		var se *streamError
+		if err != nil && !errors.As(err, &se) {
+			stop()
+		}
+		closeStream()
+	}()
 	h := sha256.New()
-	tee := io.TeeReader(tarStream, h)
+	tee := io.TeeReader(streamErrors{tarStream}, h)
 	if err := extractTar(ctx, tee, dest, budget); err != nil {
 		return v1.Hash{}, err
 	}
@@ -74,18 +90,47 @@ func unpackLayerFile(ctx context.Context, blobPath, dest string, budget *unpackB
 	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(h.Sum(nil))}, nil
 }
 
+// streamError is a failure to read a layer's (decompressed) stream: a
+// corrupt or cut-off blob, a broken connection.
+type streamError struct{ err error }
+
+func (e *streamError) Error() string { return e.err.Error() }
+func (e *streamError) Unwrap() error { return e.err }
+
+// streamErrors marks the failures of the reader as *streamError.
+type streamErrors struct{ r io.Reader }
+
+func (s streamErrors) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = &streamError{err}
+	}
+	return n, err
+}
+
+// The decompressors decode in a goroutine of their own, ahead of the
+// unpack (pgzip: gzip cannot be split, so it decodes ahead of its reader;
+// zstd: blocks decoded concurrently), so that one layer's unpack keeps both
+// CPUs busy: decoding on one, hashing and writing files on the other. Their
+// memory is bounded by the blocks in flight, whatever the layer.
+const (
+	gzipBlockSize = 256 << 10
+	gzipBlocks    = 4
+	zstdDecoders  = 2
+)
+
 // decompress recognises the compression by its magic number.
 func decompress(r *bufio.Reader) (io.Reader, func(), error) {
 	magic, _ := r.Peek(4)
 	switch {
 	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
-		zr, err := gzip.NewReader(r)
+		zr, err := pgzip.NewReaderN(r, gzipBlockSize, gzipBlocks)
 		if err != nil {
 			return nil, nil, fmt.Errorf("gzip layer: %w", err)
 		}
 		return zr, func() { zr.Close() }, nil
 	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
-		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(maxZstdWindow))
+		zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(zstdDecoders), zstd.WithDecoderMaxWindow(maxZstdWindow))
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd layer: %w", err)
 		}
@@ -383,10 +428,27 @@ func (x *extractor) writeFile(full string, hdr *tar.Header, r io.Reader) error {
 		f.Close()
 		return err
 	}
+	startWriteback(f, hdr.Size)
 	if err := f.Close(); err != nil {
 		return err
 	}
 	return x.setMetadata(full, hdr)
+}
+
+// writebackMin is the size from which a file's writeback starts as soon as
+// it is written.
+const writebackMin = 64 << 10
+
+// startWriteback asks the kernel to start writing f's data now
+// (sync_file_range SYNC_FILE_RANGE_WRITE, which does not wait for it): the
+// layer is synced before it is renamed into place (makeLayerDir), and a
+// sync that finds the data already on its way waits less, the disk working
+// while the unpack goes on. Smaller files are left to that sync, which
+// writes them together. A filesystem that cannot is left to it too.
+func startWriteback(f *os.File, size int64) {
+	if size >= writebackMin {
+		_ = unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
+	}
 }
 
 // holeBlock is the unit of zeros left as a hole: the filesystem block,

@@ -5,6 +5,9 @@
 #   hack/cluster.sh up     bring it up and leave it running
 #   hack/cluster.sh down   take it down and check that nothing is left
 #
+# NODES=2 hack/cluster.sh up: the production-shaped guest joins as a second
+# node (hack/cluster-node.sh).
+#
 # up runs, as an operator with a private registry would: a loopback registry
 # serving the images hack/build-cluster.sh made (kubeadm's imageRepository),
 # minicri with a cni.conf_template (the pod CIDR the controller-manager
@@ -115,6 +118,9 @@ stop() {
 
 kubectl() { "$cdir/kubectl" --kubeconfig "$admin" "$@"; }
 
+# The second node (NODES=2): node_boot, node_join, node_down.
+. "$repo/hack/cluster-node.sh"
+
 up() {
 	[ "$(id -u)" = 0 ] || die "needs root"
 	if [ -e "$state" ] || [ -e /etc/kubernetes ] || [ -e /var/lib/kubelet ] || [ -S "$socket" ]; then
@@ -152,6 +158,7 @@ up() {
 	wait_for 15 "the registry on $registry" curl -sf "http://$registry/v2/"
 	"$cdir/images" push "$cdir/oci" "$registry"
 	log "images pushed to $registry"
+	node_boot
 
 	# minicri, on the default socket, with a network config of its own: the
 	# template the pod CIDR fills in, in a conf dir of its own (minicri
@@ -232,6 +239,8 @@ up() {
 	POD_SUBNET=$pod_subnet
 	SERVICE_SUBNET=$service_subnet
 	EOF
+	node_install
+	node_join
 	log "up in $((SECONDS - t0))s: KUBECONFIG=$admin $cdir/kubectl get pods -A"
 	kubectl get pods -A -o wide >&2
 }
@@ -310,6 +319,7 @@ down() {
 	[ "$(id -u)" = 0 ] || die "needs root"
 	local t0=$SECONDS cdir
 	cdir=$(cat "$state/cluster-dir" 2>/dev/null || dirname "$("$repo/hack/build-cluster.sh" --path)")
+	node_down
 	stop kubeadm
 	# The kubelet first: running, it would start the static pods again
 	# while kubeadm reset removes them.

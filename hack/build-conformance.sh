@@ -4,7 +4,7 @@
 # e2e.test (the test binary of k8s.io/kubernetes/test/e2e), ginkgo (its
 # parallel runner), and the images its [Conformance] specs run, offline:
 # agnhost (and kitten and nautilus, made of it) and the sample API server
-# from source, busybox, nginx and the tools
+# from source, busybox, glibc-dns-testing, nginx and the tools
 # agnhost's image carries (dig, nc, socat, curl, bash) from the host's Debian
 # packages (hack/install-deps.sh conformance), etcd from the kubelet's cache
 # entry, as an OCI layout. Cached outside the repository like the cluster:
@@ -144,6 +144,11 @@ for n in kitten nautilus; do
 	for t in $(tags $e2e/$n); do
 		specs+=("$e2e/$n:$t /agnhost;test-webserver $kdir_mod/test/images/$n/html=/ $agnhost_files")
 	done
+done
+# glibc-dns-testing (the DNS specs' glibc resolver): upstream's is Debian's
+# dnsutils on bookworm-slim, with CoreDNS; here the same tools as agnhost's.
+for t in $(tags $e2e/glibc-dns-testing); do
+	specs+=("$e2e/glibc-dns-testing:$t ;bash $cdir/coredns=/coredns $stage/base=/ ${agnhost_tools[*]}")
 done
 for t in $(tags $e2e/busybox); do specs+=("$e2e/busybox:$t ;sh $stage/base=/"); done
 for t in $(tags $e2e/sample-apiserver); do

@@ -12,7 +12,7 @@ E2E_BIN  := $(BIN)/e2e
 PREFIX   ?= /usr/local
 E2E_TIMEOUT ?= 20m
 
-.PHONY: all deps build build-e2e kubelet cri-tools run test vet fmt-check tidy-check unit e2e guest-test cluster cluster-down cluster-test bench install clean
+.PHONY: all deps build build-e2e kubelet cri-tools run test vet fmt-check tidy-check unit e2e guest-test cluster cluster-down cluster-test conformance conformance-build bench install clean
 
 all: build
 
@@ -81,6 +81,7 @@ tidy-check:
 	cd hack/kubelet && $(GO) mod tidy -diff
 	cd hack/cri-tools && $(GO) mod tidy -diff
 	cd hack/cluster && $(GO) mod tidy -diff
+	cd hack/conformance && $(GO) mod tidy -diff
 
 # Unit tests, with the race detector: most packages hold shared state.
 # Every go test also runs the fuzz targets' seed corpora (testdata/fuzz);
@@ -152,11 +153,28 @@ cluster: deps build kubelet
 cluster-down:
 	@hack/cluster.sh down
 
-cluster-test: deps build kubelet
+cluster-test: deps build kubelet conformance-build
 	@NODES=$(NODES) hack/cluster.sh up || { hack/cluster.sh down; exit 1; }
 	MINICRI_CLUSTER_ENV=/var/lib/minicri-cluster/env \
 		$(GO) test -tags cluster -count=1 -timeout $(CLUSTER_TIMEOUT) -run '^TestCluster' -v ./test/e2e/; \
-		rc=$$?; hack/cluster.sh down && exit $$rc
+		rc=$$?; CONFORMANCE_TIMEOUT=15m hack/conformance.sh '$(CONFORMANCE_CI)' || rc=1; \
+		hack/cluster.sh down && exit $$rc
+
+# The Kubernetes conformance suite against a cluster that is up (make
+# cluster; docs/conformance.md): e2e.test v1.37.2, ginkgo and the suite's
+# images, built once, offline, and cached like the cluster
+# (hack/build-conformance.sh). make cluster-test runs the [Conformance] specs
+# of CONFORMANCE_CI only: the pods and containers of sig-node, kubectl's
+# exec/attach/logs/port-forward/cp, DNS, Services and pod-to-pod traffic,
+# Deployments, DaemonSets and Jobs.
+CONFORMANCE_CI ?= \[sig-node\] (Pods|Containers|Container Runtime|Container Lifecycle Hook|InitContainer|Downward API|Variable Expansion|Kubelet|PreStop)|\[sig-cli\] Kubectl.*([Ee]xec|[Aa]ttach|logs|[Pp]ort.forward|[^a-z]cp[^a-z])|\[sig-network\] (DNS|Services|Networking)|\[sig-apps\] (Deployment|Daemon set|Job)
+conformance-build: build kubelet
+	@hack/install-deps.sh conformance
+	@hack/build-cluster.sh $(BIN)/minicri-pause >/dev/null
+	@hack/build-conformance.sh >/dev/null
+
+conformance: deps conformance-build
+	@hack/conformance.sh
 
 # make bench SCALE=100: the node-scale bench, 100 pods (then 100 pods x 2
 # containers), with the floors taken in the same run (docs/performance.md).

@@ -87,18 +87,7 @@ specs=(
 	"coredns:$coredns_tag /coredns $dir/coredns=/coredns"
 	"pause:$pause_tag /pause $pause=/pause"
 )
-# The inputs: every spec, and the content of every file it names.
-inputs=$({ printf '%s\n' "${specs[@]}"; for s in "${specs[@]}"; do
-	for f in ${s#* * }; do find -L "${f%%=*}" -type f -print0 | sort -z | xargs -0 sha256sum; done
-done; } | sha256sum | cut -c1-64)
-if [ "$(cat "$dir/oci/.inputs" 2>/dev/null)" != "$inputs" ]; then
-	echo "build-cluster: making the cluster's images into $dir/oci" >&2
-	rm -rf "$dir/oci.new"
-	"$dir/images" build "$dir/oci.new" "${specs[@]}"
-	echo "$inputs" >"$dir/oci.new/.inputs"
-	rm -rf "$dir/oci"
-	mv "$dir/oci.new" "$dir/oci"
-fi
+layout "$dir/oci" "$dir/images" "${specs[@]}"
 cat >"$dir/images.env.new" <<EOF
 KUBERNETES_VERSION=$version
 ETCD_TAG=$etcd_tag

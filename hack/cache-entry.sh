@@ -30,3 +30,27 @@ cache_entry() {
 	exec 9>"$dir/.lock"
 	flock 9
 }
+
+# layout DIR IMAGES SPEC...: makes the OCI layout DIR with the images program
+# IMAGES (hack/cluster/images) from the image specs, again only when a spec,
+# the name or link target of a file it names, or the content of one changed
+# since the last time. A file reached by many links (busybox's applets) is
+# read once.
+layout() {
+	local dir=$1 images=$2 inputs s f
+	shift 2
+	inputs=$({
+		printf '%s\n' "$@"
+		for s in "$@"; do for f in ${s#* * }; do find "${f%%=*}" -printf '%p %l\n'; done; done
+		for s in "$@"; do for f in ${s#* * }; do find -L "${f%%=*}" -type f -print0 | xargs -0r realpath -z; done; done \
+			| sort -zu | xargs -0r sha256sum
+	} | sha256sum | cut -c1-64)
+	if [ "$(cat "$dir/.inputs" 2>/dev/null)" != "$inputs" ]; then
+		echo "build: making the images of $dir" >&2
+		rm -rf "$dir.new"
+		"$images" build "$dir.new" "$@"
+		echo "$inputs" >"$dir.new/.inputs"
+		rm -rf "$dir"
+		mv "$dir.new" "$dir"
+	fi
+}

@@ -6,6 +6,8 @@
 #
 #   hack/install-deps.sh         what the daemon and the host tests need
 #   hack/install-deps.sh guest   what the guest VM stage needs (make guest-test)
+#   hack/install-deps.sh conformance  what the conformance suite's images are
+#                                made of (hack/build-conformance.sh)
 set -euo pipefail
 
 packages=(
@@ -29,6 +31,17 @@ if [ "${1:-}" = guest ]; then
 		qemu-utils       # qemu-img: a throwaway overlay per boot
 		e2fsprogs        # mkfs.ext4 -d: the guest's disk image from the tree
 		openssh-client   # drives the guest
+	)
+fi
+# The tools upstream's test images carry (agnhost's dig, nc, socat; nginx),
+# copied from the host into the images with the libraries they link.
+if [ "${1:-}" = conformance ]; then
+	packages=(
+		bind9-dnsutils   # dig: the DNS specs' probes
+		netcat-openbsd   # nc
+		socat            # agnhost's image has it
+		nginx            # the nginx image (its service is never started here)
+		jq               # reads ginkgo's JSON report (hack/conformance.sh)
 	)
 fi
 

@@ -9,8 +9,10 @@
 //
 // build writes one image per spec into the OCI layout LAYOUT (made anew):
 // REF is NAME:TAG, ENTRYPOINT the image's entrypoint ("-" for none: the
-// pod's command names the binary, found on PATH), each FILE is copied to DEST
-// (its own path when no DEST is given), a directory with what is below it, a
+// pod's command names the binary, found on PATH; words are separated by
+// commas, and what follows a ";" is the image's default arguments, as in
+// "/agnhost;pause"), each FILE is copied to DEST (its own path when no DEST
+// is given), a directory with what is below it (an empty one too), a
 // symbolic link as a link together with what it points to, and a
 // dynamically linked executable or library together with the libraries ldd
 // resolves for it. Every entry has a fixed mtime and root ownership, so the
@@ -126,7 +128,9 @@ func image(entrypoint string, files []string) (v1.Image, error) {
 	}
 	cfg := v1.Config{Env: []string{imagePath}}
 	if entrypoint != "-" {
-		cfg.Entrypoint = []string{entrypoint}
+		entry, cmd, _ := strings.Cut(entrypoint, ";")
+		cfg.Entrypoint = words(entry)
+		cfg.Cmd = words(cmd)
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
@@ -138,10 +142,19 @@ func image(entrypoint string, files []string) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// entry is what one path of the image holds: a file's host source, or a
-// link's target.
+// words splits a comma-separated list of an image spec; none for "".
+func words(list string) []string {
+	if list == "" {
+		return nil
+	}
+	return strings.Split(list, ",")
+}
+
+// entry is what one path of the image holds: a file's host source, a link's
+// target, or an empty directory.
 type entry struct {
 	src, link string
+	dir       bool
 }
 
 // tree is the files of one image, by their path in it.
@@ -179,6 +192,9 @@ func (t *tree) add(src, dest string) error {
 		des, err := os.ReadDir(src)
 		if err != nil {
 			return err
+		}
+		if len(des) == 0 {
+			t.entries[dest] = entry{dir: true}
 		}
 		for _, de := range des {
 			if err := t.add(filepath.Join(src, de.Name()), path.Join(dest, de.Name())); err != nil {
@@ -256,7 +272,7 @@ func (t *tree) tar() ([]byte, error) {
 		e, isEntry := t.entries[n]
 		var body []byte
 		switch {
-		case !isEntry:
+		case !isEntry || e.dir:
 			h.Typeflag, h.Mode, h.Name = tar.TypeDir, 0o755, h.Name+"/"
 			if n == "/tmp" {
 				h.Mode = 0o1777

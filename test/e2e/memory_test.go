@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"testing"
 )
 
@@ -35,13 +36,27 @@ func TestDaemonMemoryLevers(t *testing.T) {
 	}
 }
 
-// TestDaemonGOGCFromTheEnvironment: an operator's GOGC wins over the
-// daemon's default.
+// TestDaemonGOGCFromTheEnvironment: the daemon's default is in force as
+// soon as it serves (its start has no collector setting of its own), and
+// an operator's GOGC wins over it.
 func TestDaemonGOGCFromTheEnvironment(t *testing.T) {
-	t.Setenv("GOGC", "100")
-	addr := freeLoopbackAddr(t)
-	StartDaemon(t, WithArgs("--metrics-address", addr))
-	if got := metricValue(t, httpGet(t, "http://"+addr+"/metrics"), "go_gc_gogc_percent"); got != 100 {
-		t.Errorf("go_gc_gogc_percent = %v with GOGC=100 in the environment, want 100", got)
+	for _, tc := range []struct {
+		gogc string // "" leaves GOGC unset
+		want float64
+	}{{"", 50}, {"100", 100}} {
+		t.Run("GOGC="+tc.gogc, func(t *testing.T) {
+			if v, set := os.LookupEnv("GOGC"); set {
+				t.Setenv("GOGC", v) // restored after the test
+				os.Unsetenv("GOGC")
+			}
+			if tc.gogc != "" {
+				t.Setenv("GOGC", tc.gogc)
+			}
+			addr := freeLoopbackAddr(t)
+			StartDaemon(t, WithArgs("--metrics-address", addr))
+			if got := metricValue(t, httpGet(t, "http://"+addr+"/metrics"), "go_gc_gogc_percent"); got != tc.want {
+				t.Errorf("go_gc_gogc_percent = %v right after the start with GOGC=%q, want %v", got, tc.gogc, tc.want)
+			}
+		})
 	}
 }

@@ -50,13 +50,6 @@ type Config struct {
 	// socket), also when run_dir is moved. Empty: off. Profiles show memory
 	// contents and the daemon's command line, so no other address is accepted.
 	ProfileAddress string `toml:"profile_address"`
-	// A fast path for a restart, off by default: the daemon's start runs
-	// with the collector off under a 32 MiB memory limit, and GOGC=50
-	// applies a second after it serves. Reading a
-	// node's records allocates memory the daemon keeps, so collections then
-	// find little garbage and take CPU from the recovery. Ignored when the
-	// environment sets GOGC or GOMEMLIMIT. Restart-only.
-	StartWithoutGC bool `toml:"start_without_gc"`
 
 	// OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under
 	// [runtime.handlers.NAME].

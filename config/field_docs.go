@@ -24,7 +24,6 @@ var fieldDocs = map[string]string{
 	"Config.RunDir":                         "Run dir: pinned namespaces, monitor sockets, runtime state. Lost at reboot, as it should be.",
 	"Config.Runtime":                        "OCI runtimes. Runtime handlers (Kubernetes RuntimeClass) are listed under [runtime.handlers.NAME].",
 	"Config.ShutdownTimeout":                "On SIGTERM/SIGINT, how long in-flight calls may run before the daemon exits anyway. Containers are never touched.",
-	"Config.StartWithoutGC":                 "A fast path for a restart, off by default: the daemon's start runs with the collector off under a 32 MiB memory limit, and GOGC=50 applies a second after it serves. Reading a node's records allocates memory the daemon keeps, so collections then find little garbage and take CPU from the recovery. Ignored when the environment sets GOGC or GOMEMLIMIT. Restart-only.",
 	"Config.Streaming":                      "The streaming server that serves exec, attach and port-forward to the kubelet.",
 	"Config.Tracing":                        "OpenTelemetry traces of the CRI calls and of what they run (runtime, CNI, pulls), exported over OTLP/gRPC (see docs/observability.md). Read at start only: a change takes a restart.",
 	"ImageConfig.AuthFile":                  "A Docker config.json ({\"auths\": {\"HOST\": {\"auth\": \"base64 user:pass\"}}} or username/password) whose credentials serve a pull for which the kubelet sends none, as cri-o's global_auth_file. Read at every pull. Empty or missing: none.",

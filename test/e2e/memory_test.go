@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 )
 
 // TestDaemonMemoryLevers checks, without timing anything, the two runtime
@@ -60,21 +59,4 @@ func TestDaemonGOGCFromTheEnvironment(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestDaemonStartWithoutGC: start_without_gc = true (off by default, see
-// TestDaemonGOGCFromTheEnvironment) serves with the collector off at
-// first, then puts GOGC=50 in force, and the daemon runs containers.
-func TestDaemonStartWithoutGC(t *testing.T) {
-	if v, set := os.LookupEnv("GOGC"); set {
-		t.Setenv("GOGC", v) // restored after the test
-		os.Unsetenv("GOGC")
-	}
-	addr := freeLoopbackAddr(t)
-	e := newExecEnv(t, WithConfig("start_without_gc = true\n"), WithArgs("--metrics-address", addr))
-	url := "http://" + addr + "/metrics"
-	e.sleeper(t, "first")
-	waitFor(t, "go_gc_gogc_percent 50 a second after the daemon serves", 30*time.Second, func() bool {
-		return metricValue(t, httpGet(t, url), "go_gc_gogc_percent") == 50
-	})
 }

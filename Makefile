@@ -178,9 +178,11 @@ conformance: deps conformance-build
 
 # make bench SCALE=100: the node-scale bench, 100 pods (then 100 pods x 2
 # containers), with the floors taken in the same run (docs/performance.md).
+# ROWS=memory keeps the first round's start, memory and restart rows only.
 SCALE ?=
+ROWS ?=
 bench: deps build $(KUBELET_DEP) $(CRITEST_DEP)
-	@MINICRI_BENCH_PODS=$(SCALE) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) hack/bench.sh $(BIN)
+	@MINICRI_BENCH_PODS=$(SCALE) MINICRI_BENCH_ROWS=$(ROWS) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) hack/bench.sh $(BIN)
 
 install: build
 	install -D -m 0755 $(BIN)/minicri $(DESTDIR)$(PREFIX)/bin/minicri

@@ -32,10 +32,6 @@ const usage = `usage: minicri-conmon --id ID --bundle DIR --runtime PATH --exit-
 
 func main() {
 	args := os.Args[1:]
-	if len(args) > 0 && args[0] == monitor.ServeCommand {
-		// The second image of a monitor: its descriptors are its state.
-		os.Exit(monitor.Serve(args[1:]))
-	}
 	if len(args) > 0 && args[0] == monitor.ExecCommand {
 		// The daemon's exec shim: its fds 0-4 are the exec's.
 		os.Exit(monitor.Exec(args[1:]))

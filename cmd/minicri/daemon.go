@@ -26,9 +26,8 @@ import (
 
 // runDaemon serves the CRI until SIGTERM or SIGINT. Containers are never
 // touched on the way out: they belong to their monitors, and a restarted
-// daemon picks them up again. settleGC puts the serving collector target
-// in force (tuneGC), a little after the daemon serves.
-func runDaemon(cfg config.Config, reload func() (config.Config, error), settleGC func()) error {
+// daemon picks them up again.
+func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
 	log, err := newLogger(cfg)
 	if err != nil {
 		return err
@@ -98,7 +97,6 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error), settleGC
 	defer stopReloads()
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(listener) }()
-	defer time.AfterFunc(gcSettleDelay, settleGC).Stop()
 	log.WithFields(logrus.Fields{"socket": cfg.Listen, "root": cfg.Root, "version": version}).Info("minicri serving")
 	notify.send("READY=1")
 

@@ -142,8 +142,8 @@ func runDaemonCommand(args []string, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	settleGC := tuneGC()
-	if err := runDaemon(cfg, flags.Load, settleGC); err != nil {
+	setGCPercent()
+	if err := runDaemon(cfg, flags.Load); err != nil {
 		fmt.Fprintf(stderr, "minicri: %v\n", err)
 		return 1
 	}

@@ -211,7 +211,6 @@ func (p *pool) takeHandover(h *helper) {
 		unix.Close(m.syncFD)
 		return
 	}
-	dropReadOnlyData(p.buf) // the join read some again
 }
 
 // renumber replaces the helper's descriptor numbers by the received ones:

@@ -7,18 +7,17 @@
 // (a pool, see pool.go), so it is built to stay small: one goroutine runs an
 // epoll loop over raw descriptors, one buffer serves every stream, the
 // steady state allocates nothing and the garbage collector never runs. The
-// process has two images: the first creates the first container (Run), then
-// execs the same binary, which starts clean of the create's garbage and only
-// serves (Serve). Further containers are created by short-lived join
-// helpers (Join), which hand them over. Only the standard library's
-// smallest packages and x/sys are used.
+// process creates its first container (Run) and serves it; further
+// containers are created by short-lived join helpers (Join), which hand
+// them over. Only the standard library's smallest packages and x/sys are
+// used.
 package monitor
 
 import (
 	"os"
+	"runtime"
 	"runtime/debug"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -84,8 +83,7 @@ func newMonitor(cfg wire.Config) *monitor {
 	}
 }
 
-// Run creates the container, then hands over to a fresh image of the
-// monitor that serves it until it exits (see handOver). It reports the
+// Run creates the container and serves it until it exits. It reports the
 // outcome of the create on syncFD and returns the process's exit code.
 func Run(cfg wire.Config, syncFD int) int {
 	tuneRuntime()
@@ -95,33 +93,6 @@ func Run(cfg wire.Config, syncFD int) int {
 		return 1
 	}
 	m.syncFD = syncFD
-	m.handOver()
-	// Still here: the exec failed. Serving from this image works the same,
-	// it only keeps the create's garbage.
-	return serveFirst(m)
-}
-
-var processName = []byte("minicri-conmon\x00")
-
-// Serve is the second image of the monitor: it takes over the descriptors
-// and state that Run's image handed over, and serves the container.
-func Serve(args []string) int {
-	tuneRuntime()
-	// The exec of /proc/self/exe named the process "exe"; ps and pgrep
-	// should still find a minicri-conmon.
-	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&processName[0])), 0, 0, 0)
-	m, err := parseHandover(args)
-	if err != nil {
-		Report(-1, wire.FailedMessage("minicri-conmon serve: "+err.Error()))
-		return 2
-	}
-	// The handed descriptors came without close-on-exec; the join
-	// helpers and runtimes this process starts must not inherit them.
-	for _, fd := range m.handedFDs() {
-		if *fd >= 0 {
-			unix.CloseOnExec(*fd)
-		}
-	}
 	return serveFirst(m)
 }
 
@@ -168,7 +139,10 @@ func (m *monitor) socketPath(name string) string { return m.cfg.SocketDir + "/" 
 // goroutines and threads stay resident after the first cycle. Serving
 // allocates nothing, and start-up leaves far less than the limit, so no
 // cycle runs; the limit still bounds a heap that slow attach clients grew.
+// One P: the monitor runs one goroutine, and every further P is a cache
+// of its own.
 func tuneRuntime() {
+	runtime.GOMAXPROCS(1)
 	debug.SetGCPercent(-1)
 	debug.SetMemoryLimit(32 << 20)
 }

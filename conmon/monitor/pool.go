@@ -88,7 +88,6 @@ func (p *pool) add(m *monitor) error {
 // serve runs until every container has exited and been finished, and no
 // join is under way.
 func (p *pool) serve() {
-	dropReadOnlyData(p.buf)
 	for len(p.monitors) > 0 || len(p.helpers) > 0 {
 		if len(p.monitors) == 0 {
 			// Nothing left to serve: no more joins. A daemon whose

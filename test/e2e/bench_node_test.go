@@ -51,12 +51,20 @@ type nodeBench struct {
 	runcDir  string // the floor's bundle and runc root
 	aborted  *atomic.Bool
 	floorSeq int
+	// memoryOnly (MINICRI_BENCH_ROWS=memory): one round of one container
+	// a pod, for its memory and restart rows, without exec and list rows.
+	memoryOnly bool
 }
 
 func benchNodeScale(t *testing.T, pods int) {
-	b := &nodeBench{t: t, aborted: abortOnInterrupt(t)}
+	b := &nodeBench{t: t, aborted: abortOnInterrupt(t), memoryOnly: os.Getenv("MINICRI_BENCH_ROWS") == "memory"}
 	addr := freeLoopbackAddr(t)
-	b.d = StartDaemon(t, WithArgs("--log-level", "info", "--metrics-address", addr))
+	opts := []DaemonOption{WithArgs("--log-level", "info", "--metrics-address", addr)}
+	if toml := os.Getenv("MINICRI_BENCH_CONFIG"); toml != "" {
+		// A configuration to compare, such as a fast path's flag on.
+		opts = append(opts, WithConfig(toml))
+	}
+	b.d = StartDaemon(t, opts...)
 	b.metrics = "http://" + addr + "/metrics"
 	b.ref = busyboxRef(t)
 	b.d.pull(t, b.ref)
@@ -68,7 +76,9 @@ func benchNodeScale(t *testing.T, pods int) {
 
 	fmt.Printf("load average at start: %s", readLoadavg())
 	b.round(pods, 1, runtime.NamespaceMode_CONTAINER, true)
-	b.round(pods, 2, runtime.NamespaceMode_POD, false)
+	if !b.memoryOnly {
+		b.round(pods, 2, runtime.NamespaceMode_POD, false)
+	}
 	fmt.Printf("load average at end: %s", readLoadavg())
 }
 
@@ -96,7 +106,7 @@ func (b *nodeBench) round(pods, perPod int, pidMode runtime.NamespaceMode, full 
 			add, _ := b.cniFloor()
 			addFloor = append(addFloor, add)
 		}
-		if full && i == 0 {
+		if full && i == 0 && !b.memoryOnly {
 			b.execRows(first, "1 pod")
 		}
 	}
@@ -107,10 +117,12 @@ func (b *nodeBench) round(pods, perPod int, pidMode runtime.NamespaceMode, full 
 	addBenchRow(benchRow{measure: fmt.Sprintf("pod + %d container start, %s, p50", perPod, label), value: ms(p50(starts)), floor: ms(floor), unit: "ms", goal: "<= runc + CNI ADD + 10 ms (1 ctr)"})
 	addPhaseRows(startPhases, "RunPodSandbox", "CreateContainer", "StartContainer")
 
-	if full {
+	if full && !b.memoryOnly {
 		b.execRows(first, label)
 	}
-	b.listRows(label, pods*perPod)
+	if !b.memoryOnly {
+		b.listRows(label, pods*perPod)
+	}
 	b.memoryRows(label, pods)
 	if full {
 		b.restartRow(label, pods)

@@ -23,7 +23,9 @@ func (d *Daemon) monitorsOf() []int {
 		if !strings.Contains(cmdline, d.RunDir+"/containers/") {
 			return
 		}
-		if args := strings.Split(cmdline, "\x00"); len(args) > 1 && args[1] == "serve" && processRunning(pid) {
+		// A monitor's flags come first; a join helper's and an exec
+		// shim's command word does.
+		if args := strings.Split(cmdline, "\x00"); len(args) > 1 && strings.HasPrefix(args[1], "--") && processRunning(pid) {
 			pids = append(pids, pid)
 		}
 	})

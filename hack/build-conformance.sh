@@ -16,8 +16,7 @@
 #
 # Beside e2e.test are ginkgo, images (the program of hack/cluster/images),
 # oci/ (the layout; its references are those of KUBE_TEST_REPO_LIST's
-# registries below one host: e2e-test-images/agnhost:TAG, etcd:TAG, ...).
-# The pause image is the cluster's (hack/build-cluster.sh).
+# registries below one host: e2e-test-images/agnhost:TAG, conformance/etcd:TAG, ...).
 # MINICRI_CACHE (default /var/cache/minicri-test) moves the cache.
 set -euo pipefail
 arg=${1:-}
@@ -163,8 +162,13 @@ for t in $(tags $e2e/sample-apiserver); do
 	specs+=("$e2e/sample-apiserver:$t /kube-sample-apiserver $dir/sample-apiserver=/kube-sample-apiserver $stage/base=/")
 done
 # The aggregator spec's etcd, a sidecar of the sample API server, is the
-# cluster's etcd under the tag the suite names.
-for t in $(tags etcd); do specs+=("etcd:$t - $kdir/etcd=/usr/local/bin/etcd $stage/base=/"); done
+# cluster's etcd under the tag the suite names. It and the pause image are
+# apart from the cluster's images of the same names (below conformance/):
+# the cluster's pause is minicri-pause, which confines itself as a pod's
+# infra process and cannot run as a container's; the suite's runs agnhost's
+# pause, which does what upstream's pause does: sleep until a signal.
+for t in $(tags etcd); do specs+=("conformance/etcd:$t - $kdir/etcd=/usr/local/bin/etcd $stage/base=/"); done
+for t in $(tags pause); do specs+=("conformance/pause:$t /agnhost,pause $dir/agnhost=/agnhost"); done
 for t in $(tags $e2e/nginx); do
 	specs+=("$e2e/nginx:$t /usr/sbin/nginx /usr/sbin/nginx /etc/nginx/mime.types /usr/share/nginx/html $stage/nginx=/ $stage/base=/")
 done

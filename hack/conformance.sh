@@ -81,8 +81,8 @@ ln -sfn "$run" "$results/latest"
 cat >"$run/repo-list.yaml" <<EOF
 promoterE2eRegistry: $REGISTRY/e2e-test-images
 buildImageRegistry: $REGISTRY/build-image
-gcEtcdRegistry: $REGISTRY
-gcRegistry: $REGISTRY
+gcEtcdRegistry: $REGISTRY/conformance
+gcRegistry: $REGISTRY/conformance
 sigStorageRegistry: $REGISTRY/sig-storage
 dockerLibraryRegistry: $REGISTRY/library
 cloudProviderGcpRegistry: $REGISTRY/cloud-provider-gcp

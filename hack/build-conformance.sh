@@ -16,8 +16,7 @@
 #
 # Beside e2e.test are ginkgo, images (the program of hack/cluster/images),
 # oci/ (the layout; its references are those of KUBE_TEST_REPO_LIST's
-# registries below one host: e2e-test-images/agnhost:TAG, etcd:TAG, ...).
-# The pause image is the cluster's (hack/build-cluster.sh).
+# registries below one host: e2e-test-images/agnhost:TAG, conformance/etcd:TAG, ...).
 # MINICRI_CACHE (default /var/cache/minicri-test) moves the cache.
 set -euo pipefail
 arg=${1:-}
@@ -91,6 +90,13 @@ cp /bin/busybox "$stage/base/bin/busybox"
 for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$stage/base/bin/$a"; done
 ln "$dir/agnhost" "$stage/agnhost/agnhost" 2>/dev/null || cp "$dir/agnhost" "$stage/agnhost/agnhost"
 ln -s agnhost "$stage/agnhost/agnhost-2"
+# The shell of the images whose upstream sh runs the tools on PATH (Alpine's
+# ash, Debian's dash): Debian's busybox-static is built to run its own
+# applets first, so its sh would run busybox's nc where a spec wants
+# netcat-openbsd's.
+mkdir -p "$stage/sh/bin"
+cp /usr/bin/dash "$stage/sh/bin/dash"
+ln -s dash "$stage/sh/bin/sh"
 cat >"$stage/base/etc/nsswitch.conf" <<EOF
 passwd: files
 group: files
@@ -127,9 +133,10 @@ http {
 EOF
 
 # Every tag of e2e.test's image manifest (test/utils/image/manifest.go) of
-# the images made here, read from the suite itself.
+# the images made here, read from the suite itself (in an order of its own:
+# sorted, so that the same images make the same layout).
 tags() { awk -F: -v n="/$1" 'substr($1, length($1) - length(n) + 1) == n { print $2 }' <<<"$images_list"; }
-images_list=$(env -u KUBE_TEST_REPO_LIST "$dir/e2e.test" --list-images 2>/dev/null)
+images_list=$(env -u KUBE_TEST_REPO_LIST "$dir/e2e.test" --list-images 2>/dev/null | sort)
 e2e=e2e-test-images
 agnhost_tools=(/usr/bin/bash=/bin/bash /usr/bin/curl /usr/bin/dig /usr/bin/nslookup /usr/bin/host /usr/bin/nc
 	/usr/bin/socat /usr/sbin/ip /usr/bin/getent /etc/ssl/certs)
@@ -137,7 +144,7 @@ specs=()
 agnhost_files="$stage/agnhost=/ $cdir/coredns=/coredns
 	$kdir_mod/test/images/agnhost/porter/localhost.crt=/localhost.crt
 	$kdir_mod/test/images/agnhost/porter/localhost.key=/localhost.key
-	$stage/base=/ ${agnhost_tools[*]}"
+	$stage/sh=/ $stage/base=/ ${agnhost_tools[*]}"
 for t in $(tags $e2e/agnhost); do specs+=("$e2e/agnhost:$t /agnhost;pause $agnhost_files"); done
 # kitten and nautilus (kubectl's Update Demo): agnhost serving a picture.
 for n in kitten nautilus; do
@@ -148,15 +155,20 @@ done
 # glibc-dns-testing (the DNS specs' glibc resolver): upstream's is Debian's
 # dnsutils on bookworm-slim, with CoreDNS; here the same tools as agnhost's.
 for t in $(tags $e2e/glibc-dns-testing); do
-	specs+=("$e2e/glibc-dns-testing:$t ;bash $cdir/coredns=/coredns $stage/base=/ ${agnhost_tools[*]}")
+	specs+=("$e2e/glibc-dns-testing:$t ;bash $cdir/coredns=/coredns $stage/sh=/ $stage/base=/ ${agnhost_tools[*]}")
 done
 for t in $(tags $e2e/busybox); do specs+=("$e2e/busybox:$t ;sh $stage/base=/"); done
 for t in $(tags $e2e/sample-apiserver); do
 	specs+=("$e2e/sample-apiserver:$t /kube-sample-apiserver $dir/sample-apiserver=/kube-sample-apiserver $stage/base=/")
 done
 # The aggregator spec's etcd, a sidecar of the sample API server, is the
-# cluster's etcd under the tag the suite names.
-for t in $(tags etcd); do specs+=("etcd:$t - $kdir/etcd=/usr/local/bin/etcd $stage/base=/"); done
+# cluster's etcd under the tag the suite names. It and the pause image are
+# apart from the cluster's images of the same names (below conformance/):
+# the cluster's pause is minicri-pause, which confines itself as a pod's
+# infra process and cannot run as a container's; the suite's runs agnhost's
+# pause, which does what upstream's pause does: sleep until a signal.
+for t in $(tags etcd); do specs+=("conformance/etcd:$t - $kdir/etcd=/usr/local/bin/etcd $stage/base=/"); done
+for t in $(tags pause); do specs+=("conformance/pause:$t /agnhost,pause $dir/agnhost=/agnhost"); done
 for t in $(tags $e2e/nginx); do
 	specs+=("$e2e/nginx:$t /usr/sbin/nginx /usr/sbin/nginx /etc/nginx/mime.types /usr/share/nginx/html $stage/nginx=/ $stage/base=/")
 done

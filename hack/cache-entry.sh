@@ -41,7 +41,7 @@ layout() {
 	shift 2
 	inputs=$({
 		printf '%s\n' "$@"
-		for s in "$@"; do for f in ${s#* * }; do find "${f%%=*}" -printf '%p %l\n'; done; done
+		for s in "$@"; do for f in ${s#* * }; do find "${f%%=*}" -printf '%p %l\n' | sort; done; done
 		for s in "$@"; do for f in ${s#* * }; do find -L "${f%%=*}" -type f -print0 | xargs -0r realpath -z; done; done \
 			| sort -zu | xargs -0r sha256sum
 	} | sha256sum | cut -c1-64)

@@ -6,7 +6,8 @@
 #   hack/conformance.sh          every [Conformance] spec that is neither
 #                                [Serial], [Disruptive] nor [Slow], in
 #                                parallel; then the [Serial] ones, one at a time
-#                                (CONFORMANCE_SLOW=1: then the [Slow] ones too)
+#                                (CONFORMANCE_PHASES, default "parallel serial";
+#                                "slow" adds the [Slow] ones, in parallel)
 #   hack/conformance.sh FOCUS    only the [Conformance] specs whose name
 #                                matches the regular expression FOCUS (the
 #                                cluster stage of make test)
@@ -30,6 +31,7 @@ cluster_state=${MINICRI_CLUSTER_STATE:-/var/lib/minicri-cluster}
 results=${MINICRI_CONFORMANCE_STATE:-/var/lib/minicri-conformance}
 procs=${CONFORMANCE_PROCS:-4}
 timeout=${CONFORMANCE_TIMEOUT:-90m}
+phases=${CONFORMANCE_PHASES:-parallel serial}
 
 log() { echo "conformance: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -81,8 +83,8 @@ ln -sfn "$run" "$results/latest"
 cat >"$run/repo-list.yaml" <<EOF
 promoterE2eRegistry: $REGISTRY/e2e-test-images
 buildImageRegistry: $REGISTRY/build-image
-gcEtcdRegistry: $REGISTRY
-gcRegistry: $REGISTRY
+gcEtcdRegistry: $REGISTRY/conformance
+gcRegistry: $REGISTRY/conformance
 sigStorageRegistry: $REGISTRY/sig-storage
 dockerLibraryRegistry: $REGISTRY/library
 cloudProviderGcpRegistry: $REGISTRY/cloud-provider-gcp
@@ -90,12 +92,13 @@ EOF
 export KUBE_TEST_REPO_LIST=$run/repo-list.yaml
 leaks >"$run/leaks-before"
 
-# phase NAME PROCS FOCUS SKIP: one ginkgo run of e2e.test, its log and
-# reports in RUN/NAME*; fails when a spec failed.
+# phase NAME PROCS FOCUS SKIP: one ginkgo run of the [Conformance] specs
+# (the label the suite gives them) of e2e.test, its log and reports in
+# RUN/NAME*; fails when a spec failed.
 phase() {
 	local name=$1 n=$2 focus=$3 skip=$4 t0=$SECONDS rc=0
 	log "$name: $n process(es), focus '$focus', skip '$skip' (log $run/$name.log)"
-	"$dir/ginkgo" --procs="$n" --focus="$focus" --skip="$skip" --timeout="$timeout" \
+	"$dir/ginkgo" --procs="$n" --label-filter=Conformance --focus="$focus" --skip="$skip" --timeout="$timeout" \
 		--no-color --silence-skips --poll-progress-after=120s \
 		--output-dir="$run" --junit-report="$name.xml" --json-report="$name.json" \
 		"$e2e" -- --kubeconfig="$KUBECONFIG" --provider=skeleton \
@@ -122,11 +125,15 @@ t0=$SECONDS
 rc=0
 : >"$run/summary"
 if [ $# -gt 0 ]; then
-	phase focused "$procs" "\[Conformance\].*($1)|($1).*\[Conformance\]" '\[Serial\]|\[Disruptive\]|\[Slow\]' || rc=1
+	phase focused "$procs" "$1" '\[Serial\]|\[Disruptive\]|\[Slow\]' || rc=1
 else
-	phase parallel "$procs" '\[Conformance\]' '\[Serial\]|\[Disruptive\]|\[Slow\]' || rc=1
-	phase serial 1 '\[Serial\].*\[Conformance\]|\[Conformance\].*\[Serial\]' '\[Disruptive\]' || rc=1
-	if [ -n "${CONFORMANCE_SLOW:-}" ]; then
+	if [[ " $phases " == *" parallel "* ]]; then
+		phase parallel "$procs" '\[Conformance\]' '\[Serial\]|\[Disruptive\]|\[Slow\]' || rc=1
+	fi
+	if [[ " $phases " == *" serial "* ]]; then
+		phase serial 1 '\[Serial\].*\[Conformance\]|\[Conformance\].*\[Serial\]' '\[Disruptive\]' || rc=1
+	fi
+	if [[ " $phases " == *" slow "* ]]; then
 		phase slow "$procs" '\[Slow\].*\[Conformance\]|\[Conformance\].*\[Slow\]' '\[Serial\]|\[Disruptive\]' || rc=1
 	fi
 fi

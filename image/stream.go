@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/internal/tracing"
 )
@@ -158,23 +157,17 @@ func checkWholeBlob(desc v1.Descriptor, blob io.Reader, sink *blobSink) error {
 	return nil
 }
 
-// blobWriteback is how many bytes of a streamed blob are written before
-// their writeback is started.
-const blobWriteback = 4 << 20
-
 // blobSink takes the bytes of a streamed blob: its temp file, its hash, the
 // progress count. The decompressors read ahead in goroutines of their own,
 // so it is written from those; once closed it takes nothing more.
 type blobSink struct {
-	mu    sync.Mutex
-	file  *os.File
-	hash  hash.Hash
-	watch *layerProgress
-	n     int64
-	// written: the bytes whose writeback was started.
-	written int64
-	closed  bool
-	err     error
+	mu     sync.Mutex
+	file   *os.File
+	hash   hash.Hash
+	watch  *layerProgress
+	n      int64
+	closed bool
+	err    error
 }
 
 func (b *blobSink) Write(p []byte) (int, error) {
@@ -192,12 +185,6 @@ func (b *blobSink) Write(p []byte) (int, error) {
 	}
 	b.hash.Write(p)
 	b.n += int64(len(p))
-	// The blob is synced before it is renamed into place: its data goes
-	// to disk as it comes (see startWriteback), not all at that sync.
-	if b.n-b.written >= blobWriteback {
-		_ = unix.SyncFileRange(int(b.file.Fd()), b.written, b.n-b.written, unix.SYNC_FILE_RANGE_WRITE)
-		b.written = b.n
-	}
 	if b.watch != nil {
 		b.watch.Write(p)
 	}

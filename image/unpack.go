@@ -428,27 +428,10 @@ func (x *extractor) writeFile(full string, hdr *tar.Header, r io.Reader) error {
 		f.Close()
 		return err
 	}
-	startWriteback(f, hdr.Size)
 	if err := f.Close(); err != nil {
 		return err
 	}
 	return x.setMetadata(full, hdr)
-}
-
-// writebackMin is the size from which a file's writeback starts as soon as
-// it is written.
-const writebackMin = 64 << 10
-
-// startWriteback asks the kernel to start writing f's data now
-// (sync_file_range SYNC_FILE_RANGE_WRITE, which does not wait for it): the
-// layer is synced before it is renamed into place (makeLayerDir), and a
-// sync that finds the data already on its way waits less, the disk working
-// while the unpack goes on. Smaller files are left to that sync, which
-// writes them together. A filesystem that cannot is left to it too.
-func startWriteback(f *os.File, size int64) {
-	if size >= writebackMin {
-		_ = unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)
-	}
 }
 
 // holeBlock is the unit of zeros left as a hole: the filesystem block,

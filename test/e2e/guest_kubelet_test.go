@@ -102,10 +102,17 @@ spec:
 // minicri and fails the test if anything of them stayed in the guest.
 func (g *Guest) startKubelet(t *testing.T, d *Daemon) {
 	t.Helper()
+	g.startKubeletWith(t, d, "")
+}
+
+// startKubeletWith is startKubelet with extraConfig (YAML) added to
+// guestKubeletConfig.
+func (g *Guest) startKubeletWith(t *testing.T, d *Daemon, extraConfig string) {
+	t.Helper()
 	if os.Getenv(kubeletEnv) == "" {
 		t.Fatalf("%s is not set: the guest stage runs the real kubelet (make guest-test sets it)", kubeletEnv)
 	}
-	g.WriteFile(t, "/etc/kubernetes/kubelet.yaml", []byte(guestKubeletConfig), 0o644)
+	g.WriteFile(t, "/etc/kubernetes/kubelet.yaml", []byte(guestKubeletConfig+extraConfig), 0o644)
 	g.WriteFile(t, "/etc/systemd/system/kubelet.service", []byte(guestKubeletUnit), 0o644)
 	g.Run(t, "mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl start kubelet.service")
 	t.Cleanup(func() {

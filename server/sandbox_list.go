@@ -3,10 +3,7 @@ package server
 import (
 	"context"
 	"errors"
-	goruntime "runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -69,50 +66,24 @@ func list[F, R, T any](f F, validate func(F) error, records func(func(R) bool), 
 }
 
 // statsList reads the stats of the records that keep accepts, in the
-// records' order, statsWorkers at a time. A record whose cgroup is gone
-// (oci.ErrNotFound) stopped since the records were taken, and is left out.
+// records' order. A record whose cgroup is gone (oci.ErrNotFound) stopped
+// since the records were taken, and is left out.
 func statsList[F, R, S any](f F, records []R, keep func(F, R) bool, read func(R) (S, error)) ([]S, error) {
-	var kept []R
+	var out []S
 	for _, rec := range records {
-		if keep(f, rec) {
-			kept = append(kept, rec)
+		if !keep(f, rec) {
+			continue
 		}
-	}
-	stats := make([]S, len(kept))
-	errs := make([]error, len(kept))
-	inParallel(len(kept), func(i int) { stats[i], errs[i] = read(kept[i]) })
-	out := stats[:0]
-	for i, err := range errs {
+		st, err := read(rec)
 		if errors.Is(err, oci.ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, stats[i])
+		out = append(out, st)
 	}
 	return out, nil
-}
-
-// statsWorkers is how many records a stats list reads at once. A record's
-// stats are a few dozen reads of small cgroup files, nearly all of it the
-// kernel's work: side by side on the node's cores, the kubelet's call,
-// which it makes every few seconds for every pod, ends sooner.
-var statsWorkers = min(goruntime.GOMAXPROCS(0), 4)
-
-// inParallel calls do(i) for each i below n, statsWorkers at a time, and
-// returns once every call returned.
-func inParallel(n int, do func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(statsWorkers, n) {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				do(i)
-			}
-		})
-	}
-	wg.Wait()
 }
 
 // statsOf reads the stats of the record id names: the single form of a

@@ -17,35 +17,22 @@ import (
 // PodSandboxStats. A pod whose figures cannot be read is left out with a
 // log line: one pod must not empty the kubelet's whole scrape.
 func (s *Server) ListPodSandboxMetrics(ctx context.Context, req *runtime.ListPodSandboxMetricsRequest) (*runtime.ListPodSandboxMetricsResponse, error) {
-	var ready []sandboxRecord
-	for _, rec := range s.sandboxes.List() {
-		if rec.State == stateReady {
-			ready = append(ready, rec)
-		}
-	}
-	metrics := make([]*runtime.PodSandboxMetrics, len(ready))
-	containers := make([][]containerSample, len(ready))
-	inParallel(len(ready), func(i int) {
-		sample, err := s.sandboxSample(ready[i])
-		if err != nil {
-			s.log.WithError(err).WithField("pod", ready[i].ID).Warn("no metrics for the pod")
-			return
-		}
-		for j := range sample.containers {
-			s.readMetricsOnly(&sample.containers[j])
-		}
-		metrics[i], containers[i] = podMetrics(ready[i], sample), sample.containers
-	})
 	var out []*runtime.PodSandboxMetrics
 	seen := map[string]bool{}
-	for i, m := range metrics {
-		if m == nil {
+	for _, rec := range s.sandboxes.List() {
+		if rec.State != stateReady {
 			continue
 		}
-		for _, c := range containers[i] {
-			seen[c.rec.ID] = true
+		sample, err := s.sandboxSample(rec)
+		if err != nil {
+			s.log.WithError(err).WithField("pod", rec.ID).Warn("no metrics for the pod")
+			continue
 		}
-		out = append(out, m)
+		for i := range sample.containers {
+			s.readMetricsOnly(&sample.containers[i])
+			seen[sample.containers[i].rec.ID] = true
+		}
+		out = append(out, podMetrics(rec, sample))
 	}
 	containerFactsCache.keepOnly(seen)
 	return &runtime.ListPodSandboxMetricsResponse{PodMetrics: out}, nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,7 +69,9 @@ func benchExecStreams(t *testing.T) {
 		return shellStream(t, strings.Join(head, " ")+" | "+runcArgs(wc...), benchStreamBytes)
 	}
 	floorTTY := func() time.Duration {
-		return ttyStream(t, append(runcExec(t, n.d, id, "-t").Args, headTTY...), benchTTYBytes)
+		args := runcExec(t, n.d, id).Args // ... exec ID
+		args = append(append(slices.Clone(args[:len(args)-1]), "-t", id), headTTY...)
+		return ttyStream(t, args, benchTTYBytes)
 	}
 	type row struct {
 		measure string

@@ -3,8 +3,9 @@
 package e2e
 
 // The guest stage (make guest-test, docs/development.md): minicri on a
-// production-shaped node, a Debian 12 VM with systemd as PID 1, cgroup v2
-// only, AppArmor on and Debian's stock 6.1 kernel, built by
+// production-shaped node, a Debian VM with systemd as PID 1, cgroup v2
+// only, AppArmor on and the release's stock kernel (Debian 12's 6.1 by
+// default; GUEST_RELEASE=trixie 6.12, bullseye 5.10), built by
 // hack/build-guest.sh and booted by qemu (KVM where the CPU can run a stock
 // kernel, TCG elsewhere). One guest serves the whole test binary: it boots
 // at the first test that asks for it (bootedGuest) and is shut down after

@@ -137,9 +137,10 @@ guest-test: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 # nothing is left. Kubernetes' binaries and the control plane's images are
 # built once, offline, and cached like the kubelet (hack/build-cluster.sh).
 # make cluster-test: up, the tests of test/e2e/cluster_test.go, down.
-# NODES=2: the guest of the guest stage joins as a second node.
-CLUSTER_TIMEOUT ?= 10m
+# NODES=2: the guest of the guest stage joins as a second node; its tests
+# wait on a TCG guest, hence the longer timeout.
 NODES ?= 1
+CLUSTER_TIMEOUT ?= $(if $(filter 2,$(NODES)),25m,10m)
 cluster: deps build kubelet
 	@NODES=$(NODES) hack/cluster.sh up
 

@@ -218,6 +218,12 @@ node_join() {
 	  criSocket: unix:///run/minicri/minicri.sock
 	  kubeletExtraArgs:
 	  - {name: node-ip, value: $node_guest_ip}
+	# A TCG guest on a busy host: the kubelet's start and TLS bootstrap
+	# can take minutes.
+	timeouts:
+	  discovery: 10m0s
+	  tlsBootstrap: 15m0s
+	  kubeletHealthCheck: 15m0s
 	EOF
 	log "kubeadm join $endpoint (node $node_name, $node_guest_ip)"
 	# The preflight checks first, again while they fail: under TCG the

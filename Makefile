@@ -142,12 +142,14 @@ guest-test: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 NODES ?= 1
 CLUSTER_TIMEOUT ?= $(if $(filter 2,$(NODES)),25m,10m)
 cluster: deps build kubelet
+	$(if $(filter 2,$(NODES)),@hack/install-deps.sh guest)
 	@NODES=$(NODES) hack/cluster.sh up
 
 cluster-down:
 	@hack/cluster.sh down
 
 cluster-test: deps build kubelet
+	$(if $(filter 2,$(NODES)),@hack/install-deps.sh guest)
 	@NODES=$(NODES) hack/cluster.sh up || { hack/cluster.sh down; exit 1; }
 	MINICRI_CLUSTER_ENV=/var/lib/minicri-cluster/env \
 		$(GO) test -tags cluster -count=1 -timeout $(CLUSTER_TIMEOUT) -run '^TestCluster' -v ./test/e2e/; \

@@ -144,16 +144,19 @@ guest-test: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 # nothing is left. Kubernetes' binaries and the control plane's images are
 # built once, offline, and cached like the kubelet (hack/build-cluster.sh).
 # make cluster-test: up, the tests of test/e2e/cluster_test.go, down.
-# NODES=2: the guest of the guest stage joins as a second node.
-CLUSTER_TIMEOUT ?= 10m
+# NODES=2: the guest of the guest stage joins as a second node; its tests
+# wait on a TCG guest, hence the longer timeout.
 NODES ?= 1
+CLUSTER_TIMEOUT ?= $(if $(filter 2,$(NODES)),25m,10m)
 cluster: deps build kubelet
+	$(if $(filter 2,$(NODES)),@hack/install-deps.sh guest)
 	@NODES=$(NODES) hack/cluster.sh up
 
 cluster-down:
 	@hack/cluster.sh down
 
 cluster-test: deps build kubelet conformance-build
+	$(if $(filter 2,$(NODES)),@hack/install-deps.sh guest)
 	@NODES=$(NODES) hack/cluster.sh up || { hack/cluster.sh down; exit 1; }
 	MINICRI_CLUSTER_ENV=/var/lib/minicri-cluster/env \
 		$(GO) test -tags cluster -count=1 -timeout $(CLUSTER_TIMEOUT) -run '^TestCluster' -v ./test/e2e/; \

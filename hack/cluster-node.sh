@@ -3,13 +3,14 @@
 # 12, systemd as PID 1, cgroup v2, AppArmor; hack/build-guest.sh) joined to
 # the host's control plane with kubeadm join.
 #
-#   node_boot   (up, once the registry is up) the node network and the guest's
-#               boot, in the background, while kubeadm init runs
-#   node_install (up, once kubeadm init is done) the guest's card on the node
-#               network; minicri, the kubelet and kubeadm installed in the
-#               guest as an operator would
-#   node_join   (up, once the control plane is up) kubeadm join, the routes
-#               between the nodes' pod CIDRs, the node cordoned
+#   node_boot   (up, once the registry is up) the node network, then the
+#               guest's boot and node_install in the background, while
+#               kubeadm init runs
+#   node_install the guest's card on the node network; minicri, the kubelet
+#               and kubeadm installed in the guest as an operator would
+#   node_join   (up, once the control plane is up) waits for node_install;
+#               kubeadm join, the routes between the nodes' pod CIDRs, the
+#               node cordoned
 #   node_down   (down, first) the guest, the node network and its rules; it
 #               checks that none of them is left
 #
@@ -137,6 +138,11 @@ node_boot() {
 		-virtfs "local,path=$nstate/share,mount_tag=host,security_model=passthrough,id=host" \
 		-device virtio-rng-pci -serial "file:$nstate/serial.log"
 	log "guest booting (ssh on 127.0.0.1:$port, serial console $nstate/serial.log)"
+	# A failed up leaves it to down, which stops it by its pid.
+	node_install >"$nstate/install.log" 2>&1 &
+	node_install_pid=$!
+	echo "$node_install_pid" >"$state/node-install.pid"
+	echo "cluster.sh up" >"$state/node-install.cmd"
 }
 
 node_install() {
@@ -190,6 +196,9 @@ node_join() {
 	local nstate=$state/node2
 	[ -d "$nstate" ] || return 0
 	local t0=$SECONDS join endpoint token hash host_cidr guest_cidr registry_port=${registry##*:}
+	wait "$node_install_pid" || { cat "$nstate/install.log" >&2; die "the guest was not installed"; }
+	rm -f "$state/node-install.pid"
+	cat "$nstate/install.log" >&2
 	join=$("$cdir/kubeadm" token create --print-join-command --ttl 30m --kubeconfig "$admin")
 	read -r endpoint token hash <<<"$(echo "$join" | sed -n 's/.*join \([^ ]*\) --token \([^ ]*\) --discovery-token-ca-cert-hash \([^ ]*\).*/\1 \2 \3/p')"
 	[ -n "$hash" ] || die "kubeadm token create printed no join command: $join"
@@ -209,9 +218,20 @@ node_join() {
 	  criSocket: unix:///run/minicri/minicri.sock
 	  kubeletExtraArgs:
 	  - {name: node-ip, value: $node_guest_ip}
+	# A TCG guest on a busy host: the kubelet's start and TLS bootstrap
+	# can take minutes.
+	timeouts:
+	  discovery: 10m0s
+	  tlsBootstrap: 15m0s
+	  kubeletHealthCheck: 15m0s
 	EOF
 	log "kubeadm join $endpoint (node $node_name, $node_guest_ip)"
-	node_ssh "kubeadm join --config /mnt/host/join.yaml --v=1 >/var/log/kubeadm-join.log 2>&1" \
+	# The preflight checks first, again while they fail: under TCG the
+	# first CRI call of a cold kubeadm can outlast its deadline.
+	wait_for 300 "kubeadm's preflight checks in the guest" \
+		node_ssh "kubeadm join phase preflight --config /mnt/host/join.yaml >/var/log/kubeadm-preflight.log 2>&1" \
+		|| { node_ssh "cat /var/log/kubeadm-preflight.log" >&2 || true; die "kubeadm join's preflight checks failed"; }
+	node_ssh "kubeadm join --config /mnt/host/join.yaml --skip-phases=preflight --v=1 >/var/log/kubeadm-join.log 2>&1" \
 		|| { node_ssh "tail -40 /var/log/kubeadm-join.log; journalctl -u kubelet --no-pager | tail -20" >&2 || true
 			die "kubeadm join failed"; }
 	# Kept out of the way of the cluster's workloads: a TCG guest is slow.
@@ -266,6 +286,7 @@ node_down() {
 	if [ -S "$nstate/ssh.ctl" ]; then
 		ssh -o ControlPath="$nstate/ssh.ctl" -O exit root@127.0.0.1 2>/dev/null || true
 	fi
+	stop node-install
 	stop node2-qemu
 	stop node-registry
 	ip link del "$node_tap" 2>/dev/null || true

@@ -239,7 +239,6 @@ up() {
 	POD_SUBNET=$pod_subnet
 	SERVICE_SUBNET=$service_subnet
 	EOF
-	node_install
 	node_join
 	log "up in $((SECONDS - t0))s: KUBECONFIG=$admin $cdir/kubectl get pods -A"
 	kubectl get pods -A -o wide >&2

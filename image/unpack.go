@@ -113,9 +113,11 @@ func (s streamErrors) Read(p []byte) (int, error) {
 // zstd: blocks decoded concurrently), so that one layer's unpack keeps both
 // CPUs busy: decoding on one, hashing and writing files on the other. Their
 // memory is bounded by the blocks in flight, whatever the layer.
+// pgzip hands a block on only when it is full, so a block is small: a
+// layer whose download stalls has its decoded bytes unpacked, not held.
 const (
-	gzipBlockSize = 256 << 10
-	gzipBlocks    = 4
+	gzipBlockSize = 64 << 10
+	gzipBlocks    = 8
 	zstdDecoders  = 2
 )
 

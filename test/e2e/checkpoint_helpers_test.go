@@ -98,49 +98,47 @@ func readCheckpointArchive(t *testing.T, path string) *checkpointArchive {
 // rootfsDiffFiles lists the names in the archive's rootfs-diff.tar.
 func (a *checkpointArchive) rootfsDiffFiles(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := os.Open(filepath.Join(a.Dir, metadata.RootFsDiffTar))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	out := map[string]string{}
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("rootfs-diff.tar: %v", err)
-		}
-		body, _ := io.ReadAll(io.LimitReader(tr, 4096))
+	eachTarEntry(t, filepath.Join(a.Dir, metadata.RootFsDiffTar), func(hdr *tar.Header, r io.Reader) error {
+		body, _ := io.ReadAll(io.LimitReader(r, 4096))
 		out[hdr.Name] = string(body)
-	}
+		return nil
+	})
+	return out
 }
 
 // rootfsDiffSizes reads a rootfs-diff.tar whole and returns each entry's
 // size as read back (a sparse entry's holes included).
 func rootfsDiffSizes(t *testing.T, path string) map[string]int64 {
 	t.Helper()
+	out := map[string]int64{}
+	eachTarEntry(t, path, func(hdr *tar.Header, r io.Reader) error {
+		n, err := io.Copy(io.Discard, r)
+		out[hdr.Name] = n
+		return err
+	})
+	return out
+}
+
+// eachTarEntry calls fn with every entry of the tar file at path.
+func eachTarEntry(t *testing.T, path string, fn func(*tar.Header, io.Reader) error) {
+	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	out := map[string]int64{}
 	tr := tar.NewReader(f)
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
-			return out
+			return
 		}
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
 		}
-		n, err := io.Copy(io.Discard, tr)
-		if err != nil {
+		if err := fn(hdr, tr); err != nil {
 			t.Fatalf("%s entry %s: %v", path, hdr.Name, err)
 		}
-		out[hdr.Name] = n
 	}
 }

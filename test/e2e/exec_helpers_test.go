@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,10 +19,6 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
-
-// protocols are the two ways kubectl streams: SPDY (what the kubelet
-// proxies) and WebSocket v5.channel.k8s.io (kubectl's default today).
-var protocols = []string{"spdy", "websocket"}
 
 // execEnv is a daemon with the busybox image and a host-network pod.
 type execEnv struct {
@@ -58,31 +53,6 @@ func executor(t *testing.T, proto, u string) remotecommand.Executor {
 	return executorWith(t, &rest.Config{}, proto, u)
 }
 
-// executorWith returns kubectl's executor of proto for u, with the client
-// config cfg.
-func executorWith(t *testing.T, cfg *rest.Config, proto, u string) remotecommand.Executor {
-	t.Helper()
-	var (
-		ex  remotecommand.Executor
-		err error
-	)
-	switch proto {
-	case "spdy":
-		var parsed *url.URL
-		if parsed, err = url.Parse(u); err == nil {
-			ex, err = remotecommand.NewSPDYExecutor(cfg, "POST", parsed)
-		}
-	case "websocket":
-		ex, err = remotecommand.NewWebSocketExecutor(cfg, "GET", u)
-	default:
-		err = fmt.Errorf("unknown protocol %q", proto)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ex
-}
-
 // execURL asks the daemon for the URL of an exec, as the kubelet does.
 func (d *Daemon) execURL(t *testing.T, req *runtime.ExecRequest) string {
 	t.Helper()
@@ -103,24 +73,6 @@ func (d *Daemon) stream(t *testing.T, proto string, req *runtime.ExecRequest, op
 		t.Fatalf("exec %v over %s did not end within 30s", req.GetCmd(), proto)
 	}
 	return err
-}
-
-// lockedBuffer is a buffer the stream's goroutines write while the test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // countingWriter counts what it is given.

@@ -9,8 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -20,9 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
-	"k8s.io/client-go/transport/spdy"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 	utilexec "k8s.io/utils/exec"
@@ -369,44 +365,6 @@ func echoThrough(t *testing.T, port int, msg string) []byte {
 	}()
 	got, _ := io.ReadAll(conn)
 	return got
-}
-
-// forwardPorts runs kubectl's port-forward client, with the client config
-// cfg, against u and returns the local port that forwards to remote.
-func forwardPorts(t *testing.T, cfg *rest.Config, u string, remote int) int {
-	t.Helper()
-	transport, upgrader, err := spdy.RoundTripperFor(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parsed, err := url.Parse(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dialer := spdy.NewDialer(upgrader, &http.Client{Transport: transport}, "POST", parsed)
-	stop, ready := make(chan struct{}), make(chan struct{})
-	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", remote)}, stop, ready, io.Discard, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- fw.ForwardPorts() }()
-	t.Cleanup(func() {
-		close(stop)
-		<-done
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("port-forward ended: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("port-forward not ready after 10s")
-	}
-	ports, err := fw.GetPorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(ports[0].Local)
 }
 
 // stalledWriter is a client that stops reading: its first write never returns.

@@ -115,39 +115,7 @@ func testExecThroughKubelet(t *testing.T, n *kubeletNode) {
 // msg until the container answers "got msg", and detaches.
 func attachEcho(t *testing.T, k *Kubelet, proto, msg string) {
 	t.Helper()
-	stdin, typing := io.Pipe()
-	defer typing.Close()
-	var out lockedBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		err := executorWith(t, kubeletClientConfig, proto, k.streamURL("attach", "stream", "echo", nil, true, false)).
-			StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &out, Stderr: &out})
-		stdin.Close() // a line typed after the end fails rather than waits forever
-		errc <- err
-	}()
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(out.String(), "got "+msg) {
-		select {
-		case err := <-errc:
-			t.Fatalf("the attach over %s ended before the container answered: %v; output %q", proto, err, out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q from the attached container after 15 s over %s; output %q", "got "+msg, proto, out.String())
-		}
-		// Lines typed before the attach is wired are lost, as they would be
-		// for a user: type until one comes back.
-		io.WriteString(typing, msg+"\n")
-		time.Sleep(200 * time.Millisecond)
-	}
-	cancel()
-	select {
-	case <-errc:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the attach over %s did not end 10 s after the client cancelled", proto)
-	}
+	attachAndType(t, kubeletClientConfig, proto, k.streamURL("attach", "stream", "echo", nil, true, false), msg)
 }
 
 func testAttachThroughKubelet(t *testing.T, n *kubeletNode) {

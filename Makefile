@@ -143,7 +143,7 @@ guest-test: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 # /etc/kubernetes/admin.conf), make cluster-down takes it down and checks that
 # nothing is left. Kubernetes' binaries and the control plane's images are
 # built once, offline, and cached like the kubelet (hack/build-cluster.sh).
-# make cluster-test: up, the tests of test/e2e/cluster_test.go, down.
+# make cluster-test: up, the tests of test/e2e/cluster_*_test.go, down.
 # NODES=2: the guest of the guest stage joins as a second node; its tests
 # wait on a TCG guest, hence the longer timeout.
 NODES ?= 1

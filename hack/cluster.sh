@@ -238,6 +238,7 @@ up() {
 	REGISTRY=$registry
 	POD_SUBNET=$pod_subnet
 	SERVICE_SUBNET=$service_subnet
+	CRI_ENDPOINT=$cri
 	EOF
 	node_join
 	log "up in $((SECONDS - t0))s: KUBECONFIG=$admin $cdir/kubectl get pods -A"
@@ -278,7 +279,15 @@ write_kubeadm_config() {
 	cgroupDriver: cgroupfs
 	failCgroupV1: false
 	failSwapOn: false
+	# The cluster's tests (test/e2e/cluster_kubelet_test.go) see what only a
+	# node under load asks of the runtime: pulls side by side, and a chatty
+	# pod's log rotated (renamed, then ReopenContainerLog) within seconds
+	# rather than at the kubelet's 10Mi, checked every 10 s.
 	serializeImagePulls: false
+	maxParallelImagePulls: 3
+	containerLogMaxSize: 1Mi
+	containerLogMaxFiles: 3
+	containerLogMonitorInterval: 3s
 	---
 	apiVersion: kubeproxy.config.k8s.io/v1alpha1
 	kind: KubeProxyConfiguration

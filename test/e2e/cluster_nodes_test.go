@@ -13,8 +13,6 @@ package e2e
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -26,8 +24,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/minicri/minicri/test/testimage"
 )
 
 // clusterGuestWait bounds a wait on the guest: a pod's start there (an image
@@ -54,21 +50,6 @@ func twoNodeCluster(t *testing.T) (env map[string]string, k clusterKubectl, host
 		t.Fatalf("no node but the guest %s", guest)
 	}
 	return env, k, host, guest
-}
-
-// clusterNamespace makes a namespace of the test's own, deleted at its end.
-func clusterNamespace(t *testing.T, k clusterKubectl, prefix string) string {
-	t.Helper()
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := prefix + hex.EncodeToString(b)
-	k.must("", "create", "namespace", ns)
-	t.Cleanup(func() {
-		if _, err := k.run("", "delete", "namespace", ns, "--wait=true", "--timeout=300s"); err != nil {
-			t.Errorf("delete the test's namespace: %v", err)
-		}
-	})
-	return ns
 }
 
 // clusterEchoPodSpec is the spec of a pod that serves, with busybox's httpd on
@@ -132,8 +113,7 @@ func TestClusterTwoNodes(t *testing.T) {
 	}
 
 	ns := clusterNamespace(t, k, "minicri-nodes-")
-	img := env["REGISTRY"] + "/busybox:nodes"
-	testimage.Push(t, testimage.Busybox(t), img)
+	img := clusterBusybox(t, env, "nodes")
 	var manifest strings.Builder
 	for name, node := range map[string]string{"on-host": host, "on-guest": guest} {
 		fmt.Fprintf(&manifest, "apiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: %s, labels: {app: echo}}\nspec:\n%s---\n",
@@ -147,14 +127,23 @@ spec:
   ports: [{port: 80, targetPort: 8080}]
 `, ns)
 	k.must(manifest.String(), "apply", "-f", "-")
-	if out, err := k.run("", "-n", ns, "wait", "--for=condition=Ready", "pod/on-host", "pod/on-guest", fmt.Sprintf("--timeout=%ds", int(clusterGuestWait.Seconds()))); err != nil {
-		desc, _ := k.run("", "-n", ns, "describe", "pods")
-		t.Fatalf("the pods did not become Ready: %v\n%s\n%s", err, out, desc)
-	}
+	k.waitOrDescribe(ns, "the pods to become Ready", "wait", "--for=condition=Ready", "pod/on-host", "pod/on-guest", fmt.Sprintf("--timeout=%ds", int(clusterGuestWait.Seconds())))
 	ip := map[string]string{}
 	for _, p := range []string{"on-host", "on-guest"} {
 		ip[p] = strings.TrimSpace(k.must("", "-n", ns, "get", "pod", p, "-o", "jsonpath={.status.podIP}"))
 	}
+
+	// kubeadm's KubeletConfiguration, one for both nodes, says cgroupfs
+	// (the host's driver); the guest's minicri detects systemd, PID 1
+	// there. The guest's kubelet must run with minicri's driver, taken from
+	// its RuntimeConfig; minicri, for its part, refuses a cgroup parent of
+	// the other driver, so the pod running on the guest shows its side.
+	t.Run("GuestKubeletTakesTheRuntimesCgroupDriver", func(t *testing.T) {
+		k := clusterKubectl{t: t, env: env}
+		if got := clusterKubeletConfig(t, k, guest)["cgroupDriver"]; got != "systemd" {
+			t.Errorf("the kubelet on %s runs with cgroupDriver %v, want systemd, minicri's there", guest, got)
+		}
+	})
 
 	t.Run("PodToPodAcrossNodes", func(t *testing.T) {
 		k := clusterKubectl{t: t, env: env}
@@ -294,8 +283,7 @@ func clusterPortForward(t *testing.T, env map[string]string, ns, pod string, por
 func TestClusterDrainMovesPodsToTheHost(t *testing.T) {
 	env, k, host, guest := twoNodeCluster(t)
 	ns := clusterNamespace(t, k, "minicri-drain-")
-	img := env["REGISTRY"] + "/busybox:drain"
-	testimage.Push(t, testimage.Busybox(t), img)
+	img := clusterBusybox(t, env, "drain")
 	label := "minicri-e2e-drain"
 	t.Cleanup(func() {
 		// The guest stays cordoned, as hack/cluster.sh leaves it.
@@ -315,10 +303,7 @@ spec:
     spec:
 %[2]s`, ns, clusterIndent(clusterEchoPodSpec(img, "nodeSelector: {"+label+": "+ns+"}"), 6)), "apply", "-f", "-")
 	wait := fmt.Sprintf("--timeout=%ds", int(clusterGuestWait.Seconds()))
-	if out, err := k.run("", "-n", ns, "rollout", "status", "deployment/drained", wait); err != nil {
-		desc, _ := k.run("", "-n", ns, "describe", "pods")
-		t.Fatalf("the deployment did not roll out on %s: %v\n%s\n%s", guest, err, out, desc)
-	}
+	k.waitOrDescribe(ns, "the deployment to roll out on "+guest, "rollout", "status", "deployment/drained", wait)
 	nodesOfPods := func() []string {
 		return strings.Fields(k.must("", "-n", ns, "get", "pods", "-l", "app=drained", "--field-selector", "status.phase=Running",
 			"-o", "jsonpath={.items[*].spec.nodeName}"))
@@ -338,7 +323,5 @@ spec:
 		f := strings.Fields(out)
 		return len(f) == 2 && f[0] == host && f[1] == host
 	}, "-n", ns, "get", "pods", "-l", "app=drained", "-o", "jsonpath={.items[*].spec.nodeName}")
-	if out, err := k.run("", "-n", ns, "rollout", "status", "deployment/drained", wait); err != nil {
-		t.Fatalf("the deployment is not available again after the drain: %v\n%s", err, out)
-	}
+	k.waitOrDescribe(ns, "the deployment to be available again after the drain", "rollout", "status", "deployment/drained", wait)
 }

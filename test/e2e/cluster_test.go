@@ -102,6 +102,41 @@ func (k clusterKubectl) eventually(timeout time.Duration, what string, check fun
 	}
 }
 
+// clusterBusybox pushes the busybox test image to the cluster's registry as
+// busybox:TAG and returns its name there.
+func clusterBusybox(t *testing.T, env map[string]string, tag string) string {
+	t.Helper()
+	img := env["REGISTRY"] + "/busybox:" + tag
+	testimage.Push(t, testimage.Busybox(t), img)
+	return img
+}
+
+// clusterNamespace makes a namespace of the test's own, deleted at its end.
+func clusterNamespace(t *testing.T, k clusterKubectl, prefix string) string {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	ns := prefix + hex.EncodeToString(b)
+	k.must("", "create", "namespace", ns)
+	t.Cleanup(func() {
+		if _, err := k.run("", "delete", "namespace", ns, "--wait=true", "--timeout=300s"); err != nil {
+			t.Errorf("delete the test's namespace: %v", err)
+		}
+	})
+	return ns
+}
+
+// waitOrDescribe runs a kubectl command in ns that waits (rollout status,
+// wait --for); when it fails, the test fails saying what it waited for,
+// with the namespace's pods described.
+func (k clusterKubectl) waitOrDescribe(ns, what string, args ...string) {
+	k.t.Helper()
+	if out, err := k.run("", append([]string{"-n", ns}, args...)...); err != nil {
+		desc, _ := k.run("", "-n", ns, "describe", "pods")
+		k.t.Fatalf("%s: %v\n%s\n%s", what, err, out, desc)
+	}
+}
+
 // TestClusterServesADeployment is the smoke check of a cluster: a Deployment
 // of two pods from an image the kubelet pulls through minicri, a ClusterIP
 // Service in front of them that answers (kube-proxy's rules), its name
@@ -110,18 +145,8 @@ func (k clusterKubectl) eventually(timeout time.Duration, what string, check fun
 func TestClusterServesADeployment(t *testing.T) {
 	env := clusterEnv(t)
 	k := clusterKubectl{t: t, env: env}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	ns := "minicri-smoke-" + hex.EncodeToString(b)
-	img := env["REGISTRY"] + "/busybox:smoke"
-	testimage.Push(t, testimage.Busybox(t), img)
-
-	k.must("", "create", "namespace", ns)
-	t.Cleanup(func() {
-		if _, err := k.run("", "delete", "namespace", ns, "--wait=true", "--timeout=120s"); err != nil {
-			t.Errorf("delete the test's namespace: %v", err)
-		}
-	})
+	img := clusterBusybox(t, env, "smoke")
+	ns := clusterNamespace(t, k, "minicri-smoke-")
 	// Each pod serves its own name over HTTP with busybox's httpd, and says
 	// so on stdout first (for kubectl logs).
 	k.must(fmt.Sprintf(`apiVersion: apps/v1
@@ -150,10 +175,7 @@ spec:
   selector: {app: web}
   ports: [{port: 80, targetPort: 8080}]
 `, ns, img), "apply", "-f", "-")
-	if out, err := k.run("", "-n", ns, "rollout", "status", "deployment/web", "--timeout=180s"); err != nil {
-		desc, _ := k.run("", "-n", ns, "describe", "pods")
-		t.Fatalf("the deployment did not roll out: %v\n%s\n%s", err, out, desc)
-	}
+	k.waitOrDescribe(ns, "the deployment to roll out", "rollout", "status", "deployment/web", "--timeout=180s")
 	pods := strings.Fields(k.must("", "-n", ns, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"))
 	if len(pods) != 2 {
 		t.Fatalf("pods of the deployment: %q, want 2", pods)

@@ -9,36 +9,66 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/minicri/minicri/test/registry"
 	"github.com/minicri/minicri/test/testimage"
 )
 
 // The kubelet's image garbage collection removes every unused image it may
-// but a pinned one (image.pinned_images): the kubelet reads pinned: true
-// from ListImages and passes the image over. It is told to remove every
-// unused image (imageGCFlags); the unpinned image going is the proof that
-// it ran.
+// but a pinned one (image.pinned_images) and one a running container uses:
+// the kubelet reads pinned: true from ListImages, and matches the image IDs
+// of ListContainers (ImageId) against ListImages' to find those in use. It
+// is told to remove every unused image (imageGCFlags); the unpinned unused
+// image going is the proof that it ran.
 func TestKubeletImageGCKeepsPinnedImages(t *testing.T) {
 	kubeletBinary(t)
 	reg := registry.Start(t, registry.Options{})
-	pinnedRef, otherRef := reg.Host()+"/e2e/pinned:1", reg.Host()+"/e2e/other:1"
-	testimage.Push(t, testimage.Busybox(t, testimage.WithLabels(map[string]string{"which": "pinned"})), pinnedRef)
-	testimage.Push(t, testimage.Busybox(t, testimage.WithLabels(map[string]string{"which": "other"})), otherRef)
-	d := StartDaemon(t, WithConfig(fmt.Sprintf("[image.pinned_images]\nkeep = %q\n", pinnedRef)))
-	pinnedID, otherID := d.pull(t, pinnedRef), d.pull(t, otherRef)
-	if pinnedID == otherID {
-		t.Fatal("the two test images are one")
+	pinnedRef, otherRef, usedRef := reg.Host()+"/e2e/pinned:1", reg.Host()+"/e2e/other:1", reg.Host()+"/e2e/used:1"
+	for ref, which := range map[string]string{pinnedRef: "pinned", otherRef: "other", usedRef: "used"} {
+		testimage.Push(t, testimage.Busybox(t, testimage.WithLabels(map[string]string{"which": which})), ref)
 	}
-	if !imagePinned(t, d, pinnedRef) || imagePinned(t, d, otherRef) {
+	d := StartDaemon(t, WithConfig(fmt.Sprintf("[image.pinned_images]\nkeep = %q\n", pinnedRef)))
+	pinnedID, otherID, usedID := d.pull(t, pinnedRef), d.pull(t, otherRef), d.pull(t, usedRef)
+	if pinnedID == otherID || usedID == otherID || usedID == pinnedID {
+		t.Fatal("the three test images are not three")
+	}
+	if !imagePinned(t, d, pinnedRef) || imagePinned(t, d, otherRef) || imagePinned(t, d, usedRef) {
 		t.Fatal("before the kubelet: want only the pinned image pinned")
 	}
 
 	k := startKubelet(t, d, imageGCFlags()...)
+	// A static pod: the eviction manager, which the node's disk pressure
+	// sets going (imageGCFlags), evicts no static pod.
+	// Under that pressure the kubelet admits critical pods only, which a
+	// static pod is. On the host's network: the daemon has no CNI config.
+	used := staticPod("used", corev1.Container{Name: "c", Image: usedRef, ImagePullPolicy: corev1.PullIfNotPresent,
+		Command: []string{"sh", "-c", sleepForever}})
+	used.Spec.HostNetwork = true
+	k.writeManifest(t, used)
+	k.waitPod(t, "used", "Running", time.Minute, running)
 	waitFor(t, "the kubelet's image GC to remove the unpinned image", 2*time.Minute, func() bool {
 		return imageGone(t, d, otherRef)
 	})
+	// Once more with the pod running (a run before it may have come before
+	// its container): the kubelet must not even try to remove its image,
+	// which minicri would refuse (image in use).
+	kubeletLog := func() string { log, _ := os.ReadFile(k.log); return string(log) }
+	seen := len(kubeletLog())
+	waitFor(t, "one more run of the kubelet's image GC", time.Minute, func() bool {
+		return strings.Contains(kubeletLog()[seen:], "Attempting to delete unused images")
+	})
 	if imageGone(t, d, pinnedRef) {
 		t.Fatalf("the kubelet's image GC removed the pinned image %s", pinnedRef)
+	}
+	if imageGone(t, d, usedRef) {
+		t.Fatalf("the kubelet's image GC removed %s, which the running pod uses", usedRef)
+	}
+	if strings.Contains(kubeletLog()[seen:], "Removing image to free bytes\" imageID=\""+usedID) {
+		t.Errorf("the kubelet's image GC tried to remove %s, which the running pod uses: it did not match the container's image to it", usedID)
+	}
+	if p := k.pod(t, "used"); p == nil || !running(p) || restartCounts(p)["c"] != 0 {
+		t.Errorf("the pod of the image in use after the GC: %v, want running, never restarted", p)
 	}
 	if !imagePinned(t, d, pinnedRef) {
 		t.Errorf("the pinned image %s is no longer reported pinned", pinnedRef)

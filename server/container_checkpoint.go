@@ -13,6 +13,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // containerCheckpointer is what a checkpoint needs of a container's OCI
@@ -76,7 +77,7 @@ func (s *Server) CheckpointContainer(ctx context.Context, req *runtime.Checkpoin
 		return nil, toStatus(err)
 	}
 	if req.GetTimeout() < 0 {
-		return nil, toStatus(invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
+		return nil, toStatus(validate.Invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
 	}
 	if t := req.GetTimeout(); t > 0 {
 		var cancel context.CancelFunc
@@ -107,18 +108,18 @@ func (s *Server) CheckpointContainer(ctx context.Context, req *runtime.Checkpoin
 // that exists, and not a directory itself. An archive there is replaced.
 func checkpointLocation(location string) (string, error) {
 	if location == "" {
-		return "", invalidf("location", "required: the path of the archive to write")
+		return "", validate.Invalidf("location", "required: the path of the archive to write")
 	}
 	if !filepath.IsAbs(location) {
-		return "", invalidf("location", "%q is not an absolute path", location)
+		return "", validate.Invalidf("location", "%q is not an absolute path", location)
 	}
 	location = filepath.Clean(location)
 	dir, err := os.Stat(filepath.Dir(location))
 	if err != nil || !dir.IsDir() {
-		return "", invalidf("location", "directory %s of the archive does not exist", filepath.Dir(location))
+		return "", validate.Invalidf("location", "directory %s of the archive does not exist", filepath.Dir(location))
 	}
 	if fi, err := os.Lstat(location); err == nil && fi.IsDir() {
-		return "", invalidf("location", "%s is a directory", location)
+		return "", validate.Invalidf("location", "%s is a directory", location)
 	}
 	return location, nil
 }

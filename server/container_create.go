@@ -16,6 +16,7 @@ import (
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/internal/tracing"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 )
 
@@ -24,7 +25,7 @@ import (
 // container then waits for StartContainer.
 func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContainerRequest) (*runtime.CreateContainerResponse, error) {
 	cfg := req.GetConfig()
-	if err := validateContainerConfig(cfg, hostSELinux()); err != nil {
+	if err := validate.ContainerConfig(cfg, hostSELinux()); err != nil {
 		return nil, toStatus(err)
 	}
 	sbID, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
@@ -47,7 +48,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
 	}
 	if img.IsArtifact() {
-		return nil, toStatus(invalidf("config.image.image", "%q is an OCI artifact (%s), not a container image: mount it as an image volume (config.mounts.image)", cfg.GetImage().GetImage(), img.ArtifactType))
+		return nil, toStatus(validate.Invalidf("config.image.image", "%q is an OCI artifact (%s), not a container image: mount it as an image volume (config.mounts.image)", cfg.GetImage().GetImage(), img.ArtifactType))
 	}
 	// The store is shared by every namespace: an image pulled for another
 	// one, or before a policy was in force, is judged by this pod's. Before
@@ -140,7 +141,7 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err != nil {
 		return err
 	}
-	if err := validateContainerInPod(sbCfg, cfg); err != nil {
+	if err := validate.ContainerInPod(sbCfg, cfg, kernelUserNamespaces); err != nil {
 		return err
 	}
 	rt, err := s.runtimes.Get(sb.Handler)
@@ -414,7 +415,7 @@ func (s *Server) targetPIDNamespace(ctx context.Context, sbID string, o *runtime
 		return "", fmt.Errorf("%s: target container %q: %w", field, o.GetTargetId(), err)
 	}
 	if target.SandboxID != sbID {
-		return "", invalidf(field, "container %s is in pod %s, not in pod %s", target.ID, target.SandboxID, sbID)
+		return "", validate.Invalidf(field, "container %s is in pod %s, not in pod %s", target.ID, target.SandboxID, sbID)
 	}
 	if target.State != stateRunning {
 		return "", fmt.Errorf("%s: target container %s is %s: %w", field, target.ID, target.State, errNotRunning)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/minicri/minicri/internal/chans"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/streaming"
 )
 
@@ -39,7 +40,7 @@ const execOutputGrace = time.Second
 // streaming server; the command runs when the kubelet connects to it.
 func (s *Server) Exec(ctx context.Context, req *runtime.ExecRequest) (*runtime.ExecResponse, error) {
 	if len(req.GetCmd()) == 0 {
-		return nil, toStatus(invalidf("cmd", "must not be empty"))
+		return nil, toStatus(validate.Invalidf("cmd", "must not be empty"))
 	}
 	rec, err := s.streamTarget(req)
 	if err != nil {
@@ -76,10 +77,10 @@ func (s *Server) streamTarget(req streamRequest) (containerRecord, error) {
 // validateStreams checks the streams of an exec or attach request.
 func validateStreams(stdin, stdout, stderr, tty bool) error {
 	if !stdin && !stdout && !stderr {
-		return invalidf("stdin", "one of stdin, stdout and stderr must be set")
+		return validate.Invalidf("stdin", "one of stdin, stdout and stderr must be set")
 	}
 	if tty && stderr {
-		return invalidf("stderr", "must not be set with tty: a terminal has a single output stream")
+		return validate.Invalidf("stderr", "must not be set with tty: a terminal has a single output stream")
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/validate"
 )
 
 // ListContainers lists containers, filtered by ID (or prefix), state,
@@ -45,10 +47,10 @@ func validateContainerFilter(f *runtime.ContainerFilter) error {
 	// name) matches nothing, as in containerd, and is only compared in memory.
 	if st := f.GetState(); st != nil {
 		if _, ok := runtime.ContainerState_name[int32(st.GetState())]; !ok {
-			return invalidf("filter.state.state", "unknown container state %d", st.GetState())
+			return validate.Invalidf("filter.state.state", "unknown container state %d", st.GetState())
 		}
 	}
-	return validateMap("filter.label_selector", f.GetLabelSelector())
+	return validate.Map("filter.label_selector", f.GetLabelSelector())
 }
 
 // containerFilter is what the container list and container stats filters

@@ -10,6 +10,8 @@ import (
 	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/oci"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/validate"
 )
 
 // rootfsStore makes and removes the containers' root filesystems and image
@@ -98,7 +100,7 @@ func (s *Server) mountImageVolumes(vols []imageVolume, cfg *runtime.ContainerCon
 				return nil, fmt.Errorf("image_sub_path %q of image volume %s: %w", sub, m.GetContainerPath(), err)
 			}
 			if fi, err := os.Stat(source); err != nil || !fi.IsDir() {
-				return nil, invalidf("config.mounts.image_sub_path", "%q is not a directory of image %s", sub, m.GetImage().GetImage())
+				return nil, validate.Invalidf("config.mounts.image_sub_path", "%q is not a directory of image %s", sub, m.GetImage().GetImage())
 			}
 		}
 		sources[v.Mount] = source
@@ -138,11 +140,11 @@ func checkHandlerMounts(rt runtimeProbe, handler string, cfg *runtime.ContainerC
 			return "its runtime does not list the " + option + " mount option"
 		}
 		if m.GetRecursiveReadOnly() && !recursiveReadOnly(f) {
-			return invalidf("config.mounts.recursive_read_only", "runtime handler %q cannot make mount %s recursively read-only: %s", handler, m.GetContainerPath(), why("rro"))
+			return validate.Invalidf("config.mounts.recursive_read_only", "runtime handler %q cannot make mount %s recursively read-only: %s", handler, m.GetContainerPath(), why("rro"))
 		}
 		if len(m.GetMountOptions()) > 0 && !f.BindOptions {
 			// The options are not echoed: a request may repeat one a million times.
-			return invalidf("config.mounts.mount_options", "runtime handler %q cannot apply bind mount options to mount %s: %s", handler, m.GetContainerPath(), why(strings.Join(oci.BindOptions, ", ")))
+			return validate.Invalidf("config.mounts.mount_options", "runtime handler %q cannot apply bind mount options to mount %s: %s", handler, m.GetContainerPath(), why(strings.Join(oci.BindOptions, ", ")))
 		}
 	}
 	return nil

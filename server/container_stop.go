@@ -13,6 +13,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 )
 
@@ -34,7 +35,7 @@ const killGrace = 10 * time.Second
 // the kubelet retries.
 func (s *Server) StopContainer(ctx context.Context, req *runtime.StopContainerRequest) (*runtime.StopContainerResponse, error) {
 	if req.GetTimeout() < 0 {
-		return nil, toStatus(invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
+		return nil, toStatus(validate.Invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
 	}
 	id, err := s.resolveContainer("container_id", req.GetContainerId())
 	if errors.Is(err, store.ErrNotFound) {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/minicri/minicri/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/server/validate"
 )
 
 // resourceUpdater changes a container's cgroup limits (*oci.Runtime).
@@ -20,7 +22,7 @@ type resourceUpdater interface {
 // limits, and records them so that ContainerStatus reports what applies.
 func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.UpdateContainerResourcesRequest) (*runtime.UpdateContainerResourcesResponse, error) {
 	resources := req.GetLinux()
-	if err := validateResources("linux", resources); err != nil {
+	if err := validate.Resources("linux", resources); err != nil {
 		return nil, toStatus(err)
 	}
 	rec, unlock, err := s.lockContainer(req.GetContainerId())

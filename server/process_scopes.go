@@ -8,6 +8,7 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // processScopes moves minicri's own long-lived processes (a pod's infra
@@ -60,7 +61,7 @@ func (s *Server) validateCgroupParent(cfg *runtime.PodSandboxConfig) error {
 		return nil
 	}
 	if _, err := podSlice(cfg); err != nil {
-		return invalidf("config.linux.cgroup_parent", "%v", err)
+		return validate.Invalidf("config.linux.cgroup_parent", "%v", err)
 	}
 	return nil
 }

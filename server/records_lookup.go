@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 )
 
@@ -56,7 +57,7 @@ func (s *Server) lookupSandbox(id string) (sandboxRecord, error) {
 // there is used in a path.
 func requireID(field, id string) error {
 	if id == "" {
-		return invalidf(field, "must not be empty")
+		return validate.Invalidf(field, "must not be empty")
 	}
 	if !isID(id) {
 		return fmt.Errorf("%s %.80q: %w", field, id, store.ErrNotFound)

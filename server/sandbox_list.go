@@ -8,6 +8,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // ListPodSandbox lists sandboxes, filtered by ID (or ID prefix), state and
@@ -123,8 +124,8 @@ func validateSandboxFilter(f *runtime.PodSandboxFilter) error {
 	// An ID filter that is no ID prefix matches nothing; see validateContainerFilter.
 	if st := f.GetState(); st != nil {
 		if _, ok := runtime.PodSandboxState_name[int32(st.GetState())]; !ok {
-			return invalidf("filter.state.state", "unknown sandbox state %d", st.GetState())
+			return validate.Invalidf("filter.state.state", "unknown sandbox state %d", st.GetState())
 		}
 	}
-	return validateMap("filter.label_selector", f.GetLabelSelector())
+	return validate.Map("filter.label_selector", f.GetLabelSelector())
 }

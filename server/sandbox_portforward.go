@@ -7,6 +7,7 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/streaming"
 )
 
@@ -15,7 +16,7 @@ import (
 func (s *Server) PortForward(ctx context.Context, req *runtime.PortForwardRequest) (*runtime.PortForwardResponse, error) {
 	for _, p := range req.GetPort() {
 		if p <= 0 || p > 65535 {
-			return nil, toStatus(invalidf("port", "%d is not a port (1-65535)", p))
+			return nil, toStatus(validate.Invalidf("port", "%d is not a port (1-65535)", p))
 		}
 	}
 	sb, err := s.readySandbox(req.GetPodSandboxId())

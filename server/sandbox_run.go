@@ -16,6 +16,7 @@ import (
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 )
 
@@ -71,7 +72,7 @@ const podShmSize = 64 << 20
 // be that namespace's init.
 func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRequest) (*runtime.RunPodSandboxResponse, error) {
 	cfg := req.GetConfig()
-	if err := validateSandboxConfig(cfg, hostSELinux()); err != nil {
+	if err := validate.SandboxConfig(cfg, hostSELinux()); err != nil {
 		return nil, toStatus(err)
 	}
 	if err := s.checkHostPorts(cfg); err != nil {
@@ -225,7 +226,7 @@ func (s *Server) undoSandbox(ctx context.Context, rec *sandboxRecord) error {
 // in r what it made. Whatever it fails to finish, releaseSandbox undoes.
 func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
 	var kinds []network.NamespaceKind
-	if u := podUserNamespace(cfg); u != nil {
+	if u := validate.PodUserNamespace(cfg); u != nil {
 		opts, err := pauseOptions(cfg)
 		if err != nil {
 			return err
@@ -342,7 +343,7 @@ func podHostname(cfg *runtime.PodSandboxConfig) string {
 	if h := cfg.GetHostname(); h != "" {
 		return h
 	}
-	if h, err := os.Hostname(); err == nil && h != "" && len(h) <= maxHostnameLen {
+	if h, err := os.Hostname(); err == nil && h != "" && len(h) <= validate.MaxHostnameLen {
 		return h
 	}
 	return hostnameLabel(cfg.GetMetadata().GetName())
@@ -400,7 +401,7 @@ func (s *Server) handlerName(name string) (string, error) {
 		return s.cfg.Runtime.DefaultHandler, nil
 	}
 	if _, ok := s.cfg.Runtime.Handlers[name]; !ok {
-		return "", invalidf("runtime_handler", "no runtime handler %q is configured", name)
+		return "", validate.Invalidf("runtime_handler", "no runtime handler %q is configured", name)
 	}
 	return name, nil
 }

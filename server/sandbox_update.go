@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/validate"
 )
 
 // UpdatePodSandboxResources is the kubelet's word, before each change of a
@@ -14,10 +16,10 @@ import (
 // with the sandbox's config, so that they survive a restart and NRI plugins
 // see them, and hands them to the plugins, which may refuse them.
 func (s *Server) UpdatePodSandboxResources(ctx context.Context, req *runtime.UpdatePodSandboxResourcesRequest) (*runtime.UpdatePodSandboxResourcesResponse, error) {
-	if err := validateResources("overhead", req.GetOverhead()); err != nil {
+	if err := validate.Resources("overhead", req.GetOverhead()); err != nil {
 		return nil, toStatus(err)
 	}
-	if err := validateResources("resources", req.GetResources()); err != nil {
+	if err := validate.Resources("resources", req.GetResources()); err != nil {
 		return nil, toStatus(err)
 	}
 	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())

@@ -13,6 +13,7 @@ import (
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // pinUserNamespace gives a pod with userns_options mode POD its user
@@ -85,17 +86,17 @@ func conmonIDMaps(maps []*runtime.IDMapping) []conmon.IDMap {
 // namespace, or nil for a pod in the host's: the host IDs the pod's root
 // maps to own the rootfs's upper dir.
 func rootfsIDMap(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig) (*image.IDMap, error) {
-	u := podUserNamespace(sbCfg)
+	u := validate.PodUserNamespace(sbCfg)
 	if u == nil || sb.Namespaces.User == "" {
 		return nil, nil
 	}
 	uid, ok := hostIDOf(0, u.GetUids())
 	if !ok {
-		return nil, invalidf("config.linux.security_context.namespace_options.userns_options.uids", "does not map the pod's root (ID 0)")
+		return nil, validate.Invalidf("config.linux.security_context.namespace_options.userns_options.uids", "does not map the pod's root (ID 0)")
 	}
 	gid, ok := hostIDOf(0, u.GetGids())
 	if !ok {
-		return nil, invalidf("config.linux.security_context.namespace_options.userns_options.gids", "does not map the pod's root (ID 0)")
+		return nil, validate.Invalidf("config.linux.security_context.namespace_options.userns_options.gids", "does not map the pod's root (ID 0)")
 	}
 	return &image.IDMap{UserNS: sb.Namespaces.User, RootUID: int(uid), RootGID: int(gid)}, nil
 }
@@ -183,7 +184,7 @@ func unsearchableAbove(dir string) string {
 // rootfs: on the stage for a pod with a user namespace of its own (both
 // empty for any other), as rootfsIDMap decides the idmapped mount.
 func (s *Server) rootfsStageOf(id string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig) (rootfs, stage string) {
-	if podUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" {
+	if validate.PodUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" {
 		return "", ""
 	}
 	return s.mounts.RootfsPath(id), s.rootfsStage
@@ -195,7 +196,7 @@ func (s *Server) rootfsStageOf(id string, sb sandboxRecord, sbCfg *runtime.PodSa
 // record decides, as it decides the container's namespaces
 // (containerNamespaces): no pinned network namespace is the host's.
 func (s *Server) sysStageOf(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig) string {
-	if podUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" || sb.Namespaces.Net != "" {
+	if validate.PodUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" || sb.Namespaces.Net != "" {
 		return ""
 	}
 	return s.sysStage
@@ -212,7 +213,7 @@ var errHandlerUnavailable = errors.New("runtime handler unavailable")
 func (s *Server) checkHandlerAvailable(handler string) error {
 	rt, err := s.runtimes.Get(handler)
 	if err != nil {
-		return invalidf("runtime_handler", "%v", err)
+		return validate.Invalidf("runtime_handler", "%v", err)
 	}
 	if err := rt.Available(); err != nil {
 		return fmt.Errorf("%w: %q: %v (runtime.handlers.%s.path)", errHandlerUnavailable, handler, err, handler)

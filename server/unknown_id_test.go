@@ -13,6 +13,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/testreq"
 	"github.com/minicri/minicri/store"
 )
 
@@ -98,7 +99,7 @@ func TestCallsOnAnUnknownIDAreNotFound(t *testing.T) {
 				return err
 			},
 			"CreateContainer": func() error {
-				_, err := s.CreateContainer(ctx, &runtime.CreateContainerRequest{PodSandboxId: id, Config: goodContainerConfig(), SandboxConfig: goodSandboxConfig()})
+				_, err := s.CreateContainer(ctx, &runtime.CreateContainerRequest{PodSandboxId: id, Config: testreq.Container(), SandboxConfig: testreq.Sandbox()})
 				return err
 			},
 			"ContainerStatus": func() error {

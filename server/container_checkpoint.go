@@ -13,6 +13,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/server/validate"
 )
 
@@ -89,7 +90,7 @@ func (s *Server) CheckpointContainer(ctx context.Context, req *runtime.Checkpoin
 		return nil, toStatus(err)
 	}
 	defer unlock()
-	if rec.State != stateRunning {
+	if rec.State != lifecycle.StateRunning {
 		return nil, toStatus(markf(errWrongState, "container %s is %s: only a running container can be checkpointed", rec.ID, rec.State))
 	}
 	if st := s.checkCRIU(); st.Err != nil {
@@ -126,7 +127,7 @@ func checkpointLocation(location string) (string, error) {
 
 // checkpoint stages the archive's parts under the state root, then writes
 // the archive. The caller holds the container's lock.
-func (s *Server) checkpoint(ctx context.Context, rec containerRecord, location string) (retErr error) {
+func (s *Server) checkpoint(ctx context.Context, rec lifecycle.ContainerRecord, location string) (retErr error) {
 	rt, err := s.runtimes.Get(rec.Handler)
 	if err != nil {
 		return err
@@ -155,7 +156,7 @@ func (s *Server) checkpoint(ctx context.Context, rec containerRecord, location s
 	if err != nil {
 		return fmt.Errorf("its pod %s: %w", rec.SandboxID, err)
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return err
 	}
@@ -190,7 +191,7 @@ func (s *Server) checkpoint(ctx context.Context, rec containerRecord, location s
 // dumpPaused freezes the container, dumps its processes and writes its
 // rootfs diff into the stage dir, and thaws it whatever happened: a
 // container is never left frozen, even when the call's deadline passed.
-func (s *Server) dumpPaused(ctx context.Context, rt containerCheckpointer, rec containerRecord, spec *specs.Spec, stage string) (deleted []string, retErr error) {
+func (s *Server) dumpPaused(ctx context.Context, rt containerCheckpointer, rec lifecycle.ContainerRecord, spec *specs.Spec, stage string) (deleted []string, retErr error) {
 	if err := rt.Pause(ctx, rec.ID); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/server/validate"
 )
 
@@ -21,13 +22,13 @@ func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainers
 
 // containerListed is ListContainers' filter: containerMatches and the state.
 // A container is listed only once CreateContainer has made it (see
-// madeRecord).
-func containerListed(f *runtime.ContainerFilter, rec containerRecord) bool {
-	return madeRecord(rec.State) && containerMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == containerState(rec))
+// lifecycle.Made).
+func containerListed(f *runtime.ContainerFilter, rec lifecycle.ContainerRecord) bool {
+	return lifecycle.Made(rec.State) && containerMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == containerState(rec))
 }
 
 // containerItem is a container's entry in ListContainers.
-func containerItem(rec containerRecord) *runtime.Container {
+func containerItem(rec lifecycle.ContainerRecord) *runtime.Container {
 	return &runtime.Container{
 		Id:           rec.ID,
 		PodSandboxId: rec.SandboxID,
@@ -62,13 +63,13 @@ type containerFilter interface {
 
 // containerStatsListed is ListContainerStats' filter: containerMatches, and
 // running.
-func containerStatsListed(f *runtime.ContainerStatsFilter, rec containerRecord) bool {
-	return rec.State == stateRunning && containerMatches(f, rec)
+func containerStatsListed(f *runtime.ContainerStatsFilter, rec lifecycle.ContainerRecord) bool {
+	return rec.State == lifecycle.StateRunning && containerMatches(f, rec)
 }
 
 // containerMatches reports whether rec passes f's ID and pod ID prefixes
 // and its label selector.
-func containerMatches(f containerFilter, rec containerRecord) bool {
+func containerMatches(f containerFilter, rec lifecycle.ContainerRecord) bool {
 	return strings.HasPrefix(rec.ID, f.GetId()) && strings.HasPrefix(rec.SandboxID, f.GetPodSandboxId()) &&
 		labelsMatch(rec.Labels, f.GetLabelSelector())
 }

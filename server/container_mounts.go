@@ -11,6 +11,7 @@ import (
 	"github.com/minicri/minicri/oci"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/server/validate"
 )
 
@@ -32,16 +33,6 @@ type rootfsMounter interface {
 	RootfsPath(id string) string // where the Mount calls mount rootfs id
 }
 
-// imageVolume is one image volume (a mount with Mount.image, KEP-4639) of a
-// container: a read-only view of an image, kept in the image store as a
-// rootfs of its own so that the image cannot be removed while it is mounted.
-type imageVolume struct {
-	ID       string // the image store's rootfs ID: imageVolumeID
-	Mount    int    // the index of its mount in the container config
-	ImageID  string // the image's config digest: PullImage's image_ref, the mount's in ContainerStatus
-	ImageRef string // the image's repo digest, or its ID: ContainerStatus' mount image
-}
-
 // imageVolumeSep joins a container ID and the index of one of its image
 // volumes into that volume's rootfs ID. A container ID is hex, so the owner
 // of any rootfs is the part before it (rootfsOwner).
@@ -60,8 +51,8 @@ func rootfsOwner(rootfsID string) string {
 // resolveImageVolumes finds the images of the container's image volumes.
 // The kubelet pulls them first, as it pulls the container's image: a
 // missing one is NotFound, not pulled here.
-func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerConfig) ([]imageVolume, error) {
-	var vols []imageVolume
+func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerConfig) ([]lifecycle.ImageVolume, error) {
+	var vols []lifecycle.ImageVolume
 	for i, m := range cfg.GetMounts() {
 		ref := m.GetImage().GetImage()
 		if ref == "" {
@@ -71,7 +62,7 @@ func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerC
 		if err != nil {
 			return nil, fmt.Errorf("config.mounts.image: image %q of volume %s: %w", ref, m.GetContainerPath(), err)
 		}
-		vols = append(vols, imageVolume{ID: imageVolumeID(containerID, i), Mount: i, ImageID: img.ID, ImageRef: imageRef(img)})
+		vols = append(vols, lifecycle.ImageVolume{ID: imageVolumeID(containerID, i), Mount: i, ImageID: img.ID, ImageRef: imageRef(img)})
 	}
 	return vols, nil
 }
@@ -82,7 +73,7 @@ func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerC
 // under the image store's dir of the container's own rootfs ID, so that
 // removing the container (discardContainer) or the start-up sweep
 // (sweepOrphans, by rootfsOwner) removes them.
-func (s *Server) mountImageVolumes(vols []imageVolume, cfg *runtime.ContainerConfig) (map[int]string, error) {
+func (s *Server) mountImageVolumes(vols []lifecycle.ImageVolume, cfg *runtime.ContainerConfig) (map[int]string, error) {
 	sources := make(map[int]string, len(vols))
 	for _, v := range vols {
 		if err := s.rootfs.PrepareImageVolume(v.ID, v.ImageID); err != nil {
@@ -110,7 +101,7 @@ func (s *Server) mountImageVolumes(vols []imageVolume, cfg *runtime.ContainerCon
 
 // removeImageVolumes unmounts and removes a container's image volumes,
 // which unpins their images.
-func (s *Server) removeImageVolumes(vols []imageVolume) error {
+func (s *Server) removeImageVolumes(vols []lifecycle.ImageVolume) error {
 	for _, v := range vols {
 		if err := s.rootfs.RemoveRootfs(v.ID); err != nil {
 			return fmt.Errorf("remove image volume %s: %w", v.ID, err)

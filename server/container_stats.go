@@ -8,6 +8,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // ContainerStats reports a container's CPU (cumulative and as a rate),
@@ -34,7 +35,7 @@ func (s *Server) ListContainerStats(ctx context.Context, req *runtime.ListContai
 }
 
 // containerStats is the CRI part of containerStatsAndCgroup.
-func (s *Server) containerStats(rec containerRecord) (*runtime.ContainerStats, error) {
+func (s *Server) containerStats(rec lifecycle.ContainerRecord) (*runtime.ContainerStats, error) {
 	st, _, err := s.containerStatsAndCgroup(rec)
 	if err != nil {
 		return nil, fmt.Errorf("stats of container %s: %w", rec.ID, err)
@@ -44,7 +45,7 @@ func (s *Server) containerStats(rec containerRecord) (*runtime.ContainerStats, e
 
 // containerStatsAndCgroup also returns the cgroup figures the CRI message
 // has no room for (the metrics use them); nil for a container not running.
-func (s *Server) containerStatsAndCgroup(rec containerRecord) (*runtime.ContainerStats, *oci.CgroupStats, error) {
+func (s *Server) containerStatsAndCgroup(rec lifecycle.ContainerRecord) (*runtime.ContainerStats, *oci.CgroupStats, error) {
 	now := time.Now().UnixNano()
 	st := &runtime.ContainerStats{
 		Attributes: &runtime.ContainerAttributes{
@@ -55,7 +56,7 @@ func (s *Server) containerStatsAndCgroup(rec containerRecord) (*runtime.Containe
 		},
 	}
 	var cg *oci.CgroupStats
-	if rec.State == stateRunning {
+	if rec.State == lifecycle.StateRunning {
 		read, err := oci.ReadCgroupStats(rec.CgroupsPath, oci.CgroupDriver(s.cfg.CgroupDriver))
 		if err != nil {
 			return nil, nil, err

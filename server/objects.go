@@ -5,6 +5,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/store"
 )
 
@@ -20,7 +21,7 @@ import (
 // container is everything the daemon holds in memory for one container;
 // deleting it drops all of it at once.
 type container struct {
-	store.Slot[containerRecord]
+	store.Slot[lifecycle.ContainerRecord]
 	id string
 	// lock serialises the calls that change the container (see the lock
 	// discipline in locks.go). It is held across runtime calls; mu is not.
@@ -51,7 +52,7 @@ type container struct {
 
 // sandbox is what the daemon holds in memory for one pod sandbox.
 type sandbox struct {
-	store.Slot[sandboxRecord]
+	store.Slot[lifecycle.SandboxRecord]
 	id   string
 	lock sync.Mutex // serialises the calls that change the sandbox
 

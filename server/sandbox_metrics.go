@@ -9,6 +9,7 @@ import (
 
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // ListPodSandboxMetrics reports, for every ready pod, the metrics that
@@ -20,7 +21,7 @@ func (s *Server) ListPodSandboxMetrics(ctx context.Context, req *runtime.ListPod
 	var out []*runtime.PodSandboxMetrics
 	seen := map[string]bool{}
 	for _, rec := range s.sandboxes.List() {
-		if rec.State != stateReady {
+		if rec.State != lifecycle.StateReady {
 			continue
 		}
 		sample, err := s.sandboxSample(rec)
@@ -64,7 +65,7 @@ func (s *Server) readMetricsOnly(c *containerSample) {
 	}
 }
 
-func podMetrics(rec sandboxRecord, sample podSample) *runtime.PodSandboxMetrics {
+func podMetrics(rec lifecycle.SandboxRecord, sample podSample) *runtime.PodSandboxMetrics {
 	pm := &runtime.PodSandboxMetrics{PodSandboxId: rec.ID}
 	pod := &metricSink{at: sample.at, base: []string{"", rec.ID, "", "", rec.Metadata.Namespace, rec.Metadata.Name}}
 	pod.seen(rec.CreatedAt)

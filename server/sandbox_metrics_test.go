@@ -12,6 +12,7 @@ import (
 
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // The kubelet turns each metric into a Prometheus one with the label keys
@@ -37,12 +38,12 @@ func TestPodMetricsMatchTheirDescriptors(t *testing.T) {
 		IO:          []oci.DeviceIO{{Device: "/dev/sda", ReadBytes: 7}},
 		CPUPressure: psi, MemoryPressure: psi, IOPressure: psi,
 	}
-	rec := sandboxRecord{ID: "pod1", Metadata: podMetadata{Name: "web", Namespace: "ns"}}
+	rec := lifecycle.SandboxRecord{ID: "pod1", Metadata: lifecycle.PodMetadata{Name: "web", Namespace: "ns"}}
 	sample := podSample{
 		at:         42,
 		cgroup:     cg,
 		net:        []network.InterfaceCounters{{Name: "eth0", RxBytes: 1000}},
-		containers: []containerSample{{rec: containerRecord{ID: "c1", Image: "busybox", Metadata: containerMetadata{Name: "app"}}, stats: &runtime.ContainerStats{}, cgroup: cg}},
+		containers: []containerSample{{rec: lifecycle.ContainerRecord{ID: "c1", Image: "busybox", Metadata: lifecycle.ContainerMetadata{Name: "app"}}, stats: &runtime.ContainerStats{}, cgroup: cg}},
 	}
 	pm := podMetrics(rec, sample)
 	if len(pm.GetContainerMetrics()) != 1 || pm.GetContainerMetrics()[0].GetContainerId() != "c1" {
@@ -99,9 +100,9 @@ func TestPodMetricsCarryCAdvisorsFullSet(t *testing.T) {
 		Processes: 5, ProcessesLimit: 64,
 	}
 	started := int64(1_700_000_000) * int64(time.Second)
-	rec := sandboxRecord{ID: "pod1", CreatedAt: started - int64(time.Second), Metadata: podMetadata{Name: "web", Namespace: "ns"}}
+	rec := lifecycle.SandboxRecord{ID: "pod1", CreatedAt: started - int64(time.Second), Metadata: lifecycle.PodMetadata{Name: "web", Namespace: "ns"}}
 	ctr := containerSample{
-		rec:    containerRecord{ID: "c1", Image: "busybox", StartedAt: started, Metadata: containerMetadata{Name: "app"}},
+		rec:    lifecycle.ContainerRecord{ID: "c1", Image: "busybox", StartedAt: started, Metadata: lifecycle.ContainerMetadata{Name: "app"}},
 		stats:  &runtime.ContainerStats{WritableLayer: &runtime.FilesystemUsage{UsedBytes: &runtime.UInt64Value{Value: 11}}},
 		cgroup: cg,
 		procs:  &oci.ProcessStats{Processes: 2, FileDescriptors: 9, Sockets: 3},
@@ -182,7 +183,7 @@ func TestContainerFactsFollowTheConfig(t *testing.T) {
 		}
 		return raw
 	}
-	rec := containerRecord{ID: "c1", Config: encode(nil)}
+	rec := lifecycle.ContainerRecord{ID: "c1", Config: encode(nil)}
 	f, err := c.get(rec, "")
 	if err != nil || f.cpuPeriod != defaultCPUPeriod || f.cpuShares != defaultCPUShares {
 		t.Fatalf("facts of a config without resources = %+v, %v; want the kernel's defaults", f, err)

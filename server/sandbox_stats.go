@@ -11,6 +11,7 @@ import (
 
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // podSample is one reading of a pod: its CRI stats, and the figures the
@@ -26,7 +27,7 @@ type podSample struct {
 // containerSample is one reading of a running container. The metrics add
 // procs, facts and fs (readMetricsOnly); the stats have no use for them.
 type containerSample struct {
-	rec    containerRecord
+	rec    lifecycle.ContainerRecord
 	stats  *runtime.ContainerStats
 	cgroup *oci.CgroupStats
 	procs  *oci.ProcessStats // nil: not read
@@ -47,7 +48,7 @@ func (s *Server) PodSandboxStats(ctx context.Context, req *runtime.PodSandboxSta
 }
 
 // sandboxStats is the CRI part of a pod's sample.
-func (s *Server) sandboxStats(rec sandboxRecord) (*runtime.PodSandboxStats, error) {
+func (s *Server) sandboxStats(rec lifecycle.SandboxRecord) (*runtime.PodSandboxStats, error) {
 	sample, err := s.sandboxSample(rec)
 	if err != nil {
 		return nil, fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err)
@@ -64,13 +65,13 @@ func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtime.ListPodSa
 	return &runtime.ListPodSandboxStatsResponse{Stats: stats}, nil
 }
 
-func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
+func (s *Server) sandboxSample(rec lifecycle.SandboxRecord) (podSample, error) {
 	now := time.Now().UnixNano()
 	m := rec.Metadata
 	sample := podSample{at: now}
 	linux := &runtime.LinuxPodSandboxStats{}
 	for _, c := range s.containersOf(rec.ID) {
-		if c.State != stateRunning {
+		if c.State != lifecycle.StateRunning {
 			continue
 		}
 		cs, cg, err := s.containerStatsAndCgroup(c)
@@ -83,7 +84,7 @@ func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
 		linux.Containers = append(linux.Containers, cs)
 		sample.containers = append(sample.containers, containerSample{rec: c, stats: cs, cgroup: cg})
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return sample, err
 	}
@@ -128,7 +129,7 @@ func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
 // figures of its running containers, summed. CPU adds the last figure seen
 // of each container that is no longer running, so that the pod's does not
 // drop when one exits; it drops only when one is removed.
-func (s *Server) summedPodCgroup(rec sandboxRecord, running []containerSample) oci.CgroupStats {
+func (s *Server) summedPodCgroup(rec lifecycle.SandboxRecord, running []containerSample) oci.CgroupStats {
 	var sum oci.CgroupStats
 	seen := map[string]bool{}
 	for _, c := range running {

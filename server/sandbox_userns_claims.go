@@ -5,6 +5,7 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/server/validate"
 )
 
@@ -58,10 +59,10 @@ func (s *Server) checkHostIDsFree(u *runtime.UserNamespace) error {
 		}
 	}
 	for _, sb := range s.sandboxes.List() {
-		if _, claimed := s.idClaims.pods[sb.ID]; claimed || sb.State == stateNotReady {
+		if _, claimed := s.idClaims.pods[sb.ID]; claimed || sb.State == lifecycle.StateNotReady {
 			continue
 		}
-		cfg, err := sb.config()
+		cfg, err := sb.DecodeConfig()
 		if err != nil {
 			return err
 		}

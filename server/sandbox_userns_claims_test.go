@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/server/internal/testreq"
 )
 
@@ -24,20 +25,20 @@ func usernsPodConfig(uids, gids []*runtime.IDMapping) *runtime.PodSandboxConfig 
 func TestClaimHostIDsRefusesOverlaps(t *testing.T) {
 	const field = "config.linux.security_context.namespace_options.userns_options"
 	s := newTestServer(t)
-	put := func(id string, state sandboxRecordState, cfg *runtime.PodSandboxConfig) {
+	put := func(id string, state lifecycle.SandboxRecordState, cfg *runtime.PodSandboxConfig) {
 		raw, err := proto.Marshal(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.sandboxes.Put(id, sandboxRecord{ID: id, State: state, Config: raw}); err != nil {
+		if err := s.sandboxes.Put(id, lifecycle.SandboxRecord{ID: id, State: state, Config: raw}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	kubelet := testreq.IDMaps([3]uint32{0, 65536, 65536})
-	put("ready", stateReady, usernsPodConfig(kubelet, kubelet))
-	put("stopped", stateNotReady, usernsPodConfig(testreq.IDMaps([3]uint32{0, 1000, 65536}), testreq.IDMaps([3]uint32{0, 1000, 65536})))
-	put("creating", stateCreating, usernsPodConfig(testreq.IDMaps([3]uint32{0, 300000, 65536}), testreq.IDMaps([3]uint32{0, 300000, 65536})))
-	put("host", stateReady, podConfig("host"))
+	put("ready", lifecycle.StateReady, usernsPodConfig(kubelet, kubelet))
+	put("stopped", lifecycle.StateNotReady, usernsPodConfig(testreq.IDMaps([3]uint32{0, 1000, 65536}), testreq.IDMaps([3]uint32{0, 1000, 65536})))
+	put("creating", lifecycle.StateCreating, usernsPodConfig(testreq.IDMaps([3]uint32{0, 300000, 65536}), testreq.IDMaps([3]uint32{0, 300000, 65536})))
+	put("host", lifecycle.StateReady, podConfig("host"))
 	release, err := s.claimHostIDs("claimed", usernsPodConfig(testreq.IDMaps([3]uint32{0, 500000, 65536}), testreq.IDMaps([3]uint32{0, 500000, 65536})))
 	if err != nil {
 		t.Fatal(err)

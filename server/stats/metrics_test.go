@@ -1,7 +1,6 @@
-package server
+package stats
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +18,7 @@ import (
 // of its descriptor: a metric without a descriptor, or with another number
 // of label values, is dropped there.
 func TestPodMetricsMatchTheirDescriptors(t *testing.T) {
-	descs, err := (&Server{}).ListMetricDescriptors(context.Background(), &runtime.ListMetricDescriptorsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	descs := &runtime.ListMetricDescriptorsResponse{Descriptors: Descriptors()}
 	keys := map[string]int{}
 	for _, d := range descs.GetDescriptors() {
 		if _, dup := keys[d.GetName()]; dup {
@@ -39,13 +35,13 @@ func TestPodMetricsMatchTheirDescriptors(t *testing.T) {
 		CPUPressure: psi, MemoryPressure: psi, IOPressure: psi,
 	}
 	rec := lifecycle.SandboxRecord{ID: "pod1", Metadata: lifecycle.PodMetadata{Name: "web", Namespace: "ns"}}
-	sample := podSample{
-		at:         42,
-		cgroup:     cg,
-		net:        []network.InterfaceCounters{{Name: "eth0", RxBytes: 1000}},
-		containers: []containerSample{{rec: lifecycle.ContainerRecord{ID: "c1", Image: "busybox", Metadata: lifecycle.ContainerMetadata{Name: "app"}}, stats: &runtime.ContainerStats{}, cgroup: cg}},
+	sample := PodSample{
+		At:         42,
+		Cgroup:     cg,
+		Net:        []network.InterfaceCounters{{Name: "eth0", RxBytes: 1000}},
+		Containers: []ContainerSample{{Rec: lifecycle.ContainerRecord{ID: "c1", Image: "busybox", Metadata: lifecycle.ContainerMetadata{Name: "app"}}, Stats: &runtime.ContainerStats{}, Cgroup: cg}},
 	}
-	pm := podMetrics(rec, sample)
+	pm := PodMetrics(rec, sample)
 	if len(pm.GetContainerMetrics()) != 1 || pm.GetContainerMetrics()[0].GetContainerId() != "c1" {
 		t.Fatalf("container metrics = %v, want those of c1", pm.GetContainerMetrics())
 	}
@@ -101,17 +97,17 @@ func TestPodMetricsCarryCAdvisorsFullSet(t *testing.T) {
 	}
 	started := int64(1_700_000_000) * int64(time.Second)
 	rec := lifecycle.SandboxRecord{ID: "pod1", CreatedAt: started - int64(time.Second), Metadata: lifecycle.PodMetadata{Name: "web", Namespace: "ns"}}
-	ctr := containerSample{
-		rec:    lifecycle.ContainerRecord{ID: "c1", Image: "busybox", StartedAt: started, Metadata: lifecycle.ContainerMetadata{Name: "app"}},
-		stats:  &runtime.ContainerStats{WritableLayer: &runtime.FilesystemUsage{UsedBytes: &runtime.UInt64Value{Value: 11}}},
-		cgroup: cg,
-		procs:  &oci.ProcessStats{Processes: 2, FileDescriptors: 9, Sockets: 3},
-		facts:  containerFacts{cpuPeriod: 100_000, cpuShares: 512},
-		fs:     &fsFigures{device: "/dev/vda1", limit: 1 << 30, inodes: 1000, inodesFree: 600},
+	ctr := ContainerSample{
+		Rec:    lifecycle.ContainerRecord{ID: "c1", Image: "busybox", StartedAt: started, Metadata: lifecycle.ContainerMetadata{Name: "app"}},
+		Stats:  &runtime.ContainerStats{WritableLayer: &runtime.FilesystemUsage{UsedBytes: &runtime.UInt64Value{Value: 11}}},
+		Cgroup: cg,
+		Procs:  &oci.ProcessStats{Processes: 2, FileDescriptors: 9, Sockets: 3},
+		Facts:  containerFacts{cpuPeriod: 100_000, cpuShares: 512},
+		FS:     &fsFigures{device: "/dev/vda1", limit: 1 << 30, inodes: 1000, inodesFree: 600},
 	}
 	at := started + 5*int64(time.Second)
-	pm := podMetrics(rec, podSample{at: at, cgroup: cg, containers: []containerSample{ctr}})
-	descs, _ := (&Server{}).ListMetricDescriptors(context.Background(), &runtime.ListMetricDescriptorsRequest{})
+	pm := PodMetrics(rec, PodSample{At: at, Cgroup: cg, Containers: []ContainerSample{ctr}})
+	descs := &runtime.ListMetricDescriptorsResponse{Descriptors: Descriptors()}
 	keys := map[string][]string{}
 	for _, d := range descs.GetDescriptors() {
 		keys[d.GetName()] = d.GetLabelKeys()

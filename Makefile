@@ -24,7 +24,7 @@ deps:
 
 # Static binaries: the monitor must not depend on the host's libc, and neither
 # needs cgo. The shipped daemon must not have the test-only crash points
-# (server/crashpoint.go); what each tag leaves out is checked by cmd/minicri's
+# (server/internal/lifecycle/crashpoint.go); what each tag leaves out is checked by cmd/minicri's
 # TestBuildTagsLeaveOutFiles and TestDaemonLeavesOutHeavyPackages.
 # minicri-pause, the pod infra process, is a short C program built static
 # with Debian's gcc and libc6-dev: one runs per PID-sharing pod, and a Go
@@ -42,7 +42,7 @@ build: $(BIN)/minicri-pause
 	$(GOBUILD) -tags "$(GOTAGS)" -trimpath -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # The e2e suite's binaries: the same, plus the crash points its crash tests
-# use (server/crashpoint.go, -tags crashpoints). Never install these.
+# use (server/internal/lifecycle/crashpoint.go, -tags crashpoints). Never install these.
 build-e2e: $(E2E_BIN)/minicri-pause
 	$(GOBUILD) -tags "crashpoints$(if $(GOTAGS),$(comma)$(GOTAGS))" -trimpath -ldflags "$(LDFLAGS)" -o $(E2E_BIN)/ ./cmd/...
 

@@ -42,7 +42,7 @@ func (r streamRuntime) Attach(ctx context.Context, containerID string, st stream
 	if err != nil {
 		return err
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return err
 	}

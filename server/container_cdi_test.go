@@ -10,6 +10,7 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/testreq"
 )
 
 func cdiTestServer(t *testing.T, enabled bool) *Server {
@@ -53,7 +54,7 @@ func TestResolveCDIDevices(t *testing.T) {
 				cfg.CDIDevices = append(cfg.CDIDevices, &runtime.CDIDevice{Name: d})
 			}
 			got, err := s.resolveCDIDevices(cfg)
-			checkValidation(t, err, c.field)
+			testreq.CheckValidation(t, err, c.field)
 			if c.field == "" && !slices.Equal(got, c.want) {
 				t.Errorf("devices = %v, want %v", got, c.want)
 			}

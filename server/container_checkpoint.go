@@ -13,6 +13,8 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // containerCheckpointer is what a checkpoint needs of a container's OCI
@@ -76,7 +78,7 @@ func (s *Server) CheckpointContainer(ctx context.Context, req *runtime.Checkpoin
 		return nil, toStatus(err)
 	}
 	if req.GetTimeout() < 0 {
-		return nil, toStatus(invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
+		return nil, toStatus(validate.Invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
 	}
 	if t := req.GetTimeout(); t > 0 {
 		var cancel context.CancelFunc
@@ -88,7 +90,7 @@ func (s *Server) CheckpointContainer(ctx context.Context, req *runtime.Checkpoin
 		return nil, toStatus(err)
 	}
 	defer unlock()
-	if rec.State != stateRunning {
+	if rec.State != lifecycle.StateRunning {
 		return nil, toStatus(markf(errWrongState, "container %s is %s: only a running container can be checkpointed", rec.ID, rec.State))
 	}
 	if st := s.checkCRIU(); st.Err != nil {
@@ -107,25 +109,25 @@ func (s *Server) CheckpointContainer(ctx context.Context, req *runtime.Checkpoin
 // that exists, and not a directory itself. An archive there is replaced.
 func checkpointLocation(location string) (string, error) {
 	if location == "" {
-		return "", invalidf("location", "required: the path of the archive to write")
+		return "", validate.Invalidf("location", "required: the path of the archive to write")
 	}
 	if !filepath.IsAbs(location) {
-		return "", invalidf("location", "%q is not an absolute path", location)
+		return "", validate.Invalidf("location", "%q is not an absolute path", location)
 	}
 	location = filepath.Clean(location)
 	dir, err := os.Stat(filepath.Dir(location))
 	if err != nil || !dir.IsDir() {
-		return "", invalidf("location", "directory %s of the archive does not exist", filepath.Dir(location))
+		return "", validate.Invalidf("location", "directory %s of the archive does not exist", filepath.Dir(location))
 	}
 	if fi, err := os.Lstat(location); err == nil && fi.IsDir() {
-		return "", invalidf("location", "%s is a directory", location)
+		return "", validate.Invalidf("location", "%s is a directory", location)
 	}
 	return location, nil
 }
 
 // checkpoint stages the archive's parts under the state root, then writes
 // the archive. The caller holds the container's lock.
-func (s *Server) checkpoint(ctx context.Context, rec containerRecord, location string) (retErr error) {
+func (s *Server) checkpoint(ctx context.Context, rec lifecycle.ContainerRecord, location string) (retErr error) {
 	rt, err := s.runtimes.Get(rec.Handler)
 	if err != nil {
 		return err
@@ -154,7 +156,7 @@ func (s *Server) checkpoint(ctx context.Context, rec containerRecord, location s
 	if err != nil {
 		return fmt.Errorf("its pod %s: %w", rec.SandboxID, err)
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return err
 	}
@@ -189,7 +191,7 @@ func (s *Server) checkpoint(ctx context.Context, rec containerRecord, location s
 // dumpPaused freezes the container, dumps its processes and writes its
 // rootfs diff into the stage dir, and thaws it whatever happened: a
 // container is never left frozen, even when the call's deadline passed.
-func (s *Server) dumpPaused(ctx context.Context, rt containerCheckpointer, rec containerRecord, spec *specs.Spec, stage string) (deleted []string, retErr error) {
+func (s *Server) dumpPaused(ctx context.Context, rt containerCheckpointer, rec lifecycle.ContainerRecord, spec *specs.Spec, stage string) (deleted []string, retErr error) {
 	if err := rt.Pause(ctx, rec.ID); err != nil {
 		return nil, fmt.Errorf("pause: %w", err)
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/internal/tracing"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 )
 
@@ -24,7 +26,7 @@ import (
 // container then waits for StartContainer.
 func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContainerRequest) (*runtime.CreateContainerResponse, error) {
 	cfg := req.GetConfig()
-	if err := validateContainerConfig(cfg, hostSELinux()); err != nil {
+	if err := validate.ContainerConfig(cfg, hostSELinux()); err != nil {
 		return nil, toStatus(err)
 	}
 	sbID, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
@@ -39,7 +41,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if !madeRecord(pod.State) {
+	if !lifecycle.Made(pod.State) {
 		return nil, toStatus(sandboxNotReady(pod))
 	}
 	img, err := s.images.Get(cfg.GetImage().GetImage())
@@ -47,7 +49,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		return nil, toStatus(fmt.Errorf("image %q of container %s: %w", cfg.GetImage().GetImage(), cfg.GetMetadata().GetName(), err))
 	}
 	if img.IsArtifact() {
-		return nil, toStatus(invalidf("config.image.image", "%q is an OCI artifact (%s), not a container image: mount it as an image volume (config.mounts.image)", cfg.GetImage().GetImage(), img.ArtifactType))
+		return nil, toStatus(validate.Invalidf("config.image.image", "%q is an OCI artifact (%s), not a container image: mount it as an image volume (config.mounts.image)", cfg.GetImage().GetImage(), img.ArtifactType))
 	}
 	// The store is shared by every namespace: an image pulled for another
 	// one, or before a policy was in force, is judged by this pod's. Before
@@ -62,7 +64,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if sb.State != stateReady {
+	if sb.State != lifecycle.StateReady {
 		return nil, toStatus(sandboxNotReady(sb))
 	}
 	refs, err := s.resolveRefs(ctx, sbID, cfg)
@@ -70,8 +72,8 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 		return nil, toStatus(fmt.Errorf("create container %s: %w", cfg.GetMetadata().GetName(), err))
 	}
 	defer s.nri.BlockSync()()
-	id := newID()
-	name := containerName(sbID, cfg.GetMetadata())
+	id := lifecycle.NewID()
+	name := lifecycle.ContainerName(sbID, cfg.GetMetadata())
 	if err := s.containerNames.Reserve(name, id); err != nil {
 		var reserved *store.ReservedError
 		if errors.As(err, &reserved) {
@@ -84,8 +86,8 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtime.CreateContain
 	c := s.containers.Add(id)
 	c.lock.Lock()
 	defer c.lock.Unlock()
-	ctx, phases := s.withPhases(ctx, "CreateContainer")
-	defer phases.observe()
+	ctx, phases := lifecycle.WithPhases(ctx, s.metrics, "CreateContainer")
+	defer phases.Observe()
 	if err := s.createContainer(ctx, c, name, sb, cfg, img, refs); err != nil {
 		// The undo deleted it with the record, unless the record was never
 		// made or is kept for the start-up repair.
@@ -134,13 +136,13 @@ func (s *Server) resolveRefs(ctx context.Context, sbID string, cfg *runtime.Cont
 	return refs, nil
 }
 
-func (s *Server) createContainer(ctx context.Context, c *container, name string, sb sandboxRecord, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (retErr error) {
+func (s *Server) createContainer(ctx context.Context, c *container, name string, sb lifecycle.SandboxRecord, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (retErr error) {
 	id := c.id
-	sbCfg, err := sb.config()
+	sbCfg, err := sb.DecodeConfig()
 	if err != nil {
 		return err
 	}
-	if err := validateContainerInPod(sbCfg, cfg); err != nil {
+	if err := validate.ContainerInPod(sbCfg, cfg, kernelUserNamespaces); err != nil {
 		return err
 	}
 	rt, err := s.runtimes.Get(sb.Handler)
@@ -158,18 +160,18 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err != nil {
 		return fmt.Errorf("encode config: %w", err)
 	}
-	rec := containerRecord{
+	rec := lifecycle.ContainerRecord{
 		ID:          id,
 		Name:        name,
 		SandboxID:   sb.ID,
-		Metadata:    containerMetadata{Name: cfg.GetMetadata().GetName(), Attempt: cfg.GetMetadata().GetAttempt()},
+		Metadata:    lifecycle.ContainerMetadata{Name: cfg.GetMetadata().GetName(), Attempt: cfg.GetMetadata().GetAttempt()},
 		Labels:      cfg.GetLabels(),
 		Annotations: cfg.GetAnnotations(),
 		Image:       imageName(img, cfg.GetImage().GetImage()),
 		ImageID:     img.ID,
 		ImageRef:    imageRef(img),
 		CreatedAt:   time.Now().UnixNano(),
-		State:       stateCreating,
+		State:       lifecycle.StateCreating,
 		LogPath:     containerLogPath(sbCfg, cfg),
 		Bundle:      filepath.Join(s.cfg.RunDir, "containers", id),
 		Handler:     sb.Handler,
@@ -181,7 +183,7 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	// Staged: a crashed machine loses the bundle and the monitor with the
 	// run dir, and the sweep of orphans finds the root filesystem. The
 	// created write below is the durable one.
-	if err := stageFirstRecord(ctx, s.containers, id, rec, "container-after-record"); err != nil {
+	if err := lifecycle.StageFirstRecord(ctx, s.containers, id, rec, "container-after-record"); err != nil {
 		return err
 	}
 	defer s.undoOnFailure(ctx, &retErr, "container", id, func(ctx context.Context) error {
@@ -197,7 +199,7 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	if err != nil {
 		return err
 	}
-	if err := step(ctx, stepOf{phase: "bundle", crash: "container-after-bundle"}, func(ctx context.Context) error {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "bundle", Crash: "container-after-bundle"}, func(ctx context.Context) error {
 		spec, err := s.writeBundle(ctx, rec, sb, sbCfg, cfg, img, refs)
 		if err != nil {
 			s.cancelMonitor(c, monitor)
@@ -210,16 +212,16 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 	}
 	// The runtime's create runs in the monitor: its span is the wait for
 	// it. At the crash point a monitor runs that no record names yet.
-	if err := step(ctx, stepOf{phase: "monitor_runtime_create", crash: "container-after-monitor",
-		span: "runtime.create", attrs: []attribute.KeyValue{tracing.ContainerID.String(id), tracing.Handler.String(rec.Handler)},
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "monitor_runtime_create", Crash: "container-after-monitor",
+		Span: "runtime.create", Attrs: []attribute.KeyValue{tracing.ContainerID.String(id), tracing.Handler.String(rec.Handler)},
 	}, func(ctx context.Context) (err error) {
 		rec.Monitor, err = s.finishMonitor(ctx, c, rec, monitor)
 		return err
 	}); err != nil {
 		return err
 	}
-	rec.State = stateCreated
-	if err := step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.containers.Put(id, rec) }); err != nil {
+	rec.State = lifecycle.StateCreated
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "record"}, func(context.Context) error { return s.containers.Put(id, rec) }); err != nil {
 		return err
 	}
 	_ = s.transition(ctx, c, rec, created)
@@ -231,7 +233,7 @@ func (s *Server) createContainer(ctx context.Context, c *container, name string,
 // container's monitor: a shared monitor's join begins before the bundle is
 // written, so that its helper starts and prepares meanwhile, in the bundle
 // directory and with the log's, and creates once the bundle is complete.
-func (s *Server) prepareMonitor(ctx context.Context, c *container, rec containerRecord, rt monitorRuntime, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig) (*monitorStart, error) {
+func (s *Server) prepareMonitor(ctx context.Context, c *container, rec lifecycle.ContainerRecord, rt monitorRuntime, sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig) (*monitorStart, error) {
 	if err := os.MkdirAll(rec.Bundle, 0o700); err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
 	}
@@ -251,7 +253,7 @@ func (s *Server) prepareMonitor(ctx context.Context, c *container, rec container
 
 // writeBundle mounts the container's root filesystem and writes
 // config.json into the bundle directory.
-func (s *Server) writeBundle(ctx context.Context, rec containerRecord, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (*specs.Spec, error) {
+func (s *Server) writeBundle(ctx context.Context, rec lifecycle.ContainerRecord, sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs) (*specs.Spec, error) {
 	if err := s.rootfs.PrepareRootfs(rec.ID, img.ID); err != nil {
 		return nil, fmt.Errorf("prepare rootfs: %w", err)
 	}
@@ -295,7 +297,7 @@ func (s *Server) writeBundle(ctx context.Context, rec containerRecord, sb sandbo
 	return spec, nil
 }
 
-func exitFile(rec containerRecord) string { return filepath.Join(rec.Bundle, "exit") }
+func exitFile(rec lifecycle.ContainerRecord) string { return filepath.Join(rec.Bundle, "exit") }
 
 // containerLogPath is where the kubelet wants the container's log: the
 // sandbox's log directory joined with the container's relative log path.
@@ -326,43 +328,43 @@ func imageRef(img image.Image) string {
 // discardContainer removes everything a container has, its record and its
 // object: the undo of a failed create and the end of a removal. Each step
 // is idempotent.
-func (s *Server) discardContainer(ctx context.Context, rec containerRecord) error {
+func (s *Server) discardContainer(ctx context.Context, rec lifecycle.ContainerRecord) error {
 	var errs []error
 	if rt, err := s.runtimes.Get(rec.Handler); err == nil {
 		if err := rt.Delete(ctx, rec.ID, true, containerCgroup(rec)); err != nil {
 			errs = append(errs, fmt.Errorf("delete from runtime: %w", err))
 		}
 	}
-	phaseDone(ctx, "container_runtime_delete")
+	lifecycle.PhaseDone(ctx, "container_runtime_delete")
 	// The monitor writes its exit file into the bundle once the container
 	// is gone; removing the bundle under it could fail or leave that file.
 	s.waitMonitorDone(rec)
 	s.releaseMonitor(s.ctr(rec.ID))
-	phaseDone(ctx, "container_monitor")
+	lifecycle.PhaseDone(ctx, "container_monitor")
 	if err := s.rootfs.RemoveRootfs(rec.ID); err != nil {
 		errs = append(errs, fmt.Errorf("remove rootfs: %w", err))
 	}
 	if err := s.removeImageVolumes(rec.ImageVolumes); err != nil {
 		errs = append(errs, err)
 	}
-	phaseDone(ctx, "container_rootfs")
+	lifecycle.PhaseDone(ctx, "container_rootfs")
 	if err := os.RemoveAll(rec.Bundle); err != nil {
 		errs = append(errs, fmt.Errorf("remove bundle: %w", err))
 	}
-	phaseDone(ctx, "container_bundle")
+	lifecycle.PhaseDone(ctx, "container_bundle")
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	crashPoint("container-discard-before-record-delete")
+	lifecycle.CrashPoint("container-discard-before-record-delete")
 	err := s.containers.Delete(rec.ID) // and the object with it
-	phaseDone(ctx, "container_record")
+	lifecycle.PhaseDone(ctx, "container_record")
 	return err
 }
 
 // containerCgroup is the cgroup minicri's spec gave the container: the
 // record's, or, for a create cut short before the record had it, the
 // bundle's config.json, which is written before the runtime starts.
-func containerCgroup(rec containerRecord) string {
+func containerCgroup(rec lifecycle.ContainerRecord) string {
 	if rec.CgroupsPath != "" {
 		return rec.CgroupsPath
 	}
@@ -382,7 +384,7 @@ func bundleCgroup(bundle string) string {
 // waitMonitorDone waits, for killGrace at most, until the container's
 // monitor is done with it. A monitor whose container was deleted finishes
 // it at once.
-func (s *Server) waitMonitorDone(rec containerRecord) {
+func (s *Server) waitMonitorDone(rec lifecycle.ContainerRecord) {
 	// By the socket, not the record: a create cut short by a crash has
 	// a monitor that no record names.
 	done := make(chan struct{})
@@ -414,9 +416,9 @@ func (s *Server) targetPIDNamespace(ctx context.Context, sbID string, o *runtime
 		return "", fmt.Errorf("%s: target container %q: %w", field, o.GetTargetId(), err)
 	}
 	if target.SandboxID != sbID {
-		return "", invalidf(field, "container %s is in pod %s, not in pod %s", target.ID, target.SandboxID, sbID)
+		return "", validate.Invalidf(field, "container %s is in pod %s, not in pod %s", target.ID, target.SandboxID, sbID)
 	}
-	if target.State != stateRunning {
+	if target.State != lifecycle.StateRunning {
 		return "", fmt.Errorf("%s: target container %s is %s: %w", field, target.ID, target.State, errNotRunning)
 	}
 	rt, err := s.runtimes.Get(target.Handler)

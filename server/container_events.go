@@ -7,6 +7,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/internal/broadcast"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // eventBuffer is how many events one GetContainerEvents subscriber may lag
@@ -48,7 +49,7 @@ func (s *Server) containerEvent(containerID, sandboxID string, typ runtime.Conta
 	sb, err := s.sandboxes.Get(sandboxID)
 	if err != nil {
 		s.log.WithField("pod", sandboxID).WithError(err).Debug("container event without the sandbox's status")
-		s.sendEvent(containerID, typ, nil, s.podContainerStatuses(sandboxRecord{ID: sandboxID}))
+		s.sendEvent(containerID, typ, nil, s.podContainerStatuses(lifecycle.SandboxRecord{ID: sandboxID}))
 		return
 	}
 	s.sendEvent(containerID, typ, s.eventSandboxStatus(sb), s.podContainerStatuses(sb))
@@ -58,11 +59,11 @@ func (s *Server) containerEvent(containerID, sandboxID string, typ runtime.Conta
 // record, so that they still say which pod it was (the kubelet ignores an
 // event without the sandbox's status): STOPPED first when it was removed
 // without a stop, then DELETED.
-func (s *Server) sandboxRemovedEvents(last sandboxRecord, wasReady bool) {
+func (s *Server) sandboxRemovedEvents(last lifecycle.SandboxRecord, wasReady bool) {
 	if !s.events.Active() {
 		return
 	}
-	last.State = stateNotReady
+	last.State = lifecycle.StateNotReady
 	st := s.eventSandboxStatus(last)
 	if wasReady {
 		s.sendEvent(last.ID, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT, st, s.podContainerStatuses(last))
@@ -82,8 +83,8 @@ func (s *Server) sendEvent(containerID string, typ runtime.ContainerEventType, s
 
 // eventSandboxStatus is a sandbox's status for an event; nil when its
 // config cannot be read.
-func (s *Server) eventSandboxStatus(sb sandboxRecord) *runtime.PodSandboxStatus {
-	cfg, err := sb.config()
+func (s *Server) eventSandboxStatus(sb lifecycle.SandboxRecord) *runtime.PodSandboxStatus {
+	cfg, err := sb.DecodeConfig()
 	if err != nil {
 		return nil
 	}

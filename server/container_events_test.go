@@ -13,6 +13,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // eventStream is a GetContainerEvents stream whose client reads from sent,
@@ -85,11 +86,11 @@ func eventPod(t *testing.T, s *Server) (sandboxID, containerID string) {
 	t.Helper()
 	sbCfg, _ := proto.Marshal(&runtime.PodSandboxConfig{Metadata: &runtime.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: "uid-1"}})
 	ctrCfg, _ := proto.Marshal(&runtime.ContainerConfig{Metadata: &runtime.ContainerMetadata{Name: "app"}})
-	sandboxID, containerID = newID(), newID()
-	if err := s.sandboxes.Put(sandboxID, sandboxRecord{ID: sandboxID, State: stateReady, Config: sbCfg}); err != nil {
+	sandboxID, containerID = lifecycle.NewID(), lifecycle.NewID()
+	if err := s.sandboxes.Put(sandboxID, lifecycle.SandboxRecord{ID: sandboxID, State: lifecycle.StateReady, Config: sbCfg}); err != nil {
 		t.Fatal(err)
 	}
-	rec := containerRecord{ID: containerID, SandboxID: sandboxID, State: stateRunning, Config: ctrCfg, Bundle: t.TempDir()}
+	rec := lifecycle.ContainerRecord{ID: containerID, SandboxID: sandboxID, State: lifecycle.StateRunning, Config: ctrCfg, Bundle: t.TempDir()}
 	if err := s.containers.Put(containerID, rec); err != nil {
 		t.Fatal(err)
 	}
@@ -243,38 +244,38 @@ func TestEventStreamEndsWithItsContext(t *testing.T) {
 // container again and again when they were there).
 func TestPodSandboxStatusAndEventsCarryThePodsContainers(t *testing.T) {
 	s := newRecordsServer(t)
-	putSandbox := func(uid string, createdAt int64, state sandboxRecordState) string {
+	putSandbox := func(uid string, createdAt int64, state lifecycle.SandboxRecordState) string {
 		t.Helper()
 		cfg, _ := proto.Marshal(&runtime.PodSandboxConfig{Metadata: &runtime.PodSandboxMetadata{Name: "web", Namespace: "ns", Uid: uid}})
-		id := newID()
-		rec := sandboxRecord{ID: id, Metadata: podMetadata{Name: "web", Namespace: "ns", UID: uid}, State: state, CreatedAt: createdAt, Config: cfg}
+		id := lifecycle.NewID()
+		rec := lifecycle.SandboxRecord{ID: id, Metadata: lifecycle.PodMetadata{Name: "web", Namespace: "ns", UID: uid}, State: state, CreatedAt: createdAt, Config: cfg}
 		if err := s.sandboxes.Put(id, rec); err != nil {
 			t.Fatal(err)
 		}
 		return id
 	}
-	putContainer := func(sandboxID, name string, attempt uint32, createdAt int64, state containerRecordState) string {
+	putContainer := func(sandboxID, name string, attempt uint32, createdAt int64, state lifecycle.ContainerRecordState) string {
 		t.Helper()
 		md := &runtime.ContainerMetadata{Name: name, Attempt: attempt}
 		labels := map[string]string{"io.kubernetes.container.name": name, "io.kubernetes.pod.uid": "uid-1"}
 		annotations := map[string]string{"io.kubernetes.container.hash": "abc", "io.kubernetes.container.restartCount": "1"}
 		cfg, _ := proto.Marshal(&runtime.ContainerConfig{Metadata: md, Labels: labels, Annotations: annotations})
-		id := newID()
-		rec := containerRecord{ID: id, SandboxID: sandboxID, Metadata: containerMetadata{Name: name, Attempt: attempt},
+		id := lifecycle.NewID()
+		rec := lifecycle.ContainerRecord{ID: id, SandboxID: sandboxID, Metadata: lifecycle.ContainerMetadata{Name: name, Attempt: attempt},
 			Labels: labels, Annotations: annotations, CreatedAt: createdAt, State: state, Config: cfg, Bundle: t.TempDir()}
 		if err := s.containers.Put(id, rec); err != nil {
 			t.Fatal(err)
 		}
 		return id
 	}
-	oldSandbox := putSandbox("uid-1", 1, stateNotReady)
-	sandbox := putSandbox("uid-1", 10, stateReady)
-	other := putSandbox("uid-2", 5, stateReady)
-	oldest := putContainer(oldSandbox, "app", 0, 2, stateExited)
-	exited := putContainer(sandbox, "app", 1, 11, stateExited)
-	running := putContainer(sandbox, "app", 2, 12, stateRunning)
-	putContainer(sandbox, "side", 0, 13, stateCreating)
-	putContainer(other, "app", 0, 6, stateRunning)
+	oldSandbox := putSandbox("uid-1", 1, lifecycle.StateNotReady)
+	sandbox := putSandbox("uid-1", 10, lifecycle.StateReady)
+	other := putSandbox("uid-2", 5, lifecycle.StateReady)
+	oldest := putContainer(oldSandbox, "app", 0, 2, lifecycle.StateExited)
+	exited := putContainer(sandbox, "app", 1, 11, lifecycle.StateExited)
+	running := putContainer(sandbox, "app", 2, 12, lifecycle.StateRunning)
+	putContainer(sandbox, "side", 0, 13, lifecycle.StateCreating)
+	putContainer(other, "app", 0, 6, lifecycle.StateRunning)
 	want := []string{running, exited, oldest}
 
 	check := func(what string, got []*runtime.ContainerStatus) {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/minicri/minicri/internal/chans"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/streaming"
 )
 
@@ -39,7 +41,7 @@ const execOutputGrace = time.Second
 // streaming server; the command runs when the kubelet connects to it.
 func (s *Server) Exec(ctx context.Context, req *runtime.ExecRequest) (*runtime.ExecResponse, error) {
 	if len(req.GetCmd()) == 0 {
-		return nil, toStatus(invalidf("cmd", "must not be empty"))
+		return nil, toStatus(validate.Invalidf("cmd", "must not be empty"))
 	}
 	rec, err := s.streamTarget(req)
 	if err != nil {
@@ -66,9 +68,9 @@ type streamRequest interface {
 
 // streamTarget checks the streams an exec or attach asks for and returns
 // the running container it names.
-func (s *Server) streamTarget(req streamRequest) (containerRecord, error) {
+func (s *Server) streamTarget(req streamRequest) (lifecycle.ContainerRecord, error) {
 	if err := validateStreams(req.GetStdin(), req.GetStdout(), req.GetStderr(), req.GetTty()); err != nil {
-		return containerRecord{}, err
+		return lifecycle.ContainerRecord{}, err
 	}
 	return s.runningContainer(req.GetContainerId())
 }
@@ -76,29 +78,29 @@ func (s *Server) streamTarget(req streamRequest) (containerRecord, error) {
 // validateStreams checks the streams of an exec or attach request.
 func validateStreams(stdin, stdout, stderr, tty bool) error {
 	if !stdin && !stdout && !stderr {
-		return invalidf("stdin", "one of stdin, stdout and stderr must be set")
+		return validate.Invalidf("stdin", "one of stdin, stdout and stderr must be set")
 	}
 	if tty && stderr {
-		return invalidf("stderr", "must not be set with tty: a terminal has a single output stream")
+		return validate.Invalidf("stderr", "must not be set with tty: a terminal has a single output stream")
 	}
 	return nil
 }
 
 // runningContainer returns the record of a running container.
-func (s *Server) runningContainer(idOrPrefix string) (containerRecord, error) {
+func (s *Server) runningContainer(idOrPrefix string) (lifecycle.ContainerRecord, error) {
 	rec, err := s.lookupContainer(idOrPrefix)
 	if err != nil {
-		return containerRecord{}, fmt.Errorf("container %.80q: %w", idOrPrefix, err)
+		return lifecycle.ContainerRecord{}, fmt.Errorf("container %.80q: %w", idOrPrefix, err)
 	}
-	if rec.State != stateRunning {
-		return containerRecord{}, fmt.Errorf("%w: container %s is %s", errNotRunning, rec.ID, rec.State)
+	if rec.State != lifecycle.StateRunning {
+		return lifecycle.ContainerRecord{}, fmt.Errorf("%w: container %s is %s", errNotRunning, rec.ID, rec.State)
 	}
 	return rec, nil
 }
 
 // execTarget is what an exec needs of its container.
 type execTarget struct {
-	rec  containerRecord
+	rec  lifecycle.ContainerRecord
 	rt   processExecer
 	base *specs.Process // the container's own process, shared: do not change
 }
@@ -121,7 +123,7 @@ func (s *Server) execTarget(idOrPrefix string) (execTarget, error) {
 
 // processSpec is the container's own process, read from its bundle's
 // config.json at the first exec and kept in its object (see container).
-func (c *container) processSpec(rec containerRecord) (*specs.Process, error) {
+func (c *container) processSpec(rec lifecycle.ContainerRecord) (*specs.Process, error) {
 	c.mu.Lock()
 	process := c.process
 	c.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // ExecSync runs a command in a container and answers with its output and
@@ -23,10 +24,10 @@ import (
 // DeadlineExceeded, which the kubelet reads as a timed-out probe.
 func (s *Server) ExecSync(ctx context.Context, req *runtime.ExecSyncRequest) (*runtime.ExecSyncResponse, error) {
 	if len(req.GetCmd()) == 0 {
-		return nil, toStatus(invalidf("cmd", "must not be empty"))
+		return nil, toStatus(validate.Invalidf("cmd", "must not be empty"))
 	}
 	if req.GetTimeout() < 0 {
-		return nil, toStatus(invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
+		return nil, toStatus(validate.Invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
 	}
 	t, err := s.execTarget(req.GetContainerId())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/streaming"
 )
 
@@ -33,7 +34,7 @@ func TestValidateStreams(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, errInvalid) || !bytes.Contains([]byte(err.Error()), []byte(tt.wantField)) {
+			if !errors.Is(err, validate.ErrInvalid) || !bytes.Contains([]byte(err.Error()), []byte(tt.wantField)) {
 				t.Errorf("err = %v, want an invalid argument naming %s", err, tt.wantField)
 			}
 		})

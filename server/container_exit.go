@@ -9,13 +9,14 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/minicri/minicri/conmon"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/store"
 )
 
 // watchContainer records the container's exit when its monitor is done
 // with it: the monitor closes the watch's connection right after writing
 // the exit file, or dies, with no polling either way.
-func (s *Server) watchContainer(rec containerRecord) {
+func (s *Server) watchContainer(rec lifecycle.ContainerRecord) {
 	s.tryWatch(rec, 0)
 }
 
@@ -25,7 +26,7 @@ func (s *Server) watchContainer(rec containerRecord) {
 // descriptors or memory, a backlog full for long) and must not cost the
 // container its life, so the watch is tried again, ever less often, for
 // as long as the monitor lives and the container is known.
-func (s *Server) tryWatch(rec containerRecord, tries int) {
+func (s *Server) tryWatch(rec lifecycle.ContainerRecord, tries int) {
 	err := s.monitor.WatchContainer(rec.Bundle, func() { s.recordExit(rec.ID) })
 	if err == nil {
 		return
@@ -39,7 +40,7 @@ func (s *Server) tryWatch(rec containerRecord, tries int) {
 	wait := s.hooks.watchRetry(tries)
 	log.WithField("retry_in", wait).Warn("cannot watch the container's monitor, which still runs; trying again")
 	time.AfterFunc(wait, func() {
-		if cur, err := s.containers.Get(rec.ID); err == nil && cur.State != stateExited {
+		if cur, err := s.containers.Get(rec.ID); err == nil && cur.State != lifecycle.StateExited {
 			s.tryWatch(rec, tries+1)
 		}
 	})
@@ -66,11 +67,11 @@ func (s *Server) recordExit(id string) {
 	}
 	// Observe, not Update: the container is gone whatever the disk says, and
 	// a full disk must not leave it listed as running.
-	_, err = s.containers.Observe(id, func(r *containerRecord) error {
-		if r.State == stateExited {
+	_, err = s.containers.Observe(id, func(r *lifecycle.ContainerRecord) error {
+		if r.State == lifecycle.StateExited {
 			return nil
 		}
-		r.State = stateExited
+		r.State = lifecycle.StateExited
 		r.ExitCode = int32(exit.Code)
 		r.FinishedAt = exit.At.UnixNano()
 		r.Reason, r.Message = exitReason(exit, ok)
@@ -99,7 +100,7 @@ func exitReason(exit conmon.Exit, monitorFinished bool) (reason, message string)
 }
 
 // killOrphan kills a container whose monitor is gone.
-func (s *Server) killOrphan(rec containerRecord) {
+func (s *Server) killOrphan(rec lifecycle.ContainerRecord) {
 	rt, err := s.runtimes.Get(rec.Handler)
 	if err != nil {
 		return

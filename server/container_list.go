@@ -5,6 +5,9 @@ import (
 	"strings"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // ListContainers lists containers, filtered by ID (or prefix), state,
@@ -19,13 +22,13 @@ func (s *Server) ListContainers(ctx context.Context, req *runtime.ListContainers
 
 // containerListed is ListContainers' filter: containerMatches and the state.
 // A container is listed only once CreateContainer has made it (see
-// madeRecord).
-func containerListed(f *runtime.ContainerFilter, rec containerRecord) bool {
-	return madeRecord(rec.State) && containerMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == containerState(rec))
+// lifecycle.Made).
+func containerListed(f *runtime.ContainerFilter, rec lifecycle.ContainerRecord) bool {
+	return lifecycle.Made(rec.State) && containerMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == containerState(rec))
 }
 
 // containerItem is a container's entry in ListContainers.
-func containerItem(rec containerRecord) *runtime.Container {
+func containerItem(rec lifecycle.ContainerRecord) *runtime.Container {
 	return &runtime.Container{
 		Id:           rec.ID,
 		PodSandboxId: rec.SandboxID,
@@ -45,10 +48,10 @@ func validateContainerFilter(f *runtime.ContainerFilter) error {
 	// name) matches nothing, as in containerd, and is only compared in memory.
 	if st := f.GetState(); st != nil {
 		if _, ok := runtime.ContainerState_name[int32(st.GetState())]; !ok {
-			return invalidf("filter.state.state", "unknown container state %d", st.GetState())
+			return validate.Invalidf("filter.state.state", "unknown container state %d", st.GetState())
 		}
 	}
-	return validateMap("filter.label_selector", f.GetLabelSelector())
+	return validate.Map("filter.label_selector", f.GetLabelSelector())
 }
 
 // containerFilter is what the container list and container stats filters
@@ -60,13 +63,13 @@ type containerFilter interface {
 
 // containerStatsListed is ListContainerStats' filter: containerMatches, and
 // running.
-func containerStatsListed(f *runtime.ContainerStatsFilter, rec containerRecord) bool {
-	return rec.State == stateRunning && containerMatches(f, rec)
+func containerStatsListed(f *runtime.ContainerStatsFilter, rec lifecycle.ContainerRecord) bool {
+	return rec.State == lifecycle.StateRunning && containerMatches(f, rec)
 }
 
 // containerMatches reports whether rec passes f's ID and pod ID prefixes
 // and its label selector.
-func containerMatches(f containerFilter, rec containerRecord) bool {
+func containerMatches(f containerFilter, rec lifecycle.ContainerRecord) bool {
 	return strings.HasPrefix(rec.ID, f.GetId()) && strings.HasPrefix(rec.SandboxID, f.GetPodSandboxId()) &&
 		labelsMatch(rec.Labels, f.GetLabelSelector())
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/oci/runcflags"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // containerMonitor starts the monitors that create and serve the
@@ -61,7 +62,7 @@ type monitorPlacement struct {
 }
 
 type placedMonitor struct {
-	ref        monitorRef
+	ref        lifecycle.MonitorRef
 	closed     bool              // refused a join: takes no more containers
 	containers map[string]string // container ID → pod ID
 }
@@ -73,7 +74,7 @@ func newMonitorPlacement(share int) *monitorPlacement {
 // reserve puts a container into a shared monitor with room, if there is
 // one: the monitor its pod already uses first, else the fullest. The
 // reservation counts at once, so concurrent creates do not overfill it.
-func (p *monitorPlacement) reserve(c *container, podID string) (monitorRef, bool) {
+func (p *monitorPlacement) reserve(c *container, podID string) (lifecycle.MonitorRef, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var best *placedMonitor
@@ -93,7 +94,7 @@ func (p *monitorPlacement) reserve(c *container, podID string) (monitorRef, bool
 		}
 	}
 	if best == nil {
-		return monitorRef{}, false
+		return lifecycle.MonitorRef{}, false
 	}
 	best.containers[c.id] = podID
 	c.placed = best
@@ -101,7 +102,7 @@ func (p *monitorPlacement) reserve(c *container, podID string) (monitorRef, bool
 }
 
 // assign records that a monitor serves a container.
-func (p *monitorPlacement) assign(ref monitorRef, c *container, podID string) {
+func (p *monitorPlacement) assign(ref lifecycle.MonitorRef, c *container, podID string) {
 	if ref.PID <= 0 {
 		return
 	}
@@ -119,21 +120,21 @@ func (p *monitorPlacement) assign(ref monitorRef, c *container, podID string) {
 // release takes a container out of its monitor, and reports the monitor
 // when that was its last container: it takes no more. Releasing twice does
 // nothing.
-func (p *monitorPlacement) release(c *container) (emptied monitorRef, ok bool) {
+func (p *monitorPlacement) release(c *container) (emptied lifecycle.MonitorRef, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := c.placed
 	c.placed = nil
 	// One whose pid a later monitor took (assign) is no longer placed.
 	if m == nil || p.monitors[m.ref.PID] != m {
-		return monitorRef{}, false
+		return lifecycle.MonitorRef{}, false
 	}
 	delete(m.containers, c.id)
 	if len(m.containers) == 0 {
 		delete(p.monitors, m.ref.PID)
 		return m.ref, true
 	}
-	return monitorRef{}, false
+	return lifecycle.MonitorRef{}, false
 }
 
 // releaseMonitor takes a container out of its monitor. A monitor left
@@ -157,7 +158,7 @@ func (s *Server) releaseMonitor(c *container) {
 // markClosed marks a monitor that refused a join: it takes no more
 // containers, though those it serves still count until their exits are
 // recorded.
-func (p *monitorPlacement) markClosed(ref monitorRef) {
+func (p *monitorPlacement) markClosed(ref lifecycle.MonitorRef) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m := p.monitors[ref.PID]; m != nil {
@@ -170,14 +171,14 @@ func (p *monitorPlacement) markClosed(ref monitorRef) {
 // new monitor starts once the bundle is complete.
 type monitorStart struct {
 	opts conmon.Options
-	ref  monitorRef  // the shared monitor joined
-	join pendingJoin // nil: a new monitor
+	ref  lifecycle.MonitorRef // the shared monitor joined
+	join pendingJoin          // nil: a new monitor
 }
 
 // beginMonitor picks the container's monitor before its bundle is written:
 // a shared one with room, whose join begins at once, so that its helper
 // (a process of its own) starts and prepares meanwhile; else none yet.
-func (s *Server) beginMonitor(ctx context.Context, c *container, rec containerRecord, opts conmon.Options) (*monitorStart, error) {
+func (s *Server) beginMonitor(ctx context.Context, c *container, rec lifecycle.ContainerRecord, opts conmon.Options) (*monitorStart, error) {
 	for {
 		ref, ok := s.monitors.reserve(c, rec.SandboxID)
 		if !ok {
@@ -208,13 +209,13 @@ func (s *Server) cancelMonitor(c *container, st *monitorStart) {
 // finishMonitor has the container created once its bundle is complete: by
 // the shared monitor joined, else (none, or it refused) by another shared
 // one or a new one, which is shared in turn unless monitor_share is 1.
-func (s *Server) finishMonitor(ctx context.Context, c *container, rec containerRecord, st *monitorStart) (monitorRef, error) {
+func (s *Server) finishMonitor(ctx context.Context, c *container, rec lifecycle.ContainerRecord, st *monitorStart) (lifecycle.MonitorRef, error) {
 	for st.join != nil {
 		created, err := st.join.Finish()
 		if errors.Is(err, conmon.ErrJoinRefused) {
 			s.joinRefused(c, st.ref, err)
 			if st, err = s.beginMonitor(ctx, c, rec, st.opts); err != nil {
-				return monitorRef{}, err
+				return lifecycle.MonitorRef{}, err
 			}
 			continue
 		}
@@ -223,7 +224,7 @@ func (s *Server) finishMonitor(ctx context.Context, c *container, rec containerR
 		}
 		if err != nil {
 			s.releaseMonitor(c)
-			return monitorRef{}, err
+			return lifecycle.MonitorRef{}, err
 		}
 		return st.ref, nil
 	}
@@ -231,7 +232,7 @@ func (s *Server) finishMonitor(ctx context.Context, c *container, rec containerR
 	if s.cfg.Runtime.MonitorShare > 1 {
 		opts.JoinDir = filepath.Join(s.cfg.RunDir, "monitors", rec.ID)
 		if err := os.MkdirAll(opts.JoinDir, 0o700); err != nil {
-			return monitorRef{}, fmt.Errorf("create monitor dir: %w", err)
+			return lifecycle.MonitorRef{}, fmt.Errorf("create monitor dir: %w", err)
 		}
 	}
 	created, err := s.monitor.Create(ctx, opts)
@@ -239,9 +240,9 @@ func (s *Server) finishMonitor(ctx context.Context, c *container, rec containerR
 		if opts.JoinDir != "" {
 			os.RemoveAll(opts.JoinDir)
 		}
-		return monitorRef{}, err
+		return lifecycle.MonitorRef{}, err
 	}
-	ref := monitorRef{PID: created.MonitorPID, StartTime: created.MonitorStartTime, JoinDir: opts.JoinDir}
+	ref := lifecycle.MonitorRef{PID: created.MonitorPID, StartTime: created.MonitorStartTime, JoinDir: opts.JoinDir}
 	s.monitors.assign(ref, c, rec.SandboxID)
 	s.leaveDaemonCgroup(ctx, ref.PID, ref.StartTime, "minicri-conmon-"+rec.ID+".scope", monitorSlice, "monitor of container "+rec.ID)
 	return ref, nil
@@ -249,13 +250,13 @@ func (s *Server) finishMonitor(ctx context.Context, c *container, rec containerR
 
 // joinRefused takes a shared monitor that refused a join out of the
 // placement: it is not asked again.
-func (s *Server) joinRefused(c *container, ref monitorRef, err error) {
+func (s *Server) joinRefused(c *container, ref lifecycle.MonitorRef, err error) {
 	s.log.WithField("monitor", ref.PID).WithError(err).Info("shared monitor takes no more containers")
 	s.releaseMonitor(c)
 	s.monitors.markClosed(ref)
 }
 
-func (s *Server) monitorOptions(rec containerRecord, rt monitorRuntime, cfg *runtime.ContainerConfig) (conmon.Options, error) {
+func (s *Server) monitorOptions(rec lifecycle.ContainerRecord, rt monitorRuntime, cfg *runtime.ContainerConfig) (conmon.Options, error) {
 	bin, err := rt.Binary()
 	if err != nil {
 		return conmon.Options{}, err

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/minicri/minicri/internal/procstat"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 func TestMonitorPlacementReserve(t *testing.T) {
 	// Pids no process has: placement never checks liveness but on release.
-	small := monitorRef{PID: 1 << 30, StartTime: 1, JoinDir: "/small"}
-	full := monitorRef{PID: 1<<30 + 1, StartTime: 1, JoinDir: "/full"}
-	own := monitorRef{PID: 1<<30 + 2, StartTime: 1} // not shared: no join dir
+	small := lifecycle.MonitorRef{PID: 1 << 30, StartTime: 1, JoinDir: "/small"}
+	full := lifecycle.MonitorRef{PID: 1<<30 + 1, StartTime: 1, JoinDir: "/full"}
+	own := lifecycle.MonitorRef{PID: 1<<30 + 2, StartTime: 1} // not shared: no join dir
 	setup := func() *monitorPlacement {
 		p := newMonitorPlacement(4)
 		p.assign(small, newContainer("a1"), "podA")
@@ -28,7 +29,7 @@ func TestMonitorPlacementReserve(t *testing.T) {
 		name string
 		pod  string
 		edit func(*monitorPlacement)
-		want monitorRef
+		want lifecycle.MonitorRef
 		ok   bool
 	}{
 		{name: "the pod's own monitor first", pod: "podA", want: small, ok: true},
@@ -62,7 +63,7 @@ func TestMonitorPlacementRelease(t *testing.T) {
 	ts.monitors = newMonitorPlacement(8)
 	dir := filepath.Join(t.TempDir(), "m")
 	os.Mkdir(dir, 0o700)
-	dead := monitorRef{PID: 1 << 30, StartTime: 1, JoinDir: dir}
+	dead := lifecycle.MonitorRef{PID: 1 << 30, StartTime: 1, JoinDir: dir}
 	a, b := newContainer("a"), newContainer("b")
 	ts.monitors.assign(dead, a, "pod")
 	ts.monitors.assign(dead, b, "pod")
@@ -98,7 +99,7 @@ func TestReleaseMonitorWaitsForAKilledMonitor(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newContainer("c")
-	ts.monitors.assign(monitorRef{PID: monitor.Process.Pid, StartTime: st.StartTime, JoinDir: dir}, c, "pod")
+	ts.monitors.assign(lifecycle.MonitorRef{PID: monitor.Process.Pid, StartTime: st.StartTime, JoinDir: dir}, c, "pod")
 	released := make(chan struct{})
 	go func() {
 		ts.releaseMonitor(c)
@@ -124,8 +125,8 @@ func TestReleaseMonitorWaitsForAKilledMonitor(t *testing.T) {
 func TestMonitorPlacementReleaseAfterPIDReuse(t *testing.T) {
 	p := newMonitorPlacement(8)
 	old, later := newContainer("old"), newContainer("later")
-	p.assign(monitorRef{PID: 1 << 30, StartTime: 1}, old, "pod")
-	p.assign(monitorRef{PID: 1 << 30, StartTime: 2}, later, "pod")
+	p.assign(lifecycle.MonitorRef{PID: 1 << 30, StartTime: 1}, old, "pod")
+	p.assign(lifecycle.MonitorRef{PID: 1 << 30, StartTime: 2}, later, "pod")
 	if ref, emptied := p.release(old); emptied {
 		t.Errorf("releasing a container of a replaced monitor emptied %+v", ref)
 	}

@@ -10,6 +10,9 @@ import (
 	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/oci"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // rootfsStore makes and removes the containers' root filesystems and image
@@ -30,16 +33,6 @@ type rootfsMounter interface {
 	RootfsPath(id string) string // where the Mount calls mount rootfs id
 }
 
-// imageVolume is one image volume (a mount with Mount.image, KEP-4639) of a
-// container: a read-only view of an image, kept in the image store as a
-// rootfs of its own so that the image cannot be removed while it is mounted.
-type imageVolume struct {
-	ID       string // the image store's rootfs ID: imageVolumeID
-	Mount    int    // the index of its mount in the container config
-	ImageID  string // the image's config digest: PullImage's image_ref, the mount's in ContainerStatus
-	ImageRef string // the image's repo digest, or its ID: ContainerStatus' mount image
-}
-
 // imageVolumeSep joins a container ID and the index of one of its image
 // volumes into that volume's rootfs ID. A container ID is hex, so the owner
 // of any rootfs is the part before it (rootfsOwner).
@@ -58,8 +51,8 @@ func rootfsOwner(rootfsID string) string {
 // resolveImageVolumes finds the images of the container's image volumes.
 // The kubelet pulls them first, as it pulls the container's image: a
 // missing one is NotFound, not pulled here.
-func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerConfig) ([]imageVolume, error) {
-	var vols []imageVolume
+func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerConfig) ([]lifecycle.ImageVolume, error) {
+	var vols []lifecycle.ImageVolume
 	for i, m := range cfg.GetMounts() {
 		ref := m.GetImage().GetImage()
 		if ref == "" {
@@ -69,7 +62,7 @@ func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerC
 		if err != nil {
 			return nil, fmt.Errorf("config.mounts.image: image %q of volume %s: %w", ref, m.GetContainerPath(), err)
 		}
-		vols = append(vols, imageVolume{ID: imageVolumeID(containerID, i), Mount: i, ImageID: img.ID, ImageRef: imageRef(img)})
+		vols = append(vols, lifecycle.ImageVolume{ID: imageVolumeID(containerID, i), Mount: i, ImageID: img.ID, ImageRef: imageRef(img)})
 	}
 	return vols, nil
 }
@@ -80,7 +73,7 @@ func (s *Server) resolveImageVolumes(containerID string, cfg *runtime.ContainerC
 // under the image store's dir of the container's own rootfs ID, so that
 // removing the container (discardContainer) or the start-up sweep
 // (sweepOrphans, by rootfsOwner) removes them.
-func (s *Server) mountImageVolumes(vols []imageVolume, cfg *runtime.ContainerConfig) (map[int]string, error) {
+func (s *Server) mountImageVolumes(vols []lifecycle.ImageVolume, cfg *runtime.ContainerConfig) (map[int]string, error) {
 	sources := make(map[int]string, len(vols))
 	for _, v := range vols {
 		if err := s.rootfs.PrepareImageVolume(v.ID, v.ImageID); err != nil {
@@ -98,7 +91,7 @@ func (s *Server) mountImageVolumes(vols []imageVolume, cfg *runtime.ContainerCon
 				return nil, fmt.Errorf("image_sub_path %q of image volume %s: %w", sub, m.GetContainerPath(), err)
 			}
 			if fi, err := os.Stat(source); err != nil || !fi.IsDir() {
-				return nil, invalidf("config.mounts.image_sub_path", "%q is not a directory of image %s", sub, m.GetImage().GetImage())
+				return nil, validate.Invalidf("config.mounts.image_sub_path", "%q is not a directory of image %s", sub, m.GetImage().GetImage())
 			}
 		}
 		sources[v.Mount] = source
@@ -108,7 +101,7 @@ func (s *Server) mountImageVolumes(vols []imageVolume, cfg *runtime.ContainerCon
 
 // removeImageVolumes unmounts and removes a container's image volumes,
 // which unpins their images.
-func (s *Server) removeImageVolumes(vols []imageVolume) error {
+func (s *Server) removeImageVolumes(vols []lifecycle.ImageVolume) error {
 	for _, v := range vols {
 		if err := s.rootfs.RemoveRootfs(v.ID); err != nil {
 			return fmt.Errorf("remove image volume %s: %w", v.ID, err)
@@ -138,11 +131,11 @@ func checkHandlerMounts(rt runtimeProbe, handler string, cfg *runtime.ContainerC
 			return "its runtime does not list the " + option + " mount option"
 		}
 		if m.GetRecursiveReadOnly() && !recursiveReadOnly(f) {
-			return invalidf("config.mounts.recursive_read_only", "runtime handler %q cannot make mount %s recursively read-only: %s", handler, m.GetContainerPath(), why("rro"))
+			return validate.Invalidf("config.mounts.recursive_read_only", "runtime handler %q cannot make mount %s recursively read-only: %s", handler, m.GetContainerPath(), why("rro"))
 		}
 		if len(m.GetMountOptions()) > 0 && !f.BindOptions {
 			// The options are not echoed: a request may repeat one a million times.
-			return invalidf("config.mounts.mount_options", "runtime handler %q cannot apply bind mount options to mount %s: %s", handler, m.GetContainerPath(), why(strings.Join(oci.BindOptions, ", ")))
+			return validate.Invalidf("config.mounts.mount_options", "runtime handler %q cannot apply bind mount options to mount %s: %s", handler, m.GetContainerPath(), why(strings.Join(oci.BindOptions, ", ")))
 		}
 	}
 	return nil

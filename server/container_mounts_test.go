@@ -8,6 +8,7 @@ import (
 
 	"github.com/minicri/minicri/internal/kernelfeat"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/testreq"
 )
 
 // probeWith is a handler's runtime that reports features f, or err.
@@ -45,7 +46,7 @@ func TestCheckHandlerMounts(t *testing.T) {
 			defer kernelfeat.RecursiveReadOnly.Force(!c.oldKernel, "mount_setattr: function not implemented")()
 			c.m.ContainerPath, c.m.HostPath = "/data", "/srv"
 			cfg := &runtime.ContainerConfig{Mounts: []*runtime.Mount{c.m}}
-			checkValidation(t, checkHandlerMounts(c.probe, "h", cfg), c.field)
+			testreq.CheckValidation(t, checkHandlerMounts(c.probe, "h", cfg), c.field)
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/store"
 )
 
@@ -35,7 +36,7 @@ func (s *Server) removeContainer(ctx context.Context, id string) error {
 	if err := s.stopContainer(ctx, id, 0); err != nil {
 		return err
 	}
-	crashPoint("container-remove-after-stop")
+	lifecycle.CrashPoint("container-remove-after-stop")
 	rec, err := s.containers.Get(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -52,8 +53,8 @@ func (s *Server) removeContainer(ctx context.Context, id string) error {
 }
 
 // containersOf lists the containers of a sandbox.
-func (s *Server) containersOf(sandboxID string) []containerRecord {
-	var out []containerRecord
+func (s *Server) containersOf(sandboxID string) []lifecycle.ContainerRecord {
+	var out []lifecycle.ContainerRecord
 	for _, c := range s.containers.List() {
 		if c.SandboxID == sandboxID {
 			out = append(out, c)

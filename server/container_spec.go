@@ -10,12 +10,13 @@ import (
 
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // containerSpec translates a CRI container config, its sandbox and its image
 // into the plain description the oci package turns into config.json.
 // volumeSources are the host paths of the image volumes, by mount index.
-func (s *Server) containerSpec(id, rootfs string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs, volumeSources map[int]string) (oci.ContainerSpec, error) {
+func (s *Server) containerSpec(id, rootfs string, sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandboxConfig, cfg *runtime.ContainerConfig, img image.Image, refs createRefs, volumeSources map[int]string) (oci.ContainerSpec, error) {
 	args, err := oci.ResolveArgs(img.Config.Entrypoint, img.Config.Cmd, cfg.GetCommand(), cfg.GetArgs())
 	if err != nil {
 		return oci.ContainerSpec{}, err
@@ -209,7 +210,7 @@ func securityProfile(p *runtime.SecurityProfile, deprecated string, other oci.Pr
 // the pod asked for them. PID: the host's, the pod's (its infra process's),
 // a target container's (targetPIDNS, see targetPIDNamespace), or one of the
 // container's own.
-func containerNamespaces(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig, sc *runtime.LinuxContainerSecurityContext, targetPIDNS string) oci.Namespaces {
+func containerNamespaces(sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandboxConfig, sc *runtime.LinuxContainerSecurityContext, targetPIDNS string) oci.Namespaces {
 	join := func(path string) oci.Namespace {
 		if path == "" {
 			return oci.Namespace{Mode: oci.NamespaceHost}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // StartContainer starts a created container's process.
@@ -16,7 +18,7 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	}
 	defer unlock()
 	id := rec.ID
-	if rec.State != stateCreated {
+	if rec.State != lifecycle.StateCreated {
 		return nil, toStatus(markf(errWrongState, "container %s is %s, not created", id, rec.State))
 	}
 	rt, err := s.runtimes.Get(rec.Handler)
@@ -26,14 +28,14 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	// Taken before the start: a short-lived process may exit, and be
 	// recorded, before runc start returns, and started must not follow finished.
 	startedAt := time.Now().UnixNano()
-	ctx, phases := s.withPhases(ctx, "StartContainer")
-	defer phases.observe()
+	ctx, phases := lifecycle.WithPhases(ctx, s.metrics, "StartContainer")
+	defer phases.Observe()
 	c := s.ctr(id)
 	if err := s.transition(ctx, c, rec, starting); err != nil {
 		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
 	}
 	// At the crash point the container runs, but is recorded as created.
-	if err := step(ctx, stepOf{phase: "runtime_start", crash: "container-after-start"}, func(ctx context.Context) error { return rt.Start(ctx, id) }); err != nil {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "runtime_start", Crash: "container-after-start"}, func(ctx context.Context) error { return rt.Start(ctx, id) }); err != nil {
 		_ = s.transition(ctx, c, rec, startFailed)
 		return nil, toStatus(fmt.Errorf("start container %s: %w", id, err))
 	}
@@ -41,14 +43,14 @@ func (s *Server) StartContainer(ctx context.Context, req *runtime.StartContainer
 	// Staged, not durable: the start-up repair derives running from the
 	// runtime's state (crash point above), and after a crash of the
 	// machine the process is gone whichever state the disk kept.
-	err = step(ctx, stepOf{phase: "record"}, func(context.Context) error {
-		_, err := s.containers.StageUpdate(id, func(r *containerRecord) error {
+	err = lifecycle.Step(ctx, lifecycle.StepOf{Phase: "record"}, func(context.Context) error {
+		_, err := s.containers.StageUpdate(id, func(r *lifecycle.ContainerRecord) error {
 			if userOK {
 				r.User = user
 			}
 			// The process may already have exited and been recorded: keep that.
-			if r.State == stateCreated {
-				r.State = stateRunning
+			if r.State == lifecycle.StateCreated {
+				r.State = lifecycle.StateRunning
 			}
 			r.StartedAt = startedAt
 			return nil

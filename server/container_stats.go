@@ -8,6 +8,8 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/stats"
 )
 
 // ContainerStats reports a container's CPU (cumulative and as a rate),
@@ -34,7 +36,7 @@ func (s *Server) ListContainerStats(ctx context.Context, req *runtime.ListContai
 }
 
 // containerStats is the CRI part of containerStatsAndCgroup.
-func (s *Server) containerStats(rec containerRecord) (*runtime.ContainerStats, error) {
+func (s *Server) containerStats(rec lifecycle.ContainerRecord) (*runtime.ContainerStats, error) {
 	st, _, err := s.containerStatsAndCgroup(rec)
 	if err != nil {
 		return nil, fmt.Errorf("stats of container %s: %w", rec.ID, err)
@@ -44,7 +46,7 @@ func (s *Server) containerStats(rec containerRecord) (*runtime.ContainerStats, e
 
 // containerStatsAndCgroup also returns the cgroup figures the CRI message
 // has no room for (the metrics use them); nil for a container not running.
-func (s *Server) containerStatsAndCgroup(rec containerRecord) (*runtime.ContainerStats, *oci.CgroupStats, error) {
+func (s *Server) containerStatsAndCgroup(rec lifecycle.ContainerRecord) (*runtime.ContainerStats, *oci.CgroupStats, error) {
 	now := time.Now().UnixNano()
 	st := &runtime.ContainerStats{
 		Attributes: &runtime.ContainerAttributes{
@@ -55,14 +57,14 @@ func (s *Server) containerStatsAndCgroup(rec containerRecord) (*runtime.Containe
 		},
 	}
 	var cg *oci.CgroupStats
-	if rec.State == stateRunning {
+	if rec.State == lifecycle.StateRunning {
 		read, err := oci.ReadCgroupStats(rec.CgroupsPath, oci.CgroupDriver(s.cfg.CgroupDriver))
 		if err != nil {
 			return nil, nil, err
 		}
 		cg = &read
-		u := cgroupUsage(s.ctr(rec.ID).nanoCores, now, read)
-		st.Cpu, st.Memory, st.Swap, st.Io = u.cpu, u.memory, u.swap, u.io
+		u := stats.CgroupUsage(s.ctr(rec.ID).nanoCores, now, read)
+		st.Cpu, st.Memory, st.Swap, st.Io = u.CPU, u.Memory, u.Swap, u.IO
 	}
 	if u, err := s.usage.RootfsUsage(rec.ID); err == nil {
 		st.WritableLayer = &runtime.FilesystemUsage{
@@ -73,68 +75,4 @@ func (s *Server) containerStatsAndCgroup(rec containerRecord) (*runtime.Containe
 		}
 	}
 	return st, cg, nil
-}
-
-// criUsage are the CRI messages made of one cgroup's figures.
-type criUsage struct {
-	cpu    *runtime.CpuUsage
-	memory *runtime.MemoryUsage
-	swap   *runtime.SwapUsage // nil: the host does not account swap
-	io     *runtime.IoUsage   // nil: the kernel keeps no IO pressure here
-}
-
-// cgroupUsage turns a cgroup's figures into the CRI's, with the kubelet's
-// definitions: available = limit - working set (unset without a limit),
-// swap available = swap limit - swap usage, PSI totals in nanoseconds.
-// rate takes the CPU sample and returns usage_nano_cores (cpuSample.next).
-func cgroupUsage(rate func(at int64, usage uint64) (uint64, bool), now int64, cg oci.CgroupStats) criUsage {
-	u := criUsage{
-		cpu: &runtime.CpuUsage{
-			Timestamp:            now,
-			UsageCoreNanoSeconds: &runtime.UInt64Value{Value: cg.CPU.UsageNanos},
-			Psi:                  psiStats(cg.CPUPressure),
-		},
-		memory: &runtime.MemoryUsage{
-			Timestamp:       now,
-			WorkingSetBytes: &runtime.UInt64Value{Value: cg.Memory.WorkingSet},
-			UsageBytes:      &runtime.UInt64Value{Value: cg.Memory.Usage},
-			RssBytes:        &runtime.UInt64Value{Value: cg.Memory.RSS},
-			PageFaults:      &runtime.UInt64Value{Value: cg.Memory.PageFaults},
-			MajorPageFaults: &runtime.UInt64Value{Value: cg.Memory.MajorPageFaults},
-			Psi:             psiStats(cg.MemoryPressure),
-		},
-	}
-	if nanoCores, ok := rate(now, cg.CPU.UsageNanos); ok {
-		u.cpu.UsageNanoCores = &runtime.UInt64Value{Value: nanoCores}
-	}
-	if cg.Memory.Limit != 0 {
-		u.memory.AvailableBytes = &runtime.UInt64Value{Value: subOrZero(cg.Memory.Limit, cg.Memory.WorkingSet)}
-	}
-	if cg.Swap != nil {
-		u.swap = &runtime.SwapUsage{Timestamp: now, SwapUsageBytes: &runtime.UInt64Value{Value: cg.Swap.Usage}}
-		if cg.Swap.Limit != 0 {
-			u.swap.SwapAvailableBytes = &runtime.UInt64Value{Value: subOrZero(cg.Swap.Limit, cg.Swap.Usage)}
-		}
-	}
-	if cg.IOPressure != nil {
-		u.io = &runtime.IoUsage{Timestamp: now, Psi: psiStats(cg.IOPressure)}
-	}
-	return u
-}
-
-func psiStats(p *oci.Pressure) *runtime.PsiStats {
-	if p == nil {
-		return nil
-	}
-	conv := func(d oci.PressureData) *runtime.PsiData {
-		return &runtime.PsiData{Total: d.Total * 1000, Avg10: d.Avg10, Avg60: d.Avg60, Avg300: d.Avg300}
-	}
-	return &runtime.PsiStats{Some: conv(p.Some), Full: conv(p.Full)}
-}
-
-func subOrZero(a, b uint64) uint64 {
-	if b > a {
-		return 0
-	}
-	return a - b
 }

@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // verboseInfo is the info of a status answer, for the container's and the
@@ -28,7 +30,7 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtime.ContainerStat
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -39,7 +41,7 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtime.ContainerStat
 }
 
 // containerStatus is a container's CRI status, from its record and config.
-func containerStatus(rec containerRecord, cfg *runtime.ContainerConfig) *runtime.ContainerStatus {
+func containerStatus(rec lifecycle.ContainerRecord, cfg *runtime.ContainerConfig) *runtime.ContainerStatus {
 	return &runtime.ContainerStatus{
 		Id:          rec.ID,
 		Metadata:    cfg.GetMetadata(),
@@ -67,7 +69,7 @@ func containerStatus(rec containerRecord, cfg *runtime.ContainerConfig) *runtime
 // mounted: image is its repo digest (else its ID), and image_ref (KEP-5365,
 // what the kubelet shows in the pod's volume mount status) is exactly what
 // PullImage answered as image_ref, the image ID, as cri-tools checks.
-func statusMounts(rec containerRecord, cfg *runtime.ContainerConfig) []*runtime.Mount {
+func statusMounts(rec lifecycle.ContainerRecord, cfg *runtime.ContainerConfig) []*runtime.Mount {
 	if len(rec.ImageVolumes) == 0 {
 		return cfg.GetMounts()
 	}
@@ -88,20 +90,20 @@ func statusMounts(rec containerRecord, cfg *runtime.ContainerConfig) []*runtime.
 // create (the config's, else the image's, else SIGTERM). A signal that the
 // CRI's enum does not name (a number, a real-time signal) reports the
 // config's, which is RUNTIME_DEFAULT then.
-func statusStopSignal(rec containerRecord, cfg *runtime.ContainerConfig) runtime.Signal {
+func statusStopSignal(rec lifecycle.ContainerRecord, cfg *runtime.ContainerConfig) runtime.Signal {
 	if v, ok := runtime.Signal_value["SIGNAL_"+rec.StopSignal]; ok {
 		return runtime.Signal(v)
 	}
 	return cfg.GetStopSignal()
 }
 
-func containerState(rec containerRecord) runtime.ContainerState {
+func containerState(rec lifecycle.ContainerRecord) runtime.ContainerState {
 	switch rec.State {
-	case stateCreated:
+	case lifecycle.StateCreated:
 		return runtime.ContainerState_CONTAINER_CREATED
-	case stateRunning:
+	case lifecycle.StateRunning:
 		return runtime.ContainerState_CONTAINER_RUNNING
-	case stateExited:
+	case lifecycle.StateExited:
 		return runtime.ContainerState_CONTAINER_EXITED
 	}
 	return runtime.ContainerState_CONTAINER_UNKNOWN

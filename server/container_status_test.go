@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // The kubelet (KEP-5365) reports an image volume's image from the mount's
@@ -15,7 +17,7 @@ func TestStatusMountsNameTheImageVolumesDigest(t *testing.T) {
 		{ContainerPath: "/data", HostPath: "/srv/data"},
 		{ContainerPath: "/vol", Image: &runtime.ImageSpec{Image: "registry.local/vol:v1", Annotations: map[string]string{"a": "b"}}, Readonly: true},
 	}}
-	rec := containerRecord{ImageVolumes: []imageVolume{{Mount: 1, ImageID: "sha256:0123", ImageRef: digest}}}
+	rec := lifecycle.ContainerRecord{ImageVolumes: []lifecycle.ImageVolume{{Mount: 1, ImageID: "sha256:0123", ImageRef: digest}}}
 	got := statusMounts(rec, cfg)
 	if len(got) != 2 || got[0].GetImage() != nil {
 		t.Fatalf("mounts = %v, want the config's two, the first not an image", got)

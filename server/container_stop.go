@@ -13,6 +13,8 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 )
 
@@ -34,7 +36,7 @@ const killGrace = 10 * time.Second
 // the kubelet retries.
 func (s *Server) StopContainer(ctx context.Context, req *runtime.StopContainerRequest) (*runtime.StopContainerResponse, error) {
 	if req.GetTimeout() < 0 {
-		return nil, toStatus(invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
+		return nil, toStatus(validate.Invalidf("timeout", "must not be negative (%d)", req.GetTimeout()))
 	}
 	id, err := s.resolveContainer("container_id", req.GetContainerId())
 	if errors.Is(err, store.ErrNotFound) {
@@ -68,7 +70,7 @@ func (s *Server) stopContainer(ctx context.Context, id string, timeout time.Dura
 	if err != nil {
 		return err
 	}
-	if rec.State != stateCreated && rec.State != stateRunning {
+	if rec.State != lifecycle.StateCreated && rec.State != lifecycle.StateRunning {
 		return nil
 	}
 	rt, err := s.runtimes.Get(rec.Handler)
@@ -84,7 +86,7 @@ func (s *Server) stopContainer(ctx context.Context, id string, timeout time.Dura
 		if err := rt.Kill(ctx, id, sig, false); err != nil && !errors.Is(err, oci.ErrNotFound) {
 			s.log.WithField("container", id).WithError(err).Warn("stop signal not delivered; killing")
 		}
-		crashPoint("container-stop-after-signal")
+		lifecycle.CrashPoint("container-stop-after-signal")
 		if waitClosed(ctx, exited, timeout) {
 			return nil
 		}

@@ -11,6 +11,7 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/streaming"
 )
 
@@ -85,7 +86,7 @@ func TestStreamedAttachToAGoneMonitorFails(t *testing.T) {
 	ts := newTestServer(t)
 	_, id := ts.runningCtr(t, "web")
 	// Recorded running, but its monitor's socket is gone.
-	if _, err := ts.containers.Update(id, func(r *containerRecord) error { r.Bundle = t.TempDir(); return nil }); err != nil {
+	if _, err := ts.containers.Update(id, func(r *lifecycle.ContainerRecord) error { r.Bundle = t.TempDir(); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := (streamRuntime{ts.Server}).Attach(bg, id, streaming.Streams{Stdout: &closingBuffer{}}); err == nil || !strings.Contains(err.Error(), id) {

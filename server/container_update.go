@@ -9,6 +9,9 @@ import (
 
 	"github.com/minicri/minicri/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // resourceUpdater changes a container's cgroup limits (*oci.Runtime).
@@ -20,7 +23,7 @@ type resourceUpdater interface {
 // limits, and records them so that ContainerStatus reports what applies.
 func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.UpdateContainerResourcesRequest) (*runtime.UpdateContainerResourcesResponse, error) {
 	resources := req.GetLinux()
-	if err := validateResources("linux", resources); err != nil {
+	if err := validate.Resources("linux", resources); err != nil {
 		return nil, toStatus(err)
 	}
 	rec, unlock, err := s.lockContainer(req.GetContainerId())
@@ -29,7 +32,7 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.Upda
 	}
 	defer unlock()
 	id := rec.ID
-	if rec.State != stateCreated && rec.State != stateRunning {
+	if rec.State != lifecycle.StateCreated && rec.State != lifecycle.StateRunning {
 		return nil, toStatus(markf(errWrongState, "container %s is %s: only a created or running container can be updated", id, rec.State))
 	}
 	if resources == nil {
@@ -46,7 +49,7 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtime.Upda
 	return &runtime.UpdateContainerResourcesResponse{}, nil
 }
 
-func (s *Server) updateResources(ctx context.Context, rec containerRecord, resources *runtime.LinuxContainerResources) error {
+func (s *Server) updateResources(ctx context.Context, rec lifecycle.ContainerRecord, resources *runtime.LinuxContainerResources) error {
 	wanted := ociResources(resources)
 	s.warnMissingControllers(wanted)
 	limits, err := oci.LinuxResources(wanted)
@@ -60,7 +63,7 @@ func (s *Server) updateResources(ctx context.Context, rec containerRecord, resou
 	if err := rt.Update(ctx, rec.ID, limits); err != nil {
 		return err
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return err
 	}
@@ -72,7 +75,7 @@ func (s *Server) updateResources(ctx context.Context, rec containerRecord, resou
 	if err != nil {
 		return err
 	}
-	_, err = s.containers.Update(rec.ID, func(r *containerRecord) error { r.Config = raw; return nil })
+	_, err = s.containers.Update(rec.ID, func(r *lifecycle.ContainerRecord) error { r.Config = raw; return nil })
 	return err
 }
 

@@ -13,24 +13,16 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/conmon/wire"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
-// containerUser is the identity of a container's process, as
-// ContainerStatus.user reports it (KEP-3619): the kubelet shows it in the
-// pod's status so that a user can see which groups the process really has.
-type containerUser struct {
-	UID    int64
-	GID    int64
-	Groups []int64
-}
-
 // specUser is the identity written into the container's config.json.
-func specUser(spec *specs.Spec) *containerUser {
+func specUser(spec *specs.Spec) *lifecycle.ContainerUser {
 	if spec == nil || spec.Process == nil {
 		return nil
 	}
 	u := spec.Process.User
-	out := &containerUser{UID: int64(u.UID), GID: int64(u.GID), Groups: make([]int64, 0, len(u.AdditionalGids))}
+	out := &lifecycle.ContainerUser{UID: int64(u.UID), GID: int64(u.GID), Groups: make([]int64, 0, len(u.AdditionalGids))}
 	for _, g := range u.AdditionalGids {
 		out.Groups = append(out.Groups, int64(g))
 	}
@@ -44,7 +36,7 @@ func specUser(spec *specs.Spec) *containerUser {
 // a group, a groups list past NGROUPS_MAX). The pid is the one the runtime
 // wrote at create, in the bundle. ok is false when the process is gone
 // already; the caller then keeps the config's user.
-func runningUser(bundle string) (u *containerUser, ok bool) {
+func runningUser(bundle string) (u *lifecycle.ContainerUser, ok bool) {
 	pid, ok := bundlePID(bundle)
 	if !ok {
 		return nil, false
@@ -69,8 +61,8 @@ func bundlePID(bundle string) (int, bool) {
 
 // parseProcStatusUser takes the effective uid and gid and the supplementary
 // groups from the text of /proc/PID/status.
-func parseProcStatusUser(status []byte) (*containerUser, error) {
-	u := &containerUser{Groups: []int64{}}
+func parseProcStatusUser(status []byte) (*lifecycle.ContainerUser, error) {
+	u := &lifecycle.ContainerUser{Groups: []int64{}}
 	var seen int
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
@@ -114,7 +106,7 @@ func parseProcStatusUser(status []byte) (*containerUser, error) {
 
 // criUser is the CRI form of a container's user; nil when unknown (a
 // record from before users were kept).
-func criUser(u *containerUser) *runtime.ContainerUser {
+func criUser(u *lifecycle.ContainerUser) *runtime.ContainerUser {
 	if u == nil {
 		return nil
 	}

@@ -3,6 +3,8 @@ package server
 import (
 	"reflect"
 	"testing"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 func TestParseProcStatusUser(t *testing.T) {
@@ -11,7 +13,7 @@ func TestParseProcStatusUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &containerUser{UID: 1001, GID: 3000, Groups: []int64{3000, 4000}}
+	want := &lifecycle.ContainerUser{UID: 1001, GID: 3000, Groups: []int64{3000, 4000}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("user = %+v, want %+v (the effective ids)", got, want)
 	}

@@ -15,6 +15,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/server/internal/testreq"
 )
 
 // What `features` prints, as the runc releases on this machine do, cut to
@@ -204,8 +205,8 @@ func TestDefaultHandlerProbesOnceAtStart(t *testing.T) {
 }
 
 func usernsSandboxConfig() *runtime.PodSandboxConfig {
-	cfg := goodSandboxConfig()
-	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: kubeletUserns()}}
+	cfg := testreq.Sandbox()
+	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: testreq.KubeletUserns()}}
 	return cfg
 }
 

@@ -15,16 +15,10 @@ import (
 	"github.com/minicri/minicri/internal/broadcast"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 	"github.com/minicri/minicri/streaming"
 )
-
-// errInvalid marks a malformed request; invalidf names the field.
-var errInvalid = errors.New("invalid argument")
-
-func invalidf(field, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", errInvalid, field, fmt.Sprintf(format, args...))
-}
 
 var (
 	// errWrongState marks an object whose state does not allow the call: a
@@ -65,7 +59,7 @@ var codeMappings = []struct {
 	// pull, and one that failed at one mirror for want of the image and at
 	// another for want of the registry may yet succeed.
 	{codes.Unavailable, []error{image.ErrUnavailable}},
-	{codes.InvalidArgument, []error{errInvalid, store.ErrAmbiguousID,
+	{codes.InvalidArgument, []error{validate.ErrInvalid, store.ErrAmbiguousID,
 		image.ErrInvalidReference, image.ErrAmbiguous, image.ErrArtifact,
 		oci.ErrInvalid, oci.ErrNoCommand, oci.ErrUnknownHandler, conmon.ErrPauseIDUnmapped}},
 	{codes.AlreadyExists, []error{store.ErrNameReserved}},

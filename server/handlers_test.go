@@ -14,6 +14,7 @@ import (
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/server/internal/fake"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 func TestImageHandlers(t *testing.T) {
@@ -322,10 +323,10 @@ func TestRecoverAfterRestart(t *testing.T) {
 func TestAnAmbiguousPrefixIsInvalidArgument(t *testing.T) {
 	ts := newTestServer(t)
 	for _, id := range []string{"abc1" + strings.Repeat("0", 60), "abc2" + strings.Repeat("0", 60)} {
-		if err := ts.sandboxes.Put(id, sandboxRecord{ID: id, State: stateReady}); err != nil {
+		if err := ts.sandboxes.Put(id, lifecycle.SandboxRecord{ID: id, State: lifecycle.StateReady}); err != nil {
 			t.Fatal(err)
 		}
-		if err := ts.containers.Put(id, containerRecord{ID: id, SandboxID: id, State: stateRunning}); err != nil {
+		if err := ts.containers.Put(id, lifecycle.ContainerRecord{ID: id, SandboxID: id, State: lifecycle.StateRunning}); err != nil {
 			t.Fatal(err)
 		}
 	}

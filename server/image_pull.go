@@ -8,6 +8,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // PullImage pulls an image (with the kubelet's credentials, if any) and
@@ -22,7 +23,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (
 	// DNS-1123 label (what Kubernetes allows) may name one.
 	ns := req.GetSandboxConfig().GetMetadata().GetNamespace()
 	if ns != "" && !image.ValidNamespace(ns) {
-		return nil, toStatus(invalidf("sandbox_config.metadata.namespace", "%q is not a DNS-1123 label", ns))
+		return nil, toStatus(validate.Invalidf("sandbox_config.metadata.namespace", "%q is not a DNS-1123 label", ns))
 	}
 	start := time.Now()
 	img, err := s.images.PullForNamespace(ctx, ref, pullAuth(req.GetAuth()), ns)
@@ -36,13 +37,13 @@ func (s *Server) PullImage(ctx context.Context, req *runtime.PullImageRequest) (
 // pullTarget is the reference a pull asks for, checked. One image store
 // serves every handler, yet an unknown handler is refused, as the CRI asks.
 func (s *Server) pullTarget(spec *runtime.ImageSpec) (string, error) {
-	ref, err := requestedImage(spec)
+	ref, err := validate.RequestedImage(spec)
 	if err != nil {
 		return "", err
 	}
 	if h := spec.GetRuntimeHandler(); h != "" {
 		if _, err := s.handlerName(h); err != nil {
-			return "", invalidf("image.runtime_handler", "no runtime handler %q is configured", h)
+			return "", validate.Invalidf("image.runtime_handler", "no runtime handler %q is configured", h)
 		}
 	}
 	return ref, nil

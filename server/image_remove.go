@@ -6,6 +6,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/validate"
 )
 
 // RemoveImage removes an image unless a container uses it. Removing an image
@@ -14,7 +16,7 @@ import (
 // kubelet's garbage collection, which never asks for a pinned image;
 // whoever does (crictl rmi) means it. It is pinned again when pulled again.
 func (s *Server) RemoveImage(ctx context.Context, req *runtime.RemoveImageRequest) (*runtime.RemoveImageResponse, error) {
-	ref, err := requestedImage(req.GetImage())
+	ref, err := validate.RequestedImage(req.GetImage())
 	if err != nil {
 		return nil, toStatus(err)
 	}

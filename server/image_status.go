@@ -14,13 +14,14 @@ import (
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // ImageStatus describes one image. An image that is not there is answered
 // with an empty status, not an error: that is how the kubelet learns it must
 // pull.
 func (s *Server) ImageStatus(ctx context.Context, req *runtime.ImageStatusRequest) (*runtime.ImageStatusResponse, error) {
-	ref, err := requestedImage(req.GetImage())
+	ref, err := validate.RequestedImage(req.GetImage())
 	if err != nil {
 		return nil, toStatus(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/image"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 )
 
@@ -55,7 +56,7 @@ func TestToStatus(t *testing.T) {
 		err  error
 		want codes.Code
 	}{
-		{invalidf("config.metadata.name", "must not be empty"), codes.InvalidArgument},
+		{validate.Invalidf("config.metadata.name", "must not be empty"), codes.InvalidArgument},
 		{fmt.Errorf("read record: %w", os.ErrNotExist), codes.NotFound},
 		{fmt.Errorf("exec: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{status.Error(codes.AlreadyExists, "taken"), codes.AlreadyExists},

@@ -4,9 +4,11 @@ import (
 	"context"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
-// lifecycle is a point in the life of a container or a pod sandbox that the
+// lifecyclePoint is a point in the life of a container or a pod sandbox that the
 // rest of the daemon is told of, in transition and podTransition: the
 // GetContainerEvents subscribers and the NRI plugins (server/nri.go). NRI's
 // events that carry or change what is being made (RunPodSandbox before the
@@ -15,12 +17,12 @@ import (
 //
 // The object counts need no telling: their collectors read the tables at
 // each scrape (object_counts.go).
-type lifecycle int
+type lifecyclePoint int
 
 const (
 	// creating is a container about to be created, its record staged and
 	// nothing made yet. transition's error fails the create.
-	creating lifecycle = iota + 1
+	creating lifecyclePoint = iota + 1
 	// created is a container created by its runtime and recorded as such,
 	// or a sandbox made and recorded ready.
 	created
@@ -40,7 +42,7 @@ const (
 	removed
 )
 
-func (l lifecycle) String() string {
+func (l lifecyclePoint) String() string {
 	return [...]string{"", "creating", "created", "starting", "started", "start failed", "stopped", "removed"}[l]
 }
 
@@ -51,7 +53,7 @@ func (l lifecycle) String() string {
 // The STARTED event always comes before STOPPED: a short-lived process can
 // exit, and its exit be recorded by the watch, before StartContainer has
 // recorded the start; its stopped point then waits for the start's end.
-func (s *Server) transition(ctx context.Context, c *container, rec containerRecord, to lifecycle) error {
+func (s *Server) transition(ctx context.Context, c *container, rec lifecycle.ContainerRecord, to lifecyclePoint) error {
 	switch to {
 	case creating:
 		return nil
@@ -87,7 +89,7 @@ func (s *Server) transition(ctx context.Context, c *container, rec containerReco
 	case stopped:
 		// rec is the record from before the exit was written: once per
 		// container, and before a waiting StopContainer returns.
-		if rec.State != stateExited {
+		if rec.State != lifecycle.StateExited {
 			s.nriStopContainer(ctx, rec.ID)
 		}
 		c.mu.Lock()
@@ -113,7 +115,7 @@ func (s *Server) transition(ctx context.Context, c *container, rec containerReco
 // removed, rec is the sandbox's last record: the table has none any more,
 // and the events still say which pod it was, STOPPED first when it was
 // removed ready.
-func (s *Server) podTransition(ctx context.Context, sb *sandbox, rec sandboxRecord, to lifecycle) {
+func (s *Server) podTransition(ctx context.Context, sb *sandbox, rec lifecycle.SandboxRecord, to lifecyclePoint) {
 	switch to {
 	case created:
 		s.containerEvent(sb.id, sb.id, runtime.ContainerEventType_CONTAINER_CREATED_EVENT)
@@ -123,7 +125,7 @@ func (s *Server) podTransition(ctx context.Context, sb *sandbox, rec sandboxReco
 		s.containerEvent(sb.id, sb.id, runtime.ContainerEventType_CONTAINER_STOPPED_EVENT)
 		s.nriStopPodSandbox(ctx, rec)
 	case removed:
-		s.sandboxRemovedEvents(rec, rec.State == stateReady)
+		s.sandboxRemovedEvents(rec, rec.State == lifecycle.StateReady)
 		s.nriRemovePodSandbox(ctx, rec)
 	}
 }

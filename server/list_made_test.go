@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // A sandbox or container whose create call has not answered is in no list,
@@ -18,9 +20,9 @@ func TestListsLeaveOutWhatIsBeingCreated(t *testing.T) {
 		t.Helper()
 		var err error
 		switch r := rec.(type) {
-		case sandboxRecord:
+		case lifecycle.SandboxRecord:
 			err = s.sandboxes.Put(r.ID, r)
-		case containerRecord:
+		case lifecycle.ContainerRecord:
 			err = s.containers.Put(r.ID, r)
 		}
 		if err != nil {
@@ -52,12 +54,12 @@ func TestListsLeaveOutWhatIsBeingCreated(t *testing.T) {
 		return ids
 	}
 
-	ready, making := newID(), newID()
-	put(sandboxRecord{ID: ready, State: stateReady})
-	put(sandboxRecord{ID: making, State: stateCreating})
-	made, creating := newID(), newID()
-	put(containerRecord{ID: made, SandboxID: ready, State: stateCreated, Bundle: t.TempDir()})
-	put(containerRecord{ID: creating, SandboxID: ready, State: stateCreating, Bundle: t.TempDir()})
+	ready, making := lifecycle.NewID(), lifecycle.NewID()
+	put(lifecycle.SandboxRecord{ID: ready, State: lifecycle.StateReady})
+	put(lifecycle.SandboxRecord{ID: making, State: lifecycle.StateCreating})
+	made, creating := lifecycle.NewID(), lifecycle.NewID()
+	put(lifecycle.ContainerRecord{ID: made, SandboxID: ready, State: lifecycle.StateCreated, Bundle: t.TempDir()})
+	put(lifecycle.ContainerRecord{ID: creating, SandboxID: ready, State: lifecycle.StateCreating, Bundle: t.TempDir()})
 
 	notReady := &runtime.PodSandboxFilter{State: &runtime.PodSandboxStateValue{State: runtime.PodSandboxState_SANDBOX_NOTREADY}}
 	unknown := &runtime.ContainerFilter{State: &runtime.ContainerStateValue{State: runtime.ContainerState_CONTAINER_UNKNOWN}}
@@ -79,10 +81,10 @@ func TestListsLeaveOutWhatIsBeingCreated(t *testing.T) {
 	}
 
 	// Made: listed at once.
-	if _, err := s.sandboxes.Update(making, func(r *sandboxRecord) error { r.State = stateReady; return nil }); err != nil {
+	if _, err := s.sandboxes.Update(making, func(r *lifecycle.SandboxRecord) error { r.State = lifecycle.StateReady; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.containers.Update(creating, func(r *containerRecord) error { r.State = stateCreated; return nil }); err != nil {
+	if _, err := s.containers.Update(creating, func(r *lifecycle.ContainerRecord) error { r.State = lifecycle.StateCreated; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if got := sandboxIDs(nil); !slices.Equal(got, sortedIDs(ready, making)) {

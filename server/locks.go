@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/store"
 )
 
@@ -37,16 +38,16 @@ func (s *Server) lockPod(id string) (*sandbox, func()) {
 // lockContainer is lookupContainer under the container's lock, for the
 // handlers that change it; the caller calls unlock once done. The record is
 // read after the lock is taken, so it is not one a concurrent call changed.
-func (s *Server) lockContainer(id string) (_ containerRecord, unlock func(), _ error) {
+func (s *Server) lockContainer(id string) (_ lifecycle.ContainerRecord, unlock func(), _ error) {
 	full, err := s.resolveContainer("container_id", id)
 	if err != nil {
-		return containerRecord{}, nil, err
+		return lifecycle.ContainerRecord{}, nil, err
 	}
 	_, unlock = s.lockCtr(full)
 	rec, err := s.containers.Get(full)
 	if err != nil {
 		unlock()
-		return containerRecord{}, nil, err
+		return lifecycle.ContainerRecord{}, nil, err
 	}
 	return rec, unlock, nil
 }
@@ -59,9 +60,9 @@ func (s *Server) lockSandbox(ctx context.Context, op, id string) (_ context.Cont
 		return ctx, "", nil, err
 	}
 	_, unlock := s.lockPod(full)
-	ctx, phases := s.withPhases(ctx, op)
+	ctx, phases := lifecycle.WithPhases(ctx, s.metrics, op)
 	return ctx, full, func() {
-		phases.observe()
+		phases.Observe()
 		unlock()
 	}, nil
 }

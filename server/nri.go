@@ -13,6 +13,7 @@ import (
 
 	"github.com/minicri/minicri/nri"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // The NRI hooks (see docs/nri.md), called from the lifecycle seam
@@ -65,13 +66,13 @@ type nriRuntime struct{ s *Server }
 func (r nriRuntime) State(context.Context) ([]*api.PodSandbox, []*api.Container, error) {
 	var pods []*api.PodSandbox
 	for _, sb := range r.s.sandboxes.List() {
-		if sb.State != stateCreating {
+		if sb.State != lifecycle.StateCreating {
 			pods = append(pods, nriPod(sb))
 		}
 	}
 	var ctrs []*api.Container
 	for _, c := range r.s.containers.List() {
-		if c.State != stateCreating {
+		if c.State != lifecycle.StateCreating {
 			ctrs = append(ctrs, nriContainer(c, nil))
 		}
 	}
@@ -100,10 +101,10 @@ func (s *Server) applyNRIUpdate(ctx context.Context, u *api.ContainerUpdate) err
 		return err
 	}
 	defer unlock()
-	if rec.State != stateCreated && rec.State != stateRunning {
+	if rec.State != lifecycle.StateCreated && rec.State != lifecycle.StateRunning {
 		return fmt.Errorf("container %s is %s", rec.ID, rec.State)
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return err
 	}
@@ -122,7 +123,7 @@ func (s *Server) applyNRIUpdatesLater(updates []*api.ContainerUpdate) {
 	}()
 }
 
-func (s *Server) nriRunPodSandbox(ctx context.Context, rec sandboxRecord) error {
+func (s *Server) nriRunPodSandbox(ctx context.Context, rec lifecycle.SandboxRecord) error {
 	if !s.nri.Active() {
 		return nil
 	}
@@ -136,14 +137,14 @@ func (s *Server) nriRunPodSandbox(ctx context.Context, rec sandboxRecord) error 
 	return nil
 }
 
-func (s *Server) nriStopPodSandbox(ctx context.Context, rec sandboxRecord) {
+func (s *Server) nriStopPodSandbox(ctx context.Context, rec lifecycle.SandboxRecord) {
 	if !s.nri.Active() {
 		return
 	}
 	s.nriLog("StopPodSandbox", rec.ID, s.nri.StopPodSandbox(ctx, nriPod(rec)))
 }
 
-func (s *Server) nriRemovePodSandbox(ctx context.Context, rec sandboxRecord) {
+func (s *Server) nriRemovePodSandbox(ctx context.Context, rec lifecycle.SandboxRecord) {
 	if !s.nri.Active() {
 		return
 	}
@@ -152,14 +153,14 @@ func (s *Server) nriRemovePodSandbox(ctx context.Context, rec sandboxRecord) {
 
 // nriUpdatePodSandbox hands the pod's new overhead and resources to the
 // plugins before they are recorded.
-func (s *Server) nriUpdatePodSandbox(ctx context.Context, rec sandboxRecord, overhead, resources *runtime.LinuxContainerResources) error {
+func (s *Server) nriUpdatePodSandbox(ctx context.Context, rec lifecycle.SandboxRecord, overhead, resources *runtime.LinuxContainerResources) error {
 	if !s.nri.Active() {
 		return nil
 	}
 	return s.nri.UpdatePodSandbox(ctx, nriPod(rec), nriResources(overhead), nriResources(resources))
 }
 
-func (s *Server) nriPostUpdatePodSandbox(ctx context.Context, rec sandboxRecord) {
+func (s *Server) nriPostUpdatePodSandbox(ctx context.Context, rec lifecycle.SandboxRecord) {
 	if !s.nri.Active() {
 		return
 	}
@@ -168,7 +169,7 @@ func (s *Server) nriPostUpdatePodSandbox(ctx context.Context, rec sandboxRecord)
 
 // nriCreateContainer applies the plugins' adjustment to the container's
 // spec before it is written; their updates of other containers follow.
-func (s *Server) nriCreateContainer(ctx context.Context, sb sandboxRecord, rec containerRecord, spec *specs.Spec) error {
+func (s *Server) nriCreateContainer(ctx context.Context, sb lifecycle.SandboxRecord, rec lifecycle.ContainerRecord, spec *specs.Spec) error {
 	if !s.nri.Active() {
 		return nil
 	}
@@ -196,7 +197,7 @@ func (s *Server) nriInjectCDI(spec *specs.Spec, devices []string) error {
 
 // nriUndoCreateContainer tells the plugins that took a container whose
 // create then failed that it is gone.
-func (s *Server) nriUndoCreateContainer(ctx context.Context, sb sandboxRecord, rec containerRecord) {
+func (s *Server) nriUndoCreateContainer(ctx context.Context, sb lifecycle.SandboxRecord, rec lifecycle.ContainerRecord) {
 	if !s.nri.Active() {
 		return
 	}
@@ -206,14 +207,14 @@ func (s *Server) nriUndoCreateContainer(ctx context.Context, sb sandboxRecord, r
 	s.nriLog("RemoveContainer", rec.ID, s.nri.RemoveContainer(ctx, pod, ctr))
 }
 
-func (s *Server) nriPostCreateContainer(ctx context.Context, rec containerRecord) {
+func (s *Server) nriPostCreateContainer(ctx context.Context, rec lifecycle.ContainerRecord) {
 	if !s.nri.Active() {
 		return
 	}
 	s.nriLog("PostCreateContainer", rec.ID, s.nri.PostCreateContainer(ctx, s.nriPodOf(rec.SandboxID), nriContainer(rec, nil)))
 }
 
-func (s *Server) nriStartContainer(ctx context.Context, rec containerRecord) error {
+func (s *Server) nriStartContainer(ctx context.Context, rec lifecycle.ContainerRecord) error {
 	if !s.nri.Active() {
 		return nil
 	}
@@ -226,7 +227,7 @@ func (s *Server) nriPostStartContainer(ctx context.Context, id string) {
 
 // nriUpdateContainer answers the resources to apply: the kubelet's, as the
 // plugins adjusted them.
-func (s *Server) nriUpdateContainer(ctx context.Context, rec containerRecord, resources *runtime.LinuxContainerResources, annotations map[string]string) (*runtime.LinuxContainerResources, error) {
+func (s *Server) nriUpdateContainer(ctx context.Context, rec lifecycle.ContainerRecord, resources *runtime.LinuxContainerResources, annotations map[string]string) (*runtime.LinuxContainerResources, error) {
 	if !s.nri.Active() {
 		return resources, nil
 	}
@@ -270,7 +271,7 @@ func (s *Server) nriStopContainer(ctx context.Context, id string) {
 
 // nriRemoveContainer runs once the container's record is gone: rec is the
 // record as it was.
-func (s *Server) nriRemoveContainer(ctx context.Context, rec containerRecord) {
+func (s *Server) nriRemoveContainer(ctx context.Context, rec lifecycle.ContainerRecord) {
 	if !s.nri.Active() {
 		return
 	}
@@ -306,7 +307,7 @@ func (s *Server) nriLog(event, id string, err error) {
 }
 
 // nriPod is a sandbox record as NRI shows it to plugins.
-func nriPod(r sandboxRecord) *api.PodSandbox {
+func nriPod(r lifecycle.SandboxRecord) *api.PodSandbox {
 	pod := &api.PodSandbox{
 		Id:             r.ID,
 		Name:           r.Metadata.Name,
@@ -319,7 +320,7 @@ func nriPod(r sandboxRecord) *api.PodSandbox {
 		Ips:            r.IPs,
 		Linux:          &api.LinuxPodSandbox{Namespaces: nriNamespaces(r)},
 	}
-	if cfg, err := r.config(); err == nil {
+	if cfg, err := r.DecodeConfig(); err == nil {
 		l := cfg.GetLinux()
 		pod.Linux.CgroupParent = l.GetCgroupParent()
 		pod.Linux.PodOverhead = nriResources(l.GetOverhead())
@@ -328,7 +329,7 @@ func nriPod(r sandboxRecord) *api.PodSandbox {
 	return pod
 }
 
-func nriNamespaces(r sandboxRecord) []*api.LinuxNamespace {
+func nriNamespaces(r lifecycle.SandboxRecord) []*api.LinuxNamespace {
 	var out []*api.LinuxNamespace
 	for _, ns := range []struct{ typ, path string }{
 		{"network", r.Namespaces.Net}, {"uts", r.Namespaces.UTS}, {"ipc", r.Namespaces.IPC}, {"user", r.Namespaces.User},
@@ -343,7 +344,7 @@ func nriNamespaces(r sandboxRecord) []*api.LinuxNamespace {
 // nriContainer is a container record as NRI shows it to plugins; its
 // process, mounts and Linux settings come from its spec: the one being made,
 // or the bundle's.
-func nriContainer(r containerRecord, spec *specs.Spec) *api.Container {
+func nriContainer(r lifecycle.ContainerRecord, spec *specs.Spec) *api.Container {
 	c := &api.Container{
 		Id:            r.ID,
 		PodSandboxId:  r.SandboxID,
@@ -359,7 +360,7 @@ func nriContainer(r containerRecord, spec *specs.Spec) *api.Container {
 		StatusMessage: r.Message,
 		Image:         &api.Image{Name: r.Image},
 	}
-	if r.State == stateCreated || r.State == stateRunning {
+	if r.State == lifecycle.StateCreated || r.State == lifecycle.StateRunning {
 		if pid, ok := bundlePID(r.Bundle); ok {
 			c.Pid = uint32(pid)
 		}
@@ -394,13 +395,13 @@ func nriContainer(r containerRecord, spec *specs.Spec) *api.Container {
 	return c
 }
 
-func nriState(s containerRecordState) api.ContainerState {
+func nriState(s lifecycle.ContainerRecordState) api.ContainerState {
 	switch s {
-	case stateCreated:
+	case lifecycle.StateCreated:
 		return api.ContainerState_CONTAINER_CREATED
-	case stateRunning:
+	case lifecycle.StateRunning:
 		return api.ContainerState_CONTAINER_RUNNING
-	case stateExited:
+	case lifecycle.StateExited:
 		return api.ContainerState_CONTAINER_STOPPED
 	default:
 		return api.ContainerState_CONTAINER_UNKNOWN

@@ -18,6 +18,7 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // refusingPlugin refuses the first pod, the first create and the first
@@ -200,7 +201,7 @@ func TestUpdatePodSandboxResourcesIsRecorded(t *testing.T) {
 	if _, err := ts.UpdatePodSandboxResources(bg, &runtime.UpdatePodSandboxResourcesRequest{PodSandboxId: id, Resources: resources}); err != nil {
 		t.Fatalf("UpdatePodSandboxResources: %v", err)
 	}
-	reopened, err := openTable[sandboxRecord](ts.Server, sandboxesDir, newSandbox)
+	reopened, err := openTable[lifecycle.SandboxRecord](ts.Server, sandboxesDir, newSandbox)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestUpdatePodSandboxResourcesIsRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		t.Fatal(err)
 	}

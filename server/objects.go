@@ -5,6 +5,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/stats"
 	"github.com/minicri/minicri/store"
 )
 
@@ -20,7 +22,7 @@ import (
 // container is everything the daemon holds in memory for one container;
 // deleting it drops all of it at once.
 type container struct {
-	store.Slot[containerRecord]
+	store.Slot[lifecycle.ContainerRecord]
 	id string
 	// lock serialises the calls that change the container (see the lock
 	// discipline in locks.go). It is held across runtime calls; mu is not.
@@ -38,7 +40,7 @@ type container struct {
 	// change it.
 	process *specs.Process
 	// cpu is the last CPU sample, for usage_nano_cores.
-	cpu cpuSample
+	cpu stats.CPUSample
 	// starting is set while StartContainer runs, exitedDuringStart when the
 	// exit was recorded meanwhile (see transition).
 	starting, exitedDuringStart bool
@@ -51,12 +53,12 @@ type container struct {
 
 // sandbox is what the daemon holds in memory for one pod sandbox.
 type sandbox struct {
-	store.Slot[sandboxRecord]
+	store.Slot[lifecycle.SandboxRecord]
 	id   string
 	lock sync.Mutex // serialises the calls that change the sandbox
 
-	mu  sync.Mutex // guards cpu
-	cpu cpuSample  // the pod's last CPU sample, for usage_nano_cores
+	mu  sync.Mutex      // guards cpu
+	cpu stats.CPUSample // the pod's last CPU sample, for usage_nano_cores
 }
 
 func newContainer(id string) *container {
@@ -94,4 +96,25 @@ func (c *container) markExited() {
 		c.exitDone = true
 		close(c.exited)
 	}
+}
+
+// nanoCores is Next on the container's sample.
+func (c *container) nanoCores(at int64, usage uint64) (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cpu.Next(at, usage)
+}
+
+// lastUsage is the cumulative CPU time of the container's last sample.
+func (c *container) lastUsage() (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cpu.Last()
+}
+
+// nanoCores is Next on the pod's sample.
+func (sb *sandbox) nanoCores(at int64, usage uint64) (uint64, bool) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.cpu.Next(at, usage)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/minicri/minicri/conmon/wire"
 	"github.com/minicri/minicri/internal/procstat"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // objectCount is how many container and sandbox objects the server keeps.
@@ -57,7 +58,7 @@ func TestRemovalDropsTheObjects(t *testing.T) {
 func TestRecoverAddsObjectsOfKeptRecords(t *testing.T) {
 	ts := newTestServer(t)
 	podID, ctrID := ts.runningCtr(t, "web")
-	cut := containerRecord{ID: "cut", SandboxID: podID, State: stateCreating, Handler: "runc", Bundle: filepath.Join(ts.cfg.RunDir, "containers", "cut")}
+	cut := lifecycle.ContainerRecord{ID: "cut", SandboxID: podID, State: lifecycle.StateCreating, Handler: "runc", Bundle: filepath.Join(ts.cfg.RunDir, "containers", "cut")}
 	if err := ts.containers.Put(cut.ID, cut); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestRecoverRecordsAnExitFoundWithALiveMonitor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := ts.containers.Update(ctrID, func(r *containerRecord) error {
+	rec, err := ts.containers.Update(ctrID, func(r *lifecycle.ContainerRecord) error {
 		r.Monitor.PID, r.Monitor.StartTime = os.Getpid(), self.StartTime // alive
 		return nil
 	})

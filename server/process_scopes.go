@@ -8,6 +8,8 @@ import (
 
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // processScopes moves minicri's own long-lived processes (a pod's infra
@@ -60,7 +62,7 @@ func (s *Server) validateCgroupParent(cfg *runtime.PodSandboxConfig) error {
 		return nil
 	}
 	if _, err := podSlice(cfg); err != nil {
-		return invalidf("config.linux.cgroup_parent", "%v", err)
+		return validate.Invalidf("config.linux.cgroup_parent", "%v", err)
 	}
 	return nil
 }
@@ -68,7 +70,7 @@ func (s *Server) validateCgroupParent(cfg *runtime.PodSandboxConfig) error {
 // infraLeavesDaemonCgroup puts a pod's infra process, started in this call,
 // in minicri-pause-<pod ID>.scope in the pod's slice, where the kubelet
 // counts the pod (containerd's pause container is there too).
-func (s *Server) infraLeavesDaemonCgroup(ctx context.Context, rec sandboxRecord, cfg *runtime.PodSandboxConfig) {
+func (s *Server) infraLeavesDaemonCgroup(ctx context.Context, rec lifecycle.SandboxRecord, cfg *runtime.PodSandboxConfig) {
 	if s.scopes == nil || rec.Infra.PID <= 0 {
 		return
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 )
 
@@ -29,19 +31,19 @@ func (s *Server) resolveContainer(field, id string) (string, error) {
 }
 
 // lookupContainer is resolveContainer and the record it names.
-func (s *Server) lookupContainer(id string) (containerRecord, error) {
+func (s *Server) lookupContainer(id string) (lifecycle.ContainerRecord, error) {
 	full, err := s.resolveContainer("container_id", id)
 	if err != nil {
-		return containerRecord{}, err
+		return lifecycle.ContainerRecord{}, err
 	}
 	return s.containers.Get(full)
 }
 
 // lookupSandbox is resolveSandbox and the record it names.
-func (s *Server) lookupSandbox(id string) (sandboxRecord, error) {
+func (s *Server) lookupSandbox(id string) (lifecycle.SandboxRecord, error) {
 	full, err := s.resolveSandbox("pod_sandbox_id", id)
 	if err != nil {
-		return sandboxRecord{}, err
+		return lifecycle.SandboxRecord{}, err
 	}
 	return s.sandboxes.Get(full)
 }
@@ -56,7 +58,7 @@ func (s *Server) lookupSandbox(id string) (sandboxRecord, error) {
 // there is used in a path.
 func requireID(field, id string) error {
 	if id == "" {
-		return invalidf(field, "must not be empty")
+		return validate.Invalidf(field, "must not be empty")
 	}
 	if !isID(id) {
 		return fmt.Errorf("%s %.80q: %w", field, id, store.ErrNotFound)

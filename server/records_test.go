@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/store"
 )
 
@@ -31,21 +32,21 @@ func TestRecordsOfThePreviousVersionLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sandboxes, corrupt, err := store.Open[sandboxRecord](filepath.Join(dir, "sandboxes"), newSandbox)
+	sandboxes, corrupt, err := store.Open[lifecycle.SandboxRecord](filepath.Join(dir, "sandboxes"), newSandbox)
 	if err != nil || len(corrupt) > 0 {
 		t.Fatalf("open sandboxes: %v, corrupt %v", err, corrupt)
 	}
 	sb, err := sandboxes.Get("aaaa")
-	if err != nil || sb.State != stateNotReady || sb.Handler != "runc" {
-		t.Fatalf("old sandbox record = %+v, %v; want state %s", sb, err, stateNotReady)
+	if err != nil || sb.State != lifecycle.StateNotReady || sb.Handler != "runc" {
+		t.Fatalf("old sandbox record = %+v, %v; want state %s", sb, err, lifecycle.StateNotReady)
 	}
-	containers, corrupt, err := store.Open[containerRecord](filepath.Join(dir, "containers"), newContainer)
+	containers, corrupt, err := store.Open[lifecycle.ContainerRecord](filepath.Join(dir, "containers"), newContainer)
 	if err != nil || len(corrupt) > 0 {
 		t.Fatalf("open containers: %v, corrupt %v", err, corrupt)
 	}
 	c, err := containers.Get("bbbb")
-	if err != nil || c.State != stateExited || c.ExitCode != 3 || c.Monitor.PID != 7 {
-		t.Fatalf("old container record = %+v, %v; want state %s, exit code 3, monitor 7", c, err, stateExited)
+	if err != nil || c.State != lifecycle.StateExited || c.ExitCode != 3 || c.Monitor.PID != 7 {
+		t.Fatalf("old container record = %+v, %v; want state %s, exit code 3, monitor 7", c, err, lifecycle.StateExited)
 	}
 
 	// Written back, the records are byte for byte what the old version wrote.
@@ -71,8 +72,8 @@ func TestRecordStatesPrint(t *testing.T) {
 		state interface{ String() string }
 		want  string
 	}{
-		{sandboxRecordState(stateCreating), "creating"}, {stateReady, "ready"}, {stateNotReady, "notready"},
-		{containerRecordState(stateCreating), "creating"}, {stateCreated, "created"}, {stateRunning, "running"}, {stateExited, "exited"},
+		{lifecycle.SandboxRecordState(lifecycle.StateCreating), "creating"}, {lifecycle.StateReady, "ready"}, {lifecycle.StateNotReady, "notready"},
+		{lifecycle.ContainerRecordState(lifecycle.StateCreating), "creating"}, {lifecycle.StateCreated, "created"}, {lifecycle.StateRunning, "running"}, {lifecycle.StateExited, "exited"},
 	} {
 		if got := c.state.String(); got != c.want {
 			t.Errorf("state prints %q, want %q (the on-disk value)", got, c.want)

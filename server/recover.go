@@ -16,6 +16,7 @@ import (
 	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/store"
 )
 
@@ -43,14 +44,14 @@ func (s *Server) recover(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, recoverTimeout)
 	defer cancel()
 	s.recoverContainers(ctx)
-	phaseDone(ctx, "containers")
+	lifecycle.PhaseDone(ctx, "containers")
 	attached := s.attachedPods()
 	for _, sb := range s.sandboxes.List() {
 		s.recoverSandbox(ctx, sb, attached)
 	}
-	phaseDone(ctx, "sandboxes")
+	lifecycle.PhaseDone(ctx, "sandboxes")
 	s.sweepOrphans(ctx)
-	phaseDone(ctx, "sweep")
+	lifecycle.PhaseDone(ctx, "sweep")
 }
 
 // recoverWorkers is how many containers are watched again (or have their
@@ -70,13 +71,13 @@ const recoverWorkers = 8
 //   - then side by side, each is watched again, or its exit recorded.
 func (s *Server) recoverContainers(ctx context.Context) {
 	alive := monitorLiveness{}
-	var running, ended []containerRecord
+	var running, ended []lifecycle.ContainerRecord
 	for _, c := range s.containers.List() {
 		switch {
-		case c.State == stateCreating:
+		case c.State == lifecycle.StateCreating:
 			s.rollBackContainer(ctx, c)
 			continue
-		case c.State == stateExited:
+		case c.State == lifecycle.StateExited:
 		case alive.of(c.Monitor):
 			s.monitors.assign(c.Monitor, s.ctr(c.ID), c.SandboxID) // Open made the object with the record
 			running = append(running, c)
@@ -104,7 +105,7 @@ func (s *Server) recoverContainers(ctx context.Context) {
 }
 
 // rollBackContainer undoes a create that the daemon's end cut short.
-func (s *Server) rollBackContainer(ctx context.Context, c containerRecord) {
+func (s *Server) rollBackContainer(ctx context.Context, c lifecycle.ContainerRecord) {
 	log := s.log.WithField("container", c.ID)
 	log.Info("rolling back a container whose create was cut short")
 	s.metrics.Repaired("container_create_rolled_back")
@@ -119,8 +120,8 @@ func (s *Server) rollBackContainer(ctx context.Context, c containerRecord) {
 }
 
 // rewatchContainer watches a container whose monitor runs, placed on it.
-func (s *Server) rewatchContainer(ctx context.Context, c containerRecord) {
-	if c.State == stateCreated {
+func (s *Server) rewatchContainer(ctx context.Context, c lifecycle.ContainerRecord) {
+	if c.State == lifecycle.StateCreated {
 		s.recoverStart(ctx, c)
 	}
 	// A shared monitor outlives the containers it served: one that ended
@@ -135,10 +136,10 @@ func (s *Server) rewatchContainer(ctx context.Context, c containerRecord) {
 
 // monitorLiveness answers conmon.Alive once per monitor (pid and start
 // time), for one pass over the records.
-type monitorLiveness map[monitorRef]bool
+type monitorLiveness map[lifecycle.MonitorRef]bool
 
-func (l monitorLiveness) of(m monitorRef) bool {
-	key := monitorRef{PID: m.PID, StartTime: m.StartTime}
+func (l monitorLiveness) of(m lifecycle.MonitorRef) bool {
+	key := lifecycle.MonitorRef{PID: m.PID, StartTime: m.StartTime}
 	alive, ok := l[key]
 	if !ok {
 		alive = conmon.Alive(m.PID, m.StartTime)
@@ -150,7 +151,7 @@ func (l monitorLiveness) of(m monitorRef) bool {
 // recoverStart finishes a StartContainer that a crash cut between the
 // runtime's start and the record: the kubelet must see the container
 // running, not created (a second start would fail).
-func (s *Server) recoverStart(ctx context.Context, c containerRecord) {
+func (s *Server) recoverStart(ctx context.Context, c lifecycle.ContainerRecord) {
 	rt, err := s.runtimes.Get(c.Handler)
 	if err != nil {
 		return
@@ -165,9 +166,9 @@ func (s *Server) recoverStart(ctx context.Context, c containerRecord) {
 	}
 	s.log.WithField("container", c.ID).Info("container was started before the daemon went down; recording it as running")
 	s.metrics.Repaired("container_start_recorded")
-	_, err = s.containers.Observe(c.ID, func(r *containerRecord) error {
-		if r.State == stateCreated {
-			r.State = stateRunning
+	_, err = s.containers.Observe(c.ID, func(r *lifecycle.ContainerRecord) error {
+		if r.State == lifecycle.StateCreated {
+			r.State = lifecycle.StateRunning
 			// The boot time has whole seconds: never before the create.
 			r.StartedAt = max(startedAt.UnixNano(), r.CreatedAt)
 		}
@@ -178,9 +179,9 @@ func (s *Server) recoverStart(ctx context.Context, c containerRecord) {
 	}
 }
 
-func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached map[string]bool) {
+func (s *Server) recoverSandbox(ctx context.Context, sb lifecycle.SandboxRecord, attached map[string]bool) {
 	log := s.log.WithField("pod", sb.ID)
-	if sb.State == stateCreating {
+	if sb.State == lifecycle.StateCreating {
 		log.Info("rolling back a sandbox whose create was cut short")
 		s.metrics.Repaired("sandbox_create_rolled_back")
 		for _, c := range s.containersOf(sb.ID) {
@@ -192,7 +193,7 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 		return
 	}
 	_ = s.sandboxNames.Reserve(sb.Name, sb.ID)
-	if sb.State != stateReady {
+	if sb.State != lifecycle.StateReady {
 		return
 	}
 	why := sandboxLoss(sb, attached)
@@ -203,8 +204,8 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 	// a new one; a ready one it would keep using, broken.
 	log.WithField("lost", why).Warn("sandbox lost part of itself while the daemon was down; it is not ready")
 	s.metrics.Repaired("sandbox_marked_not_ready")
-	_, err := s.sandboxes.Observe(sb.ID, func(r *sandboxRecord) error {
-		r.State = stateNotReady
+	_, err := s.sandboxes.Observe(sb.ID, func(r *lifecycle.SandboxRecord) error {
+		r.State = lifecycle.StateNotReady
 		return nil
 	})
 	if err != nil {
@@ -214,7 +215,7 @@ func (s *Server) recoverSandbox(ctx context.Context, sb sandboxRecord, attached 
 
 // sandboxLoss says what a ready sandbox no longer has, or "" when it is
 // whole. attached is nil when the CNI attachments could not be listed.
-func sandboxLoss(sb sandboxRecord, attached map[string]bool) string {
+func sandboxLoss(sb lifecycle.SandboxRecord, attached map[string]bool) string {
 	for _, pin := range []string{sb.Namespaces.Net, sb.Namespaces.IPC, sb.Namespaces.UTS, sb.Namespaces.User} {
 		if pin != "" && !network.NamespacePinned(pin) {
 			return "namespace " + filepath.Base(pin) + " is no longer pinned"
@@ -259,7 +260,7 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 	}
 	for _, id := range idDirs(filepath.Join(s.cfg.RunDir, "pods")) {
 		if !knownSandbox(id) {
-			rec := sandboxRecord{ID: id, Dir: filepath.Join(s.cfg.RunDir, "pods", id)}
+			rec := lifecycle.SandboxRecord{ID: id, Dir: filepath.Join(s.cfg.RunDir, "pods", id)}
 			s.sweep("pod dir", id, s.removeSandbox(ctx, &rec))
 		}
 	}

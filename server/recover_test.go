@@ -22,6 +22,7 @@ import (
 	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/metrics"
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 func TestProcessStartTime(t *testing.T) {
@@ -48,17 +49,17 @@ func TestSandboxLoss(t *testing.T) {
 	}
 	cases := []struct {
 		name     string
-		rec      sandboxRecord
+		rec      lifecycle.SandboxRecord
 		attached map[string]bool
 		lost     string // a word of the answer; "" for a whole sandbox
 	}{
-		{"host namespaces, no network", sandboxRecord{ID: id}, map[string]bool{}, ""},
-		{"pin gone", sandboxRecord{ID: id, Namespaces: network.Namespaces{Net: gone}}, nil, "pinned"},
-		{"network torn down", sandboxRecord{ID: id, NetworkUp: true}, map[string]bool{}, "network"},
-		{"network attached", sandboxRecord{ID: id, NetworkUp: true}, map[string]bool{id: true}, ""},
-		{"attachments unknown", sandboxRecord{ID: id, NetworkUp: true}, nil, ""},
-		{"infra process alive", sandboxRecord{ID: id, Infra: conmon.Infra{PID: os.Getpid(), StartTime: self}}, nil, ""},
-		{"infra process gone", sandboxRecord{ID: id, Infra: conmon.Infra{PID: os.Getpid(), StartTime: self + 1}}, nil, "infra"},
+		{"host namespaces, no network", lifecycle.SandboxRecord{ID: id}, map[string]bool{}, ""},
+		{"pin gone", lifecycle.SandboxRecord{ID: id, Namespaces: network.Namespaces{Net: gone}}, nil, "pinned"},
+		{"network torn down", lifecycle.SandboxRecord{ID: id, NetworkUp: true}, map[string]bool{}, "network"},
+		{"network attached", lifecycle.SandboxRecord{ID: id, NetworkUp: true}, map[string]bool{id: true}, ""},
+		{"attachments unknown", lifecycle.SandboxRecord{ID: id, NetworkUp: true}, nil, ""},
+		{"infra process alive", lifecycle.SandboxRecord{ID: id, Infra: conmon.Infra{PID: os.Getpid(), StartTime: self}}, nil, ""},
+		{"infra process gone", lifecycle.SandboxRecord{ID: id, Infra: conmon.Infra{PID: os.Getpid(), StartTime: self + 1}}, nil, "infra"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -145,14 +146,14 @@ func TestSweepStopsOnlyRecordedInfraProcesses(t *testing.T) {
 	// A sandbox record that holds none (a crash before its update).
 	cmd, in = start(t)
 	id := strings.Repeat("b", 64)
-	if err := ts.sandboxes.Put(id, sandboxRecord{ID: id, State: stateReady, Dir: record(t, id, in)}); err != nil {
+	if err := ts.sandboxes.Put(id, lifecycle.SandboxRecord{ID: id, State: lifecycle.StateReady, Dir: record(t, id, in)}); err != nil {
 		t.Fatal(err)
 	}
 	procs = append(procs, proc{cmd, "recorded in a pod dir whose sandbox holds none", true})
 	// The sandbox's own infra process.
 	cmd, in = start(t)
 	id = strings.Repeat("c", 64)
-	if err := ts.sandboxes.Put(id, sandboxRecord{ID: id, State: stateReady, Dir: record(t, id, in), Infra: in}); err != nil {
+	if err := ts.sandboxes.Put(id, lifecycle.SandboxRecord{ID: id, State: lifecycle.StateReady, Dir: record(t, id, in), Infra: in}); err != nil {
 		t.Fatal(err)
 	}
 	procs = append(procs, proc{cmd, "the sandbox's own", false})
@@ -198,9 +199,9 @@ func TestRecoverPlacesSharedMonitorBeforeRecordingExits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	monitor := monitorRef{PID: os.Getpid(), StartTime: self.StartTime, JoinDir: filepath.Join(ts.cfg.RunDir, "monitors", strings.Repeat("e", 64))}
+	monitor := lifecycle.MonitorRef{PID: os.Getpid(), StartTime: self.StartTime, JoinDir: filepath.Join(ts.cfg.RunDir, "monitors", strings.Repeat("e", 64))}
 	for _, id := range ids {
-		if _, err := ts.containers.Update(id, func(r *containerRecord) error { r.Monitor = monitor; return nil }); err != nil {
+		if _, err := ts.containers.Update(id, func(r *lifecycle.ContainerRecord) error { r.Monitor = monitor; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -218,10 +219,10 @@ func TestRecoverPlacesSharedMonitorBeforeRecordingExits(t *testing.T) {
 			t.Errorf("the recovery waited for a monitor that serves %s: %s", running, e.Message)
 		}
 	}
-	if got, _ := s2.containers.Get(ended); got.State != stateExited || got.ExitCode != 3 {
+	if got, _ := s2.containers.Get(ended); got.State != lifecycle.StateExited || got.ExitCode != 3 {
 		t.Errorf("ended container: state %v, exit %d; want exited with 3", got.State, got.ExitCode)
 	}
-	if got, _ := s2.containers.Get(running); got.State != stateRunning {
+	if got, _ := s2.containers.Get(running); got.State != lifecycle.StateRunning {
 		t.Errorf("running container: state %v, want running", got.State)
 	}
 	s2.monitors.mu.Lock()
@@ -240,11 +241,11 @@ func TestMonitorLivenessKeysOnStartTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	alive := monitorLiveness{}
-	me := monitorRef{PID: os.Getpid(), StartTime: self.StartTime, JoinDir: "/a"}
+	me := lifecycle.MonitorRef{PID: os.Getpid(), StartTime: self.StartTime, JoinDir: "/a"}
 	if !alive.of(me) {
 		t.Error("a live monitor is dead")
 	}
-	if alive.of(monitorRef{PID: os.Getpid(), StartTime: self.StartTime + 1}) {
+	if alive.of(lifecycle.MonitorRef{PID: os.Getpid(), StartTime: self.StartTime + 1}) {
 		t.Error("a pid with another start time is alive")
 	}
 	me.JoinDir = "/b"
@@ -258,9 +259,9 @@ func TestMonitorLivenessKeysOnStartTime(t *testing.T) {
 func TestRecoverMarksItsPhases(t *testing.T) {
 	ts := newTestServer(t)
 	ts.metrics = metrics.New()
-	ctx, p := ts.withPhases(bg, "Start")
+	ctx, p := lifecycle.WithPhases(bg, ts.metrics, "Start")
 	ts.recover(ctx)
-	p.observe()
+	p.Observe()
 	rec := httptest.NewRecorder()
 	ts.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)

@@ -16,6 +16,7 @@ import (
 	"github.com/minicri/minicri/config"
 	"github.com/minicri/minicri/internal/atomicfile"
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // RuntimeConfig tells the kubelet which cgroup driver to use, so that the two
@@ -56,18 +57,18 @@ func (s *Server) UpdateRuntimeConfig(ctx context.Context, req *runtime.UpdateRun
 // parsePodCIDRs splits the kubelet's pod CIDR, a comma-separated list on a
 // dual-stack node, and checks each part.
 func parsePodCIDRs(field, raw string) ([]string, error) {
-	if err := validatePrintable(field, raw); err != nil {
+	if err := validate.Printable(field, raw); err != nil {
 		return nil, err
 	}
 	parts := strings.Split(raw, ",")
 	if len(parts) > 2 {
-		return nil, invalidf(field, "%q has %d CIDRs; a node has at most one per address family", raw, len(parts))
+		return nil, validate.Invalidf(field, "%q has %d CIDRs; a node has at most one per address family", raw, len(parts))
 	}
 	cidrs := make([]string, 0, len(parts))
 	for _, p := range parts {
 		p = strings.TrimSpace(p)
 		if _, _, err := net.ParseCIDR(p); err != nil {
-			return nil, invalidf(field, "%q is not a CIDR like 10.88.0.0/16", p)
+			return nil, validate.Invalidf(field, "%q is not a CIDR like 10.88.0.0/16", p)
 		}
 		cidrs = append(cidrs, p)
 	}

@@ -13,6 +13,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/server/internal/testreq"
 )
 
 func TestParsePodCIDRs(t *testing.T) {
@@ -32,7 +33,7 @@ func TestParsePodCIDRs(t *testing.T) {
 	for _, c := range cases {
 		got, err := parsePodCIDRs("runtime_config.network_config.pod_cidr", c.raw)
 		if c.want == "" {
-			checkValidation(t, err, "runtime_config.network_config.pod_cidr")
+			testreq.CheckValidation(t, err, "runtime_config.network_config.pod_cidr")
 			continue
 		}
 		if err != nil || strings.Join(got, ",") != c.want {

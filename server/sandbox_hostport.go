@@ -4,6 +4,8 @@ import (
 	"net"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // A hostPort is not a bound socket but a DNAT rule (the CNI portmap plugin)
@@ -45,10 +47,10 @@ func mapsAddress(hostIP string, ip net.IP) bool {
 func (s *Server) recoveredHostPorts() []int {
 	var ports []int
 	for _, sb := range s.sandboxes.List() {
-		if sb.State != stateReady {
+		if sb.State != lifecycle.StateReady {
 			continue
 		}
-		cfg, err := sb.config()
+		cfg, err := sb.DecodeConfig()
 		if err != nil {
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // ListPodSandbox lists sandboxes, filtered by ID (or ID prefix), state and
@@ -23,19 +25,19 @@ func (s *Server) ListPodSandbox(ctx context.Context, req *runtime.ListPodSandbox
 
 // sandboxListed is ListPodSandbox's filter: sandboxMatches and the state.
 // A sandbox is listed only once RunPodSandbox has made it (see
-// madeRecord).
-func sandboxListed(f *runtime.PodSandboxFilter, rec sandboxRecord) bool {
-	return madeRecord(rec.State) && sandboxMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == sandboxState(rec))
+// lifecycle.Made).
+func sandboxListed(f *runtime.PodSandboxFilter, rec lifecycle.SandboxRecord) bool {
+	return lifecycle.Made(rec.State) && sandboxMatches(f, rec) && (f.GetState() == nil || f.GetState().GetState() == sandboxState(rec))
 }
 
 // sandboxStatsListed is ListPodSandboxStats' filter: sandboxMatches, and
 // ready.
-func sandboxStatsListed(f *runtime.PodSandboxStatsFilter, rec sandboxRecord) bool {
-	return rec.State == stateReady && sandboxMatches(f, rec)
+func sandboxStatsListed(f *runtime.PodSandboxStatsFilter, rec lifecycle.SandboxRecord) bool {
+	return rec.State == lifecycle.StateReady && sandboxMatches(f, rec)
 }
 
 // sandboxItem is a sandbox's entry in ListPodSandbox.
-func sandboxItem(rec sandboxRecord) *runtime.PodSandbox {
+func sandboxItem(rec lifecycle.SandboxRecord) *runtime.PodSandbox {
 	m := rec.Metadata
 	return &runtime.PodSandbox{
 		Id:             rec.ID,
@@ -105,7 +107,7 @@ type listFilter interface {
 }
 
 // sandboxMatches reports whether rec passes f's ID prefix and label selector.
-func sandboxMatches(f listFilter, rec sandboxRecord) bool {
+func sandboxMatches(f listFilter, rec lifecycle.SandboxRecord) bool {
 	return strings.HasPrefix(rec.ID, f.GetId()) && labelsMatch(rec.Labels, f.GetLabelSelector())
 }
 
@@ -123,8 +125,8 @@ func validateSandboxFilter(f *runtime.PodSandboxFilter) error {
 	// An ID filter that is no ID prefix matches nothing; see validateContainerFilter.
 	if st := f.GetState(); st != nil {
 		if _, ok := runtime.PodSandboxState_name[int32(st.GetState())]; !ok {
-			return invalidf("filter.state.state", "unknown sandbox state %d", st.GetState())
+			return validate.Invalidf("filter.state.state", "unknown sandbox state %d", st.GetState())
 		}
 	}
-	return validateMap("filter.label_selector", f.GetLabelSelector())
+	return validate.Map("filter.label_selector", f.GetLabelSelector())
 }

@@ -7,6 +7,8 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/streaming"
 )
 
@@ -15,7 +17,7 @@ import (
 func (s *Server) PortForward(ctx context.Context, req *runtime.PortForwardRequest) (*runtime.PortForwardResponse, error) {
 	for _, p := range req.GetPort() {
 		if p <= 0 || p > 65535 {
-			return nil, toStatus(invalidf("port", "%d is not a port (1-65535)", p))
+			return nil, toStatus(validate.Invalidf("port", "%d is not a port (1-65535)", p))
 		}
 	}
 	sb, err := s.readySandbox(req.GetPodSandboxId())
@@ -30,18 +32,18 @@ func (s *Server) PortForward(ctx context.Context, req *runtime.PortForwardReques
 }
 
 // readySandbox returns a ready sandbox's record, or a status error.
-func (s *Server) readySandbox(idOrPrefix string) (sandboxRecord, error) {
+func (s *Server) readySandbox(idOrPrefix string) (lifecycle.SandboxRecord, error) {
 	sb, err := s.lookupSandbox(idOrPrefix)
 	if err != nil {
-		return sandboxRecord{}, fmt.Errorf("pod sandbox %.80q: %w", idOrPrefix, err)
+		return lifecycle.SandboxRecord{}, fmt.Errorf("pod sandbox %.80q: %w", idOrPrefix, err)
 	}
-	if sb.State != stateReady {
-		return sandboxRecord{}, sandboxNotReady(sb)
+	if sb.State != lifecycle.StateReady {
+		return lifecycle.SandboxRecord{}, sandboxNotReady(sb)
 	}
 	return sb, nil
 }
 
-func sandboxNotReady(sb sandboxRecord) error {
+func sandboxNotReady(sb lifecycle.SandboxRecord) error {
 	return markf(errWrongState, "pod sandbox %s is not ready (%s)", sb.ID, sb.State)
 }
 

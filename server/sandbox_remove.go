@@ -7,6 +7,7 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/store"
 )
 
@@ -30,7 +31,7 @@ func (s *Server) removePodSandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := step(ctx, stepOf{phase: "containers", crash: "sandbox-remove-after-containers"}, func(ctx context.Context) error { return s.removeContainers(ctx, id) }); err != nil {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "containers", Crash: "sandbox-remove-after-containers"}, func(ctx context.Context) error { return s.removeContainers(ctx, id) }); err != nil {
 		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
 	}
 	if err := s.removeSandbox(ctx, &rec); err != nil {

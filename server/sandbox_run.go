@@ -16,6 +16,8 @@ import (
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 	"github.com/minicri/minicri/store"
 )
 
@@ -71,7 +73,7 @@ const podShmSize = 64 << 20
 // be that namespace's init.
 func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRequest) (*runtime.RunPodSandboxResponse, error) {
 	cfg := req.GetConfig()
-	if err := validateSandboxConfig(cfg, hostSELinux()); err != nil {
+	if err := validate.SandboxConfig(cfg, hostSELinux()); err != nil {
 		return nil, toStatus(err)
 	}
 	if err := s.checkHostPorts(cfg); err != nil {
@@ -91,13 +93,13 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 		return nil, toStatus(err)
 	}
 	defer s.nri.BlockSync()()
-	id := newID()
+	id := lifecycle.NewID()
 	releaseIDs, err := s.claimHostIDs(id, cfg)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	defer releaseIDs()
-	name := sandboxName(cfg.GetMetadata())
+	name := lifecycle.SandboxName(cfg.GetMetadata())
 	if err := s.sandboxNames.Reserve(name, id); err != nil {
 		var reserved *store.ReservedError
 		if errors.As(err, &reserved) {
@@ -109,8 +111,8 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtime.RunPodSandboxRe
 	sb := s.sandboxes.Add(id)
 	sb.lock.Lock()
 	defer sb.lock.Unlock()
-	ctx, phases := s.withPhases(ctx, "RunPodSandbox")
-	defer phases.observe()
+	ctx, phases := lifecycle.WithPhases(ctx, s.metrics, "RunPodSandbox")
+	defer phases.Observe()
 	if err := s.createSandbox(ctx, id, name, handler, cfg); err != nil {
 		s.sandboxes.Forget(id) // the undo did unless the record was never made or is kept
 		s.sandboxNames.Release(name, id)
@@ -131,15 +133,15 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		return fmt.Errorf("encode config: %w", err)
 	}
 	m := cfg.GetMetadata()
-	rec := sandboxRecord{
+	rec := lifecycle.SandboxRecord{
 		ID:          id,
 		Name:        name,
-		Metadata:    podMetadata{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUid(), Attempt: m.GetAttempt()},
+		Metadata:    lifecycle.PodMetadata{Name: m.GetName(), Namespace: m.GetNamespace(), UID: m.GetUid(), Attempt: m.GetAttempt()},
 		Labels:      cfg.GetLabels(),
 		Annotations: cfg.GetAnnotations(),
 		Handler:     handler,
 		CreatedAt:   time.Now().UnixNano(),
-		State:       stateCreating,
+		State:       lifecycle.StateCreating,
 		Dir:         filepath.Join(s.cfg.RunDir, "pods", id),
 		Config:      raw,
 	}
@@ -147,7 +149,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	// process); a crashed machine ends the pins and the infra process
 	// anyway, and the sweep of orphans finds the CNI attachment. The ready
 	// write below is the durable one.
-	if err := stageFirstRecord(ctx, s.sandboxes, id, rec, "sandbox-after-record"); err != nil {
+	if err := lifecycle.StageFirstRecord(ctx, s.sandboxes, id, rec, "sandbox-after-record"); err != nil {
 		return err
 	}
 	defer s.undoOnFailure(ctx, &retErr, "pod", id, func(ctx context.Context) error {
@@ -164,7 +166,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 	// the infra process's own record (conmon.RecordedInfra): those need no
 	// write of their own. Only the network is recorded before it is made, since nothing
 	// else would find it. Only the last record write costs fsyncs (store.Put).
-	if err := step(ctx, stepOf{phase: "pin", crash: "sandbox-after-pin"}, func(context.Context) error { return s.pinSandbox(&rec, cfg) }); err != nil {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "pin", Crash: "sandbox-after-pin"}, func(context.Context) error { return s.pinSandbox(&rec, cfg) }); err != nil {
 		return err
 	}
 	if err := s.dropUnsharedInfra(ctx, &rec, cfg); err != nil {
@@ -178,14 +180,14 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		// At the crash point the infra process is found again only by its
 		// pod dir's record.
 		var infra conmon.Infra
-		if err := step(ctx, stepOf{phase: "infra", crash: "sandbox-infra-unrecorded"}, func(context.Context) (err error) {
+		if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "infra", Crash: "sandbox-infra-unrecorded"}, func(context.Context) (err error) {
 			infra, err = s.infra.StartPause(s.monitorPath, rec.Dir, opts)
 			return err
 		}); err != nil {
 			return err
 		}
 		rec.Infra = infra
-		crashPoint("sandbox-after-infra")
+		lifecycle.CrashPoint("sandbox-after-infra")
 	}
 	s.infraLeavesDaemonCgroup(ctx, rec, cfg) // a user namespace's infra too
 	var ips []net.IP
@@ -195,14 +197,14 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 		}
 	}
 	// Written once, after CNI ADD: /etc/hosts names the pod's own IP.
-	if err := step(ctx, stepOf{phase: "files", crash: "sandbox-before-ready"}, func(context.Context) error { return writePodFiles(rec, cfg, ips) }); err != nil {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "files", Crash: "sandbox-before-ready"}, func(context.Context) error { return writePodFiles(rec, cfg, ips) }); err != nil {
 		return err
 	}
 	if err := s.nriRunPodSandbox(ctx, rec); err != nil {
 		return err
 	}
-	rec.State = stateReady
-	return step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.sandboxes.Put(id, rec) })
+	rec.State = lifecycle.StateReady
+	return lifecycle.Step(ctx, lifecycle.StepOf{Phase: "record"}, func(context.Context) error { return s.sandboxes.Put(id, rec) })
 }
 
 // undoSandbox removes what a failed RunPodSandbox made. Unlike a removal,
@@ -213,7 +215,7 @@ func (s *Server) createSandbox(ctx context.Context, id, name, handler string, cf
 // refuses the config refuses its DEL too). The attachment record that CNI
 // keeps for a failed DEL stays instead, and the start-up sweep of
 // attachments without a sandbox runs that DEL again.
-func (s *Server) undoSandbox(ctx context.Context, rec *sandboxRecord) error {
+func (s *Server) undoSandbox(ctx context.Context, rec *lifecycle.SandboxRecord) error {
 	netErr := s.teardownNetwork(ctx, rec)
 	if netErr != nil {
 		rec.NetworkUp = false // the attachment record holds it now
@@ -223,9 +225,9 @@ func (s *Server) undoSandbox(ctx context.Context, rec *sandboxRecord) error {
 
 // pinSandbox pins the pod's own namespaces and mounts its /dev/shm, noting
 // in r what it made. Whatever it fails to finish, releaseSandbox undoes.
-func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
+func (s *Server) pinSandbox(r *lifecycle.SandboxRecord, cfg *runtime.PodSandboxConfig) error {
 	var kinds []network.NamespaceKind
-	if u := podUserNamespace(cfg); u != nil {
+	if u := validate.PodUserNamespace(cfg); u != nil {
 		opts, err := pauseOptions(cfg)
 		if err != nil {
 			return err
@@ -263,18 +265,18 @@ func (s *Server) pinSandbox(r *sandboxRecord, cfg *runtime.PodSandboxConfig) err
 
 // setUpNetwork runs the CNI ADD of the pod's network namespace and notes
 // the IPs it gave in rec; it also answers them.
-func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runtime.PodSandboxConfig) ([]net.IP, error) {
+func (s *Server) setUpNetwork(ctx context.Context, rec *lifecycle.SandboxRecord, cfg *runtime.PodSandboxConfig) ([]net.IP, error) {
 	// Record the intent before ADD: a crash during ADD must still lead to a DEL.
 	// Staged as the first write: the attachment record that CNI writes
 	// durably before its first plugin is what the sweep finds after a
 	// crash of the machine.
 	rec.NetworkUp = true
-	if err := step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.sandboxes.Stage(rec.ID, *rec) }); err != nil {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "record"}, func(context.Context) error { return s.sandboxes.Stage(rec.ID, *rec) }); err != nil {
 		return nil, err
 	}
 	// At the crash point an IP is held that no record names yet.
 	var result network.Result
-	if err := step(ctx, stepOf{phase: "cni", crash: "sandbox-after-network"}, func(ctx context.Context) (err error) {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "cni", Crash: "sandbox-after-network"}, func(ctx context.Context) (err error) {
 		if result, err = s.cni.Setup(ctx, podNetwork(*rec, cfg)); err != nil {
 			return fmt.Errorf("set up pod network: %w", err)
 		}
@@ -291,7 +293,7 @@ func (s *Server) setUpNetwork(ctx context.Context, rec *sandboxRecord, cfg *runt
 	return result.IPs, nil
 }
 
-func podNetwork(r sandboxRecord, cfg *runtime.PodSandboxConfig) network.PodNetwork {
+func podNetwork(r lifecycle.SandboxRecord, cfg *runtime.PodSandboxConfig) network.PodNetwork {
 	pn := network.PodNetwork{
 		ID:           r.ID,
 		Name:         r.Metadata.Name,
@@ -313,7 +315,7 @@ func podNetwork(r sandboxRecord, cfg *runtime.PodSandboxConfig) network.PodNetwo
 
 // writePodFiles writes the hostname, hosts and resolv.conf files that every
 // container of the pod bind-mounts.
-func writePodFiles(r sandboxRecord, cfg *runtime.PodSandboxConfig, ips []net.IP) error {
+func writePodFiles(r lifecycle.SandboxRecord, cfg *runtime.PodSandboxConfig, ips []net.IP) error {
 	if err := network.WriteHostname(filepath.Join(r.Dir, "hostname"), podHostname(cfg)); err != nil {
 		return fmt.Errorf("write hostname: %w", err)
 	}
@@ -342,7 +344,7 @@ func podHostname(cfg *runtime.PodSandboxConfig) string {
 	if h := cfg.GetHostname(); h != "" {
 		return h
 	}
-	if h, err := os.Hostname(); err == nil && h != "" && len(h) <= maxHostnameLen {
+	if h, err := os.Hostname(); err == nil && h != "" && len(h) <= validate.MaxHostnameLen {
 		return h
 	}
 	return hostnameLabel(cfg.GetMetadata().GetName())
@@ -400,7 +402,7 @@ func (s *Server) handlerName(name string) (string, error) {
 		return s.cfg.Runtime.DefaultHandler, nil
 	}
 	if _, ok := s.cfg.Runtime.Handlers[name]; !ok {
-		return "", invalidf("runtime_handler", "no runtime handler %q is configured", name)
+		return "", validate.Invalidf("runtime_handler", "no runtime handler %q is configured", name)
 	}
 	return name, nil
 }

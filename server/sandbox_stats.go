@@ -4,35 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/stats"
 )
-
-// podSample is one reading of a pod: its CRI stats, and the figures the
-// metrics need beyond them.
-type podSample struct {
-	stats      *runtime.PodSandboxStats
-	cgroup     *oci.CgroupStats // nil: the pod has no cgroup of its own
-	containers []containerSample
-	net        []network.InterfaceCounters
-	at         int64
-}
-
-// containerSample is one reading of a running container. The metrics add
-// procs, facts and fs (readMetricsOnly); the stats have no use for them.
-type containerSample struct {
-	rec    containerRecord
-	stats  *runtime.ContainerStats
-	cgroup *oci.CgroupStats
-	procs  *oci.ProcessStats // nil: not read
-	facts  containerFacts
-	fs     *fsFigures // nil: not read
-}
 
 // PodSandboxStats reports a pod's usage, read from the pod's own cgroup (its
 // cgroup parent) so that it never goes backwards when a container exits,
@@ -47,12 +27,12 @@ func (s *Server) PodSandboxStats(ctx context.Context, req *runtime.PodSandboxSta
 }
 
 // sandboxStats is the CRI part of a pod's sample.
-func (s *Server) sandboxStats(rec sandboxRecord) (*runtime.PodSandboxStats, error) {
+func (s *Server) sandboxStats(rec lifecycle.SandboxRecord) (*runtime.PodSandboxStats, error) {
 	sample, err := s.sandboxSample(rec)
 	if err != nil {
 		return nil, fmt.Errorf("stats of pod sandbox %s: %w", rec.ID, err)
 	}
-	return sample.stats, nil
+	return sample.Stats, nil
 }
 
 // ListPodSandboxStats reports the stats of the ready sandboxes that match the filter.
@@ -64,13 +44,13 @@ func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtime.ListPodSa
 	return &runtime.ListPodSandboxStatsResponse{Stats: stats}, nil
 }
 
-func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
+func (s *Server) sandboxSample(rec lifecycle.SandboxRecord) (stats.PodSample, error) {
 	now := time.Now().UnixNano()
 	m := rec.Metadata
-	sample := podSample{at: now}
+	sample := stats.PodSample{At: now}
 	linux := &runtime.LinuxPodSandboxStats{}
 	for _, c := range s.containersOf(rec.ID) {
-		if c.State != stateRunning {
+		if c.State != lifecycle.StateRunning {
 			continue
 		}
 		cs, cg, err := s.containerStatsAndCgroup(c)
@@ -81,23 +61,23 @@ func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
 			return sample, err
 		}
 		linux.Containers = append(linux.Containers, cs)
-		sample.containers = append(sample.containers, containerSample{rec: c, stats: cs, cgroup: cg})
+		sample.Containers = append(sample.Containers, stats.ContainerSample{Rec: c, Stats: cs, Cgroup: cg})
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return sample, err
 	}
 	pod, err := oci.ReadPodCgroupStats(cfg.GetLinux().GetCgroupParent(), oci.CgroupDriver(s.cfg.CgroupDriver))
 	switch {
 	case err == nil:
-		sample.cgroup = &pod
+		sample.Cgroup = &pod
 	case errors.Is(err, oci.ErrNotFound):
-		pod = s.summedPodCgroup(rec, sample.containers)
+		pod = s.summedPodCgroup(rec, sample.Containers)
 	default:
 		return sample, err
 	}
-	u := cgroupUsage(s.pod(rec.ID).nanoCores, now, pod)
-	linux.Cpu, linux.Memory, linux.Io = u.cpu, u.memory, u.io
+	u := stats.CgroupUsage(s.pod(rec.ID).nanoCores, now, pod)
+	linux.Cpu, linux.Memory, linux.Io = u.CPU, u.Memory, u.IO
 	linux.Process = &runtime.ProcessUsage{Timestamp: now, ProcessCount: &runtime.UInt64Value{Value: pod.Processes}}
 	if ns := rec.Namespaces.Net; ns != "" && rec.NetworkUp {
 		// A pod on the host network has no counters of its own (as with
@@ -106,11 +86,11 @@ func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
 		if err != nil {
 			s.log.WithError(err).WithField("pod", rec.ID).Debug("no network counters for the pod's stats")
 		} else {
-			sample.net = ifs
-			linux.Network = networkUsage(now, ifs)
+			sample.Net = ifs
+			linux.Network = stats.NetworkUsage(now, ifs)
 		}
 	}
-	sample.stats = &runtime.PodSandboxStats{
+	sample.Stats = &runtime.PodSandboxStats{
 		Attributes: &runtime.PodSandboxAttributes{
 			Id:          rec.ID,
 			Metadata:    &runtime.PodSandboxMetadata{Name: m.Name, Namespace: m.Namespace, Uid: m.UID, Attempt: m.Attempt},
@@ -128,18 +108,18 @@ func (s *Server) sandboxSample(rec sandboxRecord) (podSample, error) {
 // figures of its running containers, summed. CPU adds the last figure seen
 // of each container that is no longer running, so that the pod's does not
 // drop when one exits; it drops only when one is removed.
-func (s *Server) summedPodCgroup(rec sandboxRecord, running []containerSample) oci.CgroupStats {
+func (s *Server) summedPodCgroup(rec lifecycle.SandboxRecord, running []stats.ContainerSample) oci.CgroupStats {
 	var sum oci.CgroupStats
 	seen := map[string]bool{}
 	for _, c := range running {
-		seen[c.rec.ID] = true
-		sum.CPU.UsageNanos += c.cgroup.CPU.UsageNanos
-		sum.Memory.WorkingSet += c.cgroup.Memory.WorkingSet
-		sum.Memory.Usage += c.cgroup.Memory.Usage
-		sum.Memory.RSS += c.cgroup.Memory.RSS
-		sum.Memory.PageFaults += c.cgroup.Memory.PageFaults
-		sum.Memory.MajorPageFaults += c.cgroup.Memory.MajorPageFaults
-		sum.Processes += c.cgroup.Processes
+		seen[c.Rec.ID] = true
+		sum.CPU.UsageNanos += c.Cgroup.CPU.UsageNanos
+		sum.Memory.WorkingSet += c.Cgroup.Memory.WorkingSet
+		sum.Memory.Usage += c.Cgroup.Memory.Usage
+		sum.Memory.RSS += c.Cgroup.Memory.RSS
+		sum.Memory.PageFaults += c.Cgroup.Memory.PageFaults
+		sum.Memory.MajorPageFaults += c.Cgroup.Memory.MajorPageFaults
+		sum.Processes += c.Cgroup.Processes
 	}
 	for _, c := range s.containersOf(rec.ID) {
 		if !seen[c.ID] {
@@ -148,31 +128,4 @@ func (s *Server) summedPodCgroup(rec sandboxRecord, running []containerSample) o
 		}
 	}
 	return sum
-}
-
-// networkUsage reports every interface of the pod; the default one is the
-// interface CNI set up (eth0), as the kubelet looks for it by that name.
-// Without eth0 (a StopPodSandbox is tearing the network down, or a CNI
-// plugin named it otherwise) it reports nothing: the kubelet reads the
-// default interface of any network usage it is given, and a nil one
-// crashed it (its stats summary dereferences it).
-func networkUsage(now int64, ifs []network.InterfaceCounters) *runtime.NetworkUsage {
-	if !slices.ContainsFunc(ifs, func(i network.InterfaceCounters) bool { return i.Name == network.PodInterface }) {
-		return nil
-	}
-	n := &runtime.NetworkUsage{Timestamp: now}
-	for _, i := range ifs {
-		u := &runtime.NetworkInterfaceUsage{
-			Name:     i.Name,
-			RxBytes:  &runtime.UInt64Value{Value: i.RxBytes},
-			RxErrors: &runtime.UInt64Value{Value: i.RxErrors},
-			TxBytes:  &runtime.UInt64Value{Value: i.TxBytes},
-			TxErrors: &runtime.UInt64Value{Value: i.TxErrors},
-		}
-		n.Interfaces = append(n.Interfaces, u)
-		if i.Name == network.PodInterface {
-			n.DefaultInterface = u
-		}
-	}
-	return n
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // PodSandboxStatus reports a sandbox's state, IPs and namespace modes, and
@@ -24,7 +26,7 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtime.PodSandboxSt
 		return nil, toStatus(err)
 	}
 	containers := s.podContainerStatuses(rec)
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -40,7 +42,7 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtime.PodSandboxSt
 // otherwise gathers from ListContainers by pod UID and ContainerStatus, and
 // sorts so. The exited ones count: the kubelet takes a restart count from
 // the last one of a name. Containers still being created have no status yet.
-func (s *Server) podContainerStatuses(sb sandboxRecord) []*runtime.ContainerStatus {
+func (s *Server) podContainerStatuses(sb lifecycle.SandboxRecord) []*runtime.ContainerStatus {
 	ofPod := map[string]bool{sb.ID: true}
 	if uid := sb.Metadata.UID; uid != "" {
 		for _, other := range s.sandboxes.List() {
@@ -49,18 +51,18 @@ func (s *Server) podContainerStatuses(sb sandboxRecord) []*runtime.ContainerStat
 			}
 		}
 	}
-	var recs []containerRecord
+	var recs []lifecycle.ContainerRecord
 	for _, c := range s.containers.List() {
-		if ofPod[c.SandboxID] && c.State != stateCreating {
+		if ofPod[c.SandboxID] && c.State != lifecycle.StateCreating {
 			recs = append(recs, c)
 		}
 	}
-	slices.SortFunc(recs, func(a, b containerRecord) int {
+	slices.SortFunc(recs, func(a, b lifecycle.ContainerRecord) int {
 		return cmp.Or(cmp.Compare(b.CreatedAt, a.CreatedAt), cmp.Compare(a.ID, b.ID))
 	})
 	out := make([]*runtime.ContainerStatus, 0, len(recs))
 	for _, c := range recs {
-		cfg, err := c.config()
+		cfg, err := c.DecodeConfig()
 		if err != nil {
 			continue
 		}
@@ -69,7 +71,7 @@ func (s *Server) podContainerStatuses(sb sandboxRecord) []*runtime.ContainerStat
 	return out
 }
 
-func sandboxStatus(rec sandboxRecord, cfg *runtime.PodSandboxConfig) *runtime.PodSandboxStatus {
+func sandboxStatus(rec lifecycle.SandboxRecord, cfg *runtime.PodSandboxConfig) *runtime.PodSandboxStatus {
 	st := &runtime.PodSandboxStatus{
 		Id:             rec.ID,
 		Metadata:       cfg.GetMetadata(),
@@ -92,8 +94,8 @@ func sandboxStatus(rec sandboxRecord, cfg *runtime.PodSandboxConfig) *runtime.Po
 	return st
 }
 
-func sandboxState(rec sandboxRecord) runtime.PodSandboxState {
-	if rec.State == stateReady {
+func sandboxState(rec lifecycle.SandboxRecord) runtime.PodSandboxState {
+	if rec.State == lifecycle.StateReady {
 		return runtime.PodSandboxState_SANDBOX_READY
 	}
 	return runtime.PodSandboxState_SANDBOX_NOTREADY

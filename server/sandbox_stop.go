@@ -13,6 +13,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // StopPodSandbox stops every container of the pod and releases its network
@@ -45,25 +46,25 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 	}
 	wasUp := rec.NetworkUp
 	killed := make(chan error, 1)
-	go func(sb sandboxRecord) { killed <- s.killContainers(ctx, sb) }(rec) // a copy: teardownNetwork changes rec
+	go func(sb lifecycle.SandboxRecord) { killed <- s.killContainers(ctx, sb) }(rec) // a copy: teardownNetwork changes rec
 	netErr := s.teardownNetwork(ctx, &rec)
 	if err := <-killed; err != nil {
 		return err
 	}
-	phaseDone(ctx, "containers_after_cni")
+	lifecycle.PhaseDone(ctx, "containers_after_cni")
 	if netErr != nil {
 		return netErr
 	}
 	if err := s.releaseSandboxResources(ctx, &rec); err != nil {
 		return err
 	}
-	wasReady := rec.State != stateNotReady
+	wasReady := rec.State != lifecycle.StateNotReady
 	if !wasReady && !wasUp {
 		return nil
 	}
 	// One write for the network's teardown and the new state.
-	rec.State = stateNotReady
-	if err := step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.sandboxes.Put(id, rec) }); err != nil {
+	rec.State = lifecycle.StateNotReady
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "record"}, func(context.Context) error { return s.sandboxes.Put(id, rec) }); err != nil {
 		return err
 	}
 	if wasReady {
@@ -74,7 +75,7 @@ func (s *Server) stopSandbox(ctx context.Context, id string) error {
 
 // killContainers kills the sandbox's containers together, so that a pod's
 // stop waits for the slowest exit rather than for the sum of them.
-func (s *Server) killContainers(ctx context.Context, sb sandboxRecord) error {
+func (s *Server) killContainers(ctx context.Context, sb lifecycle.SandboxRecord) error {
 	s.killPodPIDNamespace(ctx, sb)
 	return s.eachContainer(ctx, sb.ID, s.killContainer)
 }
@@ -90,13 +91,13 @@ const podPIDKillGrace = 2 * time.Second
 // process each, beside the CNI DEL on a node's few cores). It waits, a
 // little, for those containers' exits to be recorded, so that killContainer
 // finds them exited.
-func (s *Server) killPodPIDNamespace(ctx context.Context, sb sandboxRecord) {
+func (s *Server) killPodPIDNamespace(ctx context.Context, sb lifecycle.SandboxRecord) {
 	if sb.Infra.PID <= 0 {
 		return
 	}
 	var exits []<-chan struct{}
 	for _, c := range s.containersOf(sb.ID) {
-		if (c.State == stateCreated || c.State == stateRunning) && inPodPIDNamespace(c) {
+		if (c.State == lifecycle.StateCreated || c.State == lifecycle.StateRunning) && inPodPIDNamespace(c) {
 			exits = append(exits, s.ctr(c.ID).exited)
 		}
 	}
@@ -115,8 +116,8 @@ func (s *Server) killPodPIDNamespace(ctx context.Context, sb sandboxRecord) {
 // inPodPIDNamespace reports whether the container joined its pod's PID
 // namespace, as container_spec.go decides it: POD, the CRI's zero value,
 // in a pod that has an infra process.
-func inPodPIDNamespace(c containerRecord) bool {
-	cfg, err := c.config()
+func inPodPIDNamespace(c lifecycle.ContainerRecord) bool {
+	cfg, err := c.DecodeConfig()
 	return err == nil && cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetPid() == runtime.NamespaceMode_POD
 }
 
@@ -142,11 +143,11 @@ func (s *Server) eachContainer(ctx context.Context, sandboxID string, fn func(ct
 // and the pod's shm. Every step is idempotent and looks at what exists, not
 // only at what the record says, because a crash may have come between making
 // a thing and recording it.
-func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord) error {
+func (s *Server) releaseSandboxResources(ctx context.Context, rec *lifecycle.SandboxRecord) error {
 	if err := s.teardownNetwork(ctx, rec); err != nil {
 		return err
 	}
-	if err := step(ctx, stepOf{phase: "infra"}, func(ctx context.Context) error {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "infra"}, func(ctx context.Context) error {
 		if err := s.infra.StopPause(ctx, rec.Infra); err != nil {
 			return err
 		}
@@ -157,7 +158,7 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 	}); err != nil {
 		return err
 	}
-	if err := step(ctx, stepOf{phase: "unpin"}, func(context.Context) error { return s.unpinSandbox(rec) }); err != nil {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "unpin"}, func(context.Context) error { return s.unpinSandbox(rec) }); err != nil {
 		return err
 	}
 	rec.ShmMounted = false
@@ -165,7 +166,7 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *sandboxRecord
 }
 
 // unpinSandbox releases the pod's pinned namespaces and unmounts its shm.
-func (s *Server) unpinSandbox(rec *sandboxRecord) error {
+func (s *Server) unpinSandbox(rec *lifecycle.SandboxRecord) error {
 	nsDir := filepath.Join(rec.Dir, "ns")
 	pins := network.Namespaces{
 		Dir: nsDir,
@@ -183,15 +184,15 @@ func (s *Server) unpinSandbox(rec *sandboxRecord) error {
 }
 
 // teardownNetwork runs the CNI DEL of a pod whose network is (or may be) up.
-func (s *Server) teardownNetwork(ctx context.Context, rec *sandboxRecord) error {
+func (s *Server) teardownNetwork(ctx context.Context, rec *lifecycle.SandboxRecord) error {
 	if !rec.NetworkUp {
 		return nil
 	}
-	cfg, err := rec.config()
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return err
 	}
-	if err := step(ctx, stepOf{phase: "cni", crash: "sandbox-release-after-cni-del"}, func(ctx context.Context) error {
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "cni", Crash: "sandbox-release-after-cni-del"}, func(ctx context.Context) error {
 		if err := s.cni.Teardown(ctx, podNetwork(*rec, cfg)); err != nil {
 			return fmt.Errorf("tear down pod network: %w", err)
 		}
@@ -211,12 +212,12 @@ func (s *Server) teardownNetwork(ctx context.Context, rec *sandboxRecord) error 
 // object: the undo of a failed RunPodSandbox, the end of RemovePodSandbox
 // and the start-up repair of a cut-short RunPodSandbox. The caller holds the sandbox's lock
 // and releases its name.
-func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
+func (s *Server) removeSandbox(ctx context.Context, rec *lifecycle.SandboxRecord) error {
 	if err := s.releaseSandboxResources(ctx, rec); err != nil {
 		return err
 	}
-	crashPoint("sandbox-remove-after-release")
-	if err := step(ctx, stepOf{phase: "files"}, func(context.Context) error {
+	lifecycle.CrashPoint("sandbox-remove-after-release")
+	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "files"}, func(context.Context) error {
 		if err := os.RemoveAll(rec.Dir); err != nil {
 			return fmt.Errorf("remove pod dir: %w", err)
 		}
@@ -225,7 +226,7 @@ func (s *Server) removeSandbox(ctx context.Context, rec *sandboxRecord) error {
 		return err
 	}
 	// And the object with it.
-	return step(ctx, stepOf{phase: "record"}, func(context.Context) error { return s.sandboxes.Delete(rec.ID) })
+	return lifecycle.Step(ctx, lifecycle.StepOf{Phase: "record"}, func(context.Context) error { return s.sandboxes.Delete(rec.ID) })
 }
 
 // unmountIfMounted detaches a mount; a path that is not a mount point (or is

@@ -6,6 +6,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // UpdatePodSandboxResources is the kubelet's word, before each change of a
@@ -14,10 +17,10 @@ import (
 // with the sandbox's config, so that they survive a restart and NRI plugins
 // see them, and hands them to the plugins, which may refuse them.
 func (s *Server) UpdatePodSandboxResources(ctx context.Context, req *runtime.UpdatePodSandboxResourcesRequest) (*runtime.UpdatePodSandboxResourcesResponse, error) {
-	if err := validateResources("overhead", req.GetOverhead()); err != nil {
+	if err := validate.Resources("overhead", req.GetOverhead()); err != nil {
 		return nil, toStatus(err)
 	}
-	if err := validateResources("resources", req.GetResources()); err != nil {
+	if err := validate.Resources("resources", req.GetResources()); err != nil {
 		return nil, toStatus(err)
 	}
 	id, err := s.resolveSandbox("pod_sandbox_id", req.GetPodSandboxId())
@@ -30,7 +33,7 @@ func (s *Server) UpdatePodSandboxResources(ctx context.Context, req *runtime.Upd
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	if rec.State != stateReady {
+	if rec.State != lifecycle.StateReady {
 		return nil, toStatus(sandboxNotReady(rec))
 	}
 	if err := s.nriUpdatePodSandbox(ctx, rec, req.GetOverhead(), req.GetResources()); err != nil {
@@ -45,8 +48,8 @@ func (s *Server) UpdatePodSandboxResources(ctx context.Context, req *runtime.Upd
 
 // recordPodResources writes the pod's overhead and resources into its
 // config, where RunPodSandbox's came; a nil one keeps what was there.
-func (s *Server) recordPodResources(rec sandboxRecord, overhead, resources *runtime.LinuxContainerResources) (sandboxRecord, error) {
-	cfg, err := rec.config()
+func (s *Server) recordPodResources(rec lifecycle.SandboxRecord, overhead, resources *runtime.LinuxContainerResources) (lifecycle.SandboxRecord, error) {
+	cfg, err := rec.DecodeConfig()
 	if err != nil {
 		return rec, err
 	}
@@ -63,5 +66,5 @@ func (s *Server) recordPodResources(rec sandboxRecord, overhead, resources *runt
 	if err != nil {
 		return rec, fmt.Errorf("encode config: %w", err)
 	}
-	return s.sandboxes.Update(rec.ID, func(r *sandboxRecord) error { r.Config = raw; return nil })
+	return s.sandboxes.Update(rec.ID, func(r *lifecycle.SandboxRecord) error { r.Config = raw; return nil })
 }

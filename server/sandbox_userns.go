@@ -13,6 +13,8 @@ import (
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // pinUserNamespace gives a pod with userns_options mode POD its user
@@ -25,13 +27,13 @@ import (
 // (containerNamespaces) and see the host's /sys (oci.sysMount).
 // validatePodUserNamespace has refused the host's IPC and PID namespaces
 // for such a pod.
-func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, cfg *runtime.PodSandboxConfig, opts conmon.PauseOptions) error {
+func (s *Server) pinUserNamespace(r *lifecycle.SandboxRecord, u *runtime.UserNamespace, cfg *runtime.PodSandboxConfig, opts conmon.PauseOptions) error {
 	hostNet := hostNetwork(cfg)
 	infra, err := conmon.StartPauseInUserNS(s.monitorPath, r.Dir, conmonIDMaps(u.GetUids()), conmonIDMaps(u.GetGids()), opts, hostNet)
 	if err != nil {
 		return fmt.Errorf("start the pod's user namespace: %w", err)
 	}
-	crashPoint("sandbox-userns-unrecorded") // found again only by its pod dir's record
+	lifecycle.CrashPoint("sandbox-userns-unrecorded") // found again only by its pod dir's record
 	// Recorded before anything else is made: a failure (or a crash) from
 	// here on stops it with the sandbox.
 	r.Infra = infra
@@ -55,14 +57,14 @@ func (s *Server) pinUserNamespace(r *sandboxRecord, u *runtime.UserNamespace, cf
 	if !conmon.Alive(infra.PID, infra.StartTime) {
 		return fmt.Errorf("pin namespaces: the pod's infra process %d ended before its namespaces were pinned", infra.PID)
 	}
-	crashPoint("sandbox-userns-pinned") // the infra may be unrecorded as gone
+	lifecycle.CrashPoint("sandbox-userns-pinned") // the infra may be unrecorded as gone
 	return nil
 }
 
 // dropUnsharedInfra stops the infra process that made a pod's user
 // namespace when its containers do not share its PID namespace: the pins
 // keep the namespaces alive.
-func (s *Server) dropUnsharedInfra(ctx context.Context, r *sandboxRecord, cfg *runtime.PodSandboxConfig) error {
+func (s *Server) dropUnsharedInfra(ctx context.Context, r *lifecycle.SandboxRecord, cfg *runtime.PodSandboxConfig) error {
 	if sharesPIDNamespace(cfg) || r.Infra.PID <= 0 {
 		return nil
 	}
@@ -84,18 +86,18 @@ func conmonIDMaps(maps []*runtime.IDMapping) []conmon.IDMap {
 // rootfsIDMap is how a container's rootfs is mounted in its pod's user
 // namespace, or nil for a pod in the host's: the host IDs the pod's root
 // maps to own the rootfs's upper dir.
-func rootfsIDMap(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig) (*image.IDMap, error) {
-	u := podUserNamespace(sbCfg)
+func rootfsIDMap(sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandboxConfig) (*image.IDMap, error) {
+	u := validate.PodUserNamespace(sbCfg)
 	if u == nil || sb.Namespaces.User == "" {
 		return nil, nil
 	}
 	uid, ok := hostIDOf(0, u.GetUids())
 	if !ok {
-		return nil, invalidf("config.linux.security_context.namespace_options.userns_options.uids", "does not map the pod's root (ID 0)")
+		return nil, validate.Invalidf("config.linux.security_context.namespace_options.userns_options.uids", "does not map the pod's root (ID 0)")
 	}
 	gid, ok := hostIDOf(0, u.GetGids())
 	if !ok {
-		return nil, invalidf("config.linux.security_context.namespace_options.userns_options.gids", "does not map the pod's root (ID 0)")
+		return nil, validate.Invalidf("config.linux.security_context.namespace_options.userns_options.gids", "does not map the pod's root (ID 0)")
 	}
 	return &image.IDMap{UserNS: sb.Namespaces.User, RootUID: int(uid), RootGID: int(gid)}, nil
 }
@@ -112,7 +114,7 @@ func hostIDOf(id uint32, maps []*runtime.IDMapping) (uint32, bool) {
 
 // mountRootfs mounts a container's rootfs, idmapped into its pod's user
 // namespace when the pod has one of its own.
-func (s *Server) mountRootfs(id string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig) (string, error) {
+func (s *Server) mountRootfs(id string, sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandboxConfig) (string, error) {
 	idmap, err := rootfsIDMap(sb, sbCfg)
 	if err != nil {
 		return "", err
@@ -182,8 +184,8 @@ func unsearchableAbove(dir string) string {
 // rootfsStageOf is where the runtime's create of container id finds its
 // rootfs: on the stage for a pod with a user namespace of its own (both
 // empty for any other), as rootfsIDMap decides the idmapped mount.
-func (s *Server) rootfsStageOf(id string, sb sandboxRecord, sbCfg *runtime.PodSandboxConfig) (rootfs, stage string) {
-	if podUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" {
+func (s *Server) rootfsStageOf(id string, sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandboxConfig) (rootfs, stage string) {
+	if validate.PodUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" {
 		return "", ""
 	}
 	return s.mounts.RootfsPath(id), s.rootfsStage
@@ -194,8 +196,8 @@ func (s *Server) rootfsStageOf(id string, sb sandboxRecord, sbCfg *runtime.PodSa
 // own on the host's network (oci.StageHostSys), else "". The pod's
 // record decides, as it decides the container's namespaces
 // (containerNamespaces): no pinned network namespace is the host's.
-func (s *Server) sysStageOf(sb sandboxRecord, sbCfg *runtime.PodSandboxConfig) string {
-	if podUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" || sb.Namespaces.Net != "" {
+func (s *Server) sysStageOf(sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandboxConfig) string {
+	if validate.PodUserNamespace(sbCfg) == nil || sb.Namespaces.User == "" || sb.Namespaces.Net != "" {
 		return ""
 	}
 	return s.sysStage
@@ -212,7 +214,7 @@ var errHandlerUnavailable = errors.New("runtime handler unavailable")
 func (s *Server) checkHandlerAvailable(handler string) error {
 	rt, err := s.runtimes.Get(handler)
 	if err != nil {
-		return invalidf("runtime_handler", "%v", err)
+		return validate.Invalidf("runtime_handler", "%v", err)
 	}
 	if err := rt.Available(); err != nil {
 		return fmt.Errorf("%w: %q: %v (runtime.handlers.%s.path)", errHandlerUnavailable, handler, err, handler)

@@ -4,6 +4,9 @@ import (
 	"sync"
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // Two pods whose user namespaces share host IDs are one user to the node:
@@ -26,7 +29,7 @@ type hostIDClaims struct {
 // claimHostIDs refuses cfg's user namespace when its host IDs overlap
 // another pod's, else holds them for pod id until release is called.
 func (s *Server) claimHostIDs(id string, cfg *runtime.PodSandboxConfig) (release func(), err error) {
-	u := podUserNamespace(cfg)
+	u := validate.PodUserNamespace(cfg)
 	if u == nil {
 		return func() {}, nil
 	}
@@ -56,14 +59,14 @@ func (s *Server) checkHostIDsFree(u *runtime.UserNamespace) error {
 		}
 	}
 	for _, sb := range s.sandboxes.List() {
-		if _, claimed := s.idClaims.pods[sb.ID]; claimed || sb.State == stateNotReady {
+		if _, claimed := s.idClaims.pods[sb.ID]; claimed || sb.State == lifecycle.StateNotReady {
 			continue
 		}
-		cfg, err := sb.config()
+		cfg, err := sb.DecodeConfig()
 		if err != nil {
 			return err
 		}
-		ou := podUserNamespace(cfg)
+		ou := validate.PodUserNamespace(cfg)
 		if ou == nil {
 			continue
 		}
@@ -84,8 +87,8 @@ func disjointHostIDs(u, other *runtime.UserNamespace, id, state string) error {
 	}{{"uids", u.GetUids(), other.GetUids()}, {"gids", u.GetGids(), other.GetGids()}} {
 		for _, m := range set.maps {
 			for _, o := range set.other {
-				if overlaps(m.GetHostId(), o.GetHostId(), m.GetLength(), o.GetLength()) {
-					return invalidf(field+"."+set.name, "host IDs %d-%d overlap host IDs %d-%d of pod sandbox %s (%s): two pods must not share host IDs, or each would own the other's files and processes",
+				if validate.Overlaps(m.GetHostId(), o.GetHostId(), m.GetLength(), o.GetLength()) {
+					return validate.Invalidf(field+"."+set.name, "host IDs %d-%d overlap host IDs %d-%d of pod sandbox %s (%s): two pods must not share host IDs, or each would own the other's files and processes",
 						m.GetHostId(), uint64(m.GetHostId())+uint64(m.GetLength())-1, o.GetHostId(), uint64(o.GetHostId())+uint64(o.GetLength())-1, id, state)
 				}
 			}

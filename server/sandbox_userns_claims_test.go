@@ -8,6 +8,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/internal/testreq"
 )
 
 func usernsPodConfig(uids, gids []*runtime.IDMapping) *runtime.PodSandboxConfig {
@@ -22,36 +25,36 @@ func usernsPodConfig(uids, gids []*runtime.IDMapping) *runtime.PodSandboxConfig 
 func TestClaimHostIDsRefusesOverlaps(t *testing.T) {
 	const field = "config.linux.security_context.namespace_options.userns_options"
 	s := newTestServer(t)
-	put := func(id string, state sandboxRecordState, cfg *runtime.PodSandboxConfig) {
+	put := func(id string, state lifecycle.SandboxRecordState, cfg *runtime.PodSandboxConfig) {
 		raw, err := proto.Marshal(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.sandboxes.Put(id, sandboxRecord{ID: id, State: state, Config: raw}); err != nil {
+		if err := s.sandboxes.Put(id, lifecycle.SandboxRecord{ID: id, State: state, Config: raw}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	kubelet := idMaps([3]uint32{0, 65536, 65536})
-	put("ready", stateReady, usernsPodConfig(kubelet, kubelet))
-	put("stopped", stateNotReady, usernsPodConfig(idMaps([3]uint32{0, 1000, 65536}), idMaps([3]uint32{0, 1000, 65536})))
-	put("creating", stateCreating, usernsPodConfig(idMaps([3]uint32{0, 300000, 65536}), idMaps([3]uint32{0, 300000, 65536})))
-	put("host", stateReady, podConfig("host"))
-	release, err := s.claimHostIDs("claimed", usernsPodConfig(idMaps([3]uint32{0, 500000, 65536}), idMaps([3]uint32{0, 500000, 65536})))
+	kubelet := testreq.IDMaps([3]uint32{0, 65536, 65536})
+	put("ready", lifecycle.StateReady, usernsPodConfig(kubelet, kubelet))
+	put("stopped", lifecycle.StateNotReady, usernsPodConfig(testreq.IDMaps([3]uint32{0, 1000, 65536}), testreq.IDMaps([3]uint32{0, 1000, 65536})))
+	put("creating", lifecycle.StateCreating, usernsPodConfig(testreq.IDMaps([3]uint32{0, 300000, 65536}), testreq.IDMaps([3]uint32{0, 300000, 65536})))
+	put("host", lifecycle.StateReady, podConfig("host"))
+	release, err := s.claimHostIDs("claimed", usernsPodConfig(testreq.IDMaps([3]uint32{0, 500000, 65536}), testreq.IDMaps([3]uint32{0, 500000, 65536})))
 	if err != nil {
 		t.Fatal(err)
 	}
-	free := idMaps([3]uint32{0, 700000, 65536})
+	free := testreq.IDMaps([3]uint32{0, 700000, 65536})
 	cases := []struct {
 		name       string
 		uids, gids []*runtime.IDMapping
 		field, pod string
 	}{
-		{"the ready pod's uids, one ID in", idMaps([3]uint32{0, 131071, 65536}), free, field + ".uids", "ready"},
-		{"the ready pod's gids", free, idMaps([3]uint32{0, 1, 65536}), field + ".gids", "ready"},
-		{"a creating pod's", idMaps([3]uint32{0, 300000 + 65535, 1}), free, field + ".uids", "creating"},
-		{"a claimed pod's", free, idMaps([3]uint32{0, 500000, 1}), field + ".gids", "claimed"},
-		{"a stopped pod's", idMaps([3]uint32{0, 1000, 1000}), idMaps([3]uint32{0, 1000, 1000}), "", ""},
-		{"right after the ready pod's", idMaps([3]uint32{0, 131072, 65536}), idMaps([3]uint32{0, 131072, 65536}), "", ""},
+		{"the ready pod's uids, one ID in", testreq.IDMaps([3]uint32{0, 131071, 65536}), free, field + ".uids", "ready"},
+		{"the ready pod's gids", free, testreq.IDMaps([3]uint32{0, 1, 65536}), field + ".gids", "ready"},
+		{"a creating pod's", testreq.IDMaps([3]uint32{0, 300000 + 65535, 1}), free, field + ".uids", "creating"},
+		{"a claimed pod's", free, testreq.IDMaps([3]uint32{0, 500000, 1}), field + ".gids", "claimed"},
+		{"a stopped pod's", testreq.IDMaps([3]uint32{0, 1000, 1000}), testreq.IDMaps([3]uint32{0, 1000, 1000}), "", ""},
+		{"right after the ready pod's", testreq.IDMaps([3]uint32{0, 131072, 65536}), testreq.IDMaps([3]uint32{0, 131072, 65536}), "", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -73,7 +76,7 @@ func TestClaimHostIDsRefusesOverlaps(t *testing.T) {
 		})
 	}
 	release()
-	if rel, err := s.claimHostIDs("again", usernsPodConfig(idMaps([3]uint32{0, 500000, 1}), free)); err != nil {
+	if rel, err := s.claimHostIDs("again", usernsPodConfig(testreq.IDMaps([3]uint32{0, 500000, 1}), free)); err != nil {
 		t.Fatalf("a released claim still refuses: %v", err)
 	} else {
 		rel()

@@ -29,6 +29,7 @@ import (
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/nri"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/store"
 	"github.com/minicri/minicri/streaming"
 )
@@ -102,8 +103,8 @@ type Server struct {
 	// sandboxes and containers hold each sandbox's and container's object
 	// (objects.go), its record and all else kept of it in memory; see
 	// locks.go for the lock discipline.
-	sandboxes      *store.Table[sandboxRecord, *sandbox]
-	containers     *store.Table[containerRecord, *container]
+	sandboxes      *store.Table[lifecycle.SandboxRecord, *sandbox]
+	containers     *store.Table[lifecycle.ContainerRecord, *container]
 	sandboxNames   *store.Names
 	containerNames *store.Names
 	cni            podNetworking
@@ -184,7 +185,7 @@ func New(opts Options) (*Server, error) {
 	}
 	// The start's phases, in minicri_operation_phase_duration_seconds as
 	// operation Start: make bench shows where a restart goes.
-	ctx, phases := s.withPhases(context.Background(), "Start")
+	ctx, phases := lifecycle.WithPhases(context.Background(), s.metrics, "Start")
 	s.useMonitor(conmonMonitor{})
 	if cfg.CgroupDriver == config.SystemdDriver {
 		s.scopes = &oci.SystemdScopes{}
@@ -224,7 +225,7 @@ func New(opts Options) (*Server, error) {
 		s.log.WithField("dir", dir).Warnf("pods in a user namespace cannot start: their runtime reaches their rootfs on %s, below a directory others may not search (docs/security.md)", s.rootfsStage)
 	}
 	s.loadAppArmorProfile(opts.Log)
-	phases.done("open")
+	phases.Done("open")
 	if err := s.openTables(); err != nil {
 		return nil, err
 	}
@@ -232,23 +233,23 @@ func New(opts Options) (*Server, error) {
 	if err := s.newNRI(); err != nil {
 		return nil, err
 	}
-	phases.done("records")
+	phases.Done("records")
 	s.recover(ctx)
 	settleRuntimes()
-	phases.done("runtimes")
+	phases.Done("runtimes")
 	if err := s.restoreRuntimeConfig(); err != nil {
 		s.log.WithError(err).Warn("restore the pod CIDR of UpdateRuntimeConfig; the kubelet sends it again")
 	}
 	if err := s.startStreaming(opts.Log); err != nil {
 		return nil, err
 	}
-	phases.done("streaming")
+	phases.Done("streaming")
 	if err := s.startNRI(); err != nil {
 		s.Close() // the plugins launched before the socket failed, too
 		return nil, err
 	}
-	phases.done("nri")
-	phases.observe()
+	phases.Done("nri")
+	phases.Observe()
 	s.runAfterStart(images)
 	return s, nil
 }
@@ -392,10 +393,10 @@ const (
 // object kept of it.
 func (s *Server) openTables() error {
 	var err error
-	if s.sandboxes, err = openTable[sandboxRecord](s, sandboxesDir, newSandbox); err != nil {
+	if s.sandboxes, err = openTable[lifecycle.SandboxRecord](s, sandboxesDir, newSandbox); err != nil {
 		return err
 	}
-	s.containers, err = openTable[containerRecord](s, containersDir, newContainer)
+	s.containers, err = openTable[lifecycle.ContainerRecord](s, containersDir, newContainer)
 	return err
 }
 

@@ -13,6 +13,8 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/internal/testreq"
 	"github.com/minicri/minicri/store"
 )
 
@@ -22,11 +24,11 @@ import (
 func newRecordsServer(t *testing.T) *Server {
 	t.Helper()
 	dir := t.TempDir()
-	sandboxes, _, err := store.Open[sandboxRecord](filepath.Join(dir, "sandboxes"), newSandbox)
+	sandboxes, _, err := store.Open[lifecycle.SandboxRecord](filepath.Join(dir, "sandboxes"), newSandbox)
 	if err != nil {
 		t.Fatal(err)
 	}
-	containers, _, err := store.Open[containerRecord](filepath.Join(dir, "containers"), newContainer)
+	containers, _, err := store.Open[lifecycle.ContainerRecord](filepath.Join(dir, "containers"), newContainer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestCallsOnAnUnknownIDAreNotFound(t *testing.T) {
 				return err
 			},
 			"CreateContainer": func() error {
-				_, err := s.CreateContainer(ctx, &runtime.CreateContainerRequest{PodSandboxId: id, Config: goodContainerConfig(), SandboxConfig: goodSandboxConfig()})
+				_, err := s.CreateContainer(ctx, &runtime.CreateContainerRequest{PodSandboxId: id, Config: testreq.Container(), SandboxConfig: testreq.Sandbox()})
 				return err
 			},
 			"ContainerStatus": func() error {
@@ -171,10 +173,10 @@ func TestAnEmptyIDIsInvalidArgument(t *testing.T) {
 func TestListFilterOfAnUnknownIDMatchesNothing(t *testing.T) {
 	s := newRecordsServer(t)
 	id := strings.Repeat("ab", 32)
-	if err := s.sandboxes.Put(id, sandboxRecord{ID: id, State: stateReady}); err != nil {
+	if err := s.sandboxes.Put(id, lifecycle.SandboxRecord{ID: id, State: lifecycle.StateReady}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.containers.Put(id, containerRecord{ID: id, SandboxID: id, State: stateCreated}); err != nil {
+	if err := s.containers.Put(id, lifecycle.ContainerRecord{ID: id, SandboxID: id, State: lifecycle.StateCreated}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

@@ -11,6 +11,9 @@ import (
 
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/network"
+	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/internal/testreq"
+	"github.com/minicri/minicri/server/validate"
 )
 
 // The fuzz targets feed arbitrary protobuf bytes, as anyone on the socket
@@ -21,7 +24,7 @@ import (
 // The seed corpora are under testdata/fuzz; `go test` runs them every time.
 
 func FuzzValidateContainerConfig(f *testing.F) {
-	for _, c := range []*runtime.ContainerConfig{goodContainerConfig(), {}, {Metadata: &runtime.ContainerMetadata{}}} {
+	for _, c := range []*runtime.ContainerConfig{testreq.Container(), {}, {Metadata: &runtime.ContainerMetadata{}}} {
 		b, _ := proto.Marshal(c)
 		f.Add(b)
 	}
@@ -30,7 +33,7 @@ func FuzzValidateContainerConfig(f *testing.F) {
 		if proto.Unmarshal(data, &c) != nil {
 			return
 		}
-		if validateContainerConfig(&c, false) != nil {
+		if validate.ContainerConfig(&c, false) != nil {
 			return
 		}
 		checkAcceptedContainerConfig(t, &c)
@@ -59,7 +62,7 @@ func checkAcceptedContainerConfig(t *testing.T, c *runtime.ContainerConfig) {
 }
 
 func FuzzValidateSandboxConfig(f *testing.F) {
-	for _, c := range []*runtime.PodSandboxConfig{goodSandboxConfig(), {}, {Metadata: &runtime.PodSandboxMetadata{}}} {
+	for _, c := range []*runtime.PodSandboxConfig{testreq.Sandbox(), {}, {Metadata: &runtime.PodSandboxMetadata{}}} {
 		b, _ := proto.Marshal(c)
 		f.Add(b)
 	}
@@ -68,7 +71,7 @@ func FuzzValidateSandboxConfig(f *testing.F) {
 		if proto.Unmarshal(data, &c) != nil {
 			return
 		}
-		if validateSandboxConfig(&c, false) != nil {
+		if validate.SandboxConfig(&c, false) != nil {
 			return
 		}
 		checkAcceptedSandboxConfig(t, &c)
@@ -79,7 +82,7 @@ func checkAcceptedSandboxConfig(t *testing.T, c *runtime.PodSandboxConfig) {
 	if d := c.GetLogDirectory(); d != "" && (!filepath.IsAbs(d) || hasDotDot(d)) {
 		t.Fatalf("accepted log_directory %q", d)
 	}
-	_ = podNetwork(sandboxRecord{ID: strings.Repeat("a", 64)}, c)
+	_ = podNetwork(lifecycle.SandboxRecord{ID: strings.Repeat("a", 64)}, c)
 	dns := c.GetDnsConfig()
 	path := filepath.Join(t.TempDir(), "resolv.conf")
 	if err := network.WriteResolvConf(path, dns.GetServers(), dns.GetSearches(), dns.GetOptions()); err != nil {

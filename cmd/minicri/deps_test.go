@@ -68,8 +68,8 @@ func TestBuildTagsLeaveOutFiles(t *testing.T) {
 	for _, tc := range []struct {
 		tags, pkg, want, notWant string
 	}{
-		{buildTags, "github.com/minicri/minicri/server", "crashpoint_off.go", "crashpoint.go"},
-		{"crashpoints," + buildTags, "github.com/minicri/minicri/server", "crashpoint.go", "crashpoint_off.go"},
+		{buildTags, "github.com/minicri/minicri/server/internal/lifecycle", "crashpoint_off.go", "crashpoint.go"},
+		{"crashpoints," + buildTags, "github.com/minicri/minicri/server/internal/lifecycle", "crashpoint.go", "crashpoint_off.go"},
 		{buildTags, "github.com/containerd/nri/pkg/adaptation", "wasm-disabled.go", "wasm-enabled.go"},
 		{"grpcnotrace", "github.com/containerd/nri/pkg/adaptation", "wasm-enabled.go", "wasm-disabled.go"},
 	} {

@@ -18,7 +18,7 @@ import (
 )
 
 // Each crash test starts a daemon that kills itself with SIGKILL at one
-// named step of an RPC (a test-only hook, see server/crashpoint.go), starts
+// named step of an RPC (a test-only hook, see server/internal/lifecycle/crashpoint.go), starts
 // it again on the same state, and checks the repair: half-made objects are
 // rolled back or finished, never listed as healthy when they are not, and
 // nothing is leaked.

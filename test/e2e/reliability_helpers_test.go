@@ -31,8 +31,8 @@ import (
 	"github.com/minicri/minicri/internal/procstat"
 )
 
-// crashEnv is server.CrashEnv: the daemon SIGKILLs itself at the crash
-// point it names.
+// crashEnv is CrashEnv of server/internal/lifecycle: the daemon SIGKILLs
+// itself at the crash point it names.
 const crashEnv = "MINICRI_TEST_CRASH_AT"
 
 // startDaemonCrashingAt starts a daemon that kills itself with SIGKILL when

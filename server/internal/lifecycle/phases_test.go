@@ -1,4 +1,4 @@
-package server
+package lifecycle
 
 import (
 	"context"
@@ -14,17 +14,17 @@ import (
 )
 
 // The phases of one call add up per name, in the metric that make bench
-// reads; a server without metrics times nothing and does not fail.
+// reads; a daemon without metrics times nothing and does not fail.
 func TestPhasesAddUpPerName(t *testing.T) {
-	s := &Server{metrics: metrics.New()}
-	ctx, p := s.withPhases(context.Background(), "RunPodSandbox")
-	phaseDone(ctx, "record")
-	phaseDone(ctx, "cni")
-	phaseDone(ctx, "record")
-	p.observe()
+	m := metrics.New()
+	ctx, p := WithPhases(context.Background(), m, "RunPodSandbox")
+	PhaseDone(ctx, "record")
+	PhaseDone(ctx, "cni")
+	PhaseDone(ctx, "record")
+	p.Observe()
 
 	rec := httptest.NewRecorder()
-	s.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for _, phase := range []string{"record", "cni", "other"} {
 		want := `minicri_operation_phase_duration_seconds_count{operation="RunPodSandbox",phase="` + phase + `"} 1`
@@ -33,11 +33,10 @@ func TestPhasesAddUpPerName(t *testing.T) {
 		}
 	}
 
-	off := &Server{}
-	ctx, p = off.withPhases(context.Background(), "StopPodSandbox")
-	phaseDone(ctx, "cni")
-	p.observe()
-	phaseDone(context.Background(), "cni") // no timer in the context
+	ctx, p = WithPhases(context.Background(), nil, "StopPodSandbox")
+	PhaseDone(ctx, "cni")
+	p.Observe()
+	PhaseDone(context.Background(), "cni") // no timer in the context
 }
 
 // A pod's containers are removed side by side (eachContainer), each marking
@@ -45,22 +44,22 @@ func TestPhasesAddUpPerName(t *testing.T) {
 // died of a concurrent map write in RemovePodSandbox of a two-container
 // pod), and every phase is still observed once.
 func TestPhasesMarkedFromSeveralGoroutines(t *testing.T) {
-	s := &Server{metrics: metrics.New()}
-	ctx, p := s.withPhases(context.Background(), "RemovePodSandbox")
+	m := metrics.New()
+	ctx, p := WithPhases(context.Background(), m, "RemovePodSandbox")
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 100; j++ {
-				phaseDone(ctx, fmt.Sprintf("container_%d", j%5))
+				PhaseDone(ctx, fmt.Sprintf("container_%d", j%5))
 			}
 		}()
 	}
 	wg.Wait()
-	p.observe()
+	p.Observe()
 	rec := httptest.NewRecorder()
-	s.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for j := 0; j < 5; j++ {
 		want := fmt.Sprintf(`minicri_operation_phase_duration_seconds_count{operation="RemovePodSandbox",phase="container_%d"} 1`, j)
@@ -73,23 +72,23 @@ func TestPhasesMarkedFromSeveralGoroutines(t *testing.T) {
 // A step's time counts to its phase whether it failed or not, its error is
 // the caller's, and without a span it runs in the call's own context.
 func TestStepCountsToItsPhase(t *testing.T) {
-	s := &Server{metrics: metrics.New()}
-	ctx, p := s.withPhases(context.Background(), "CreateContainer")
+	m := metrics.New()
+	ctx, p := WithPhases(context.Background(), m, "CreateContainer")
 	boom := errors.New("boom")
 	var sawCtx context.Context
-	if err := step(ctx, stepOf{phase: "bundle"}, func(ctx context.Context) error { sawCtx = ctx; return nil }); err != nil {
+	if err := Step(ctx, StepOf{Phase: "bundle"}, func(ctx context.Context) error { sawCtx = ctx; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if sawCtx != ctx {
 		t.Error("a step without a span ran in another context than the call's")
 	}
-	if err := step(ctx, stepOf{phase: "record", crash: "never-named"}, func(context.Context) error { return boom }); err != boom {
+	if err := Step(ctx, StepOf{Phase: "record", Crash: "never-named"}, func(context.Context) error { return boom }); err != boom {
 		t.Fatalf("step = %v, want fn's error as is", err)
 	}
-	p.observe()
+	p.Observe()
 
 	rec := httptest.NewRecorder()
-	s.metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for _, phase := range []string{"bundle", "record"} {
 		want := `minicri_operation_phase_duration_seconds_count{operation="CreateContainer",phase="` + phase + `"} 1`

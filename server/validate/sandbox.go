@@ -1,4 +1,4 @@
-package server
+package validate
 
 import (
 	"net"
@@ -9,28 +9,28 @@ import (
 
 // The field rules of a pod's config (RunPodSandbox).
 
-// validateSandboxConfig checks every field of a RunPodSandbox config that
+// SandboxConfig checks every field of a RunPodSandbox config that
 // minicri reads, naming the first bad one; selinux says whether the host
 // runs SELinux.
-func validateSandboxConfig(c *runtime.PodSandboxConfig, selinux bool) error {
+func SandboxConfig(c *runtime.PodSandboxConfig, selinux bool) error {
 	if c == nil {
-		return invalidf("config", "is required")
+		return Invalidf("config", "is required")
 	}
 	m := c.GetMetadata()
 	if m == nil {
-		return invalidf("config.metadata", "is required")
+		return Invalidf("config.metadata", "is required")
 	}
-	if err := validateEach(validateName, []named[string]{
+	if err := validateEach(validateName, []Named[string]{
 		{"config.metadata.name", m.GetName()},
 		{"config.metadata.namespace", m.GetNamespace()},
 		{"config.metadata.uid", m.GetUid()},
 	}); err != nil {
 		return err
 	}
-	if h := c.GetHostname(); len(h) > maxHostnameLen {
-		return invalidf("config.hostname", "is %d bytes, longer than %d", len(h), maxHostnameLen)
-	} else if strings.ContainsAny(h, " /\t\n\x00") || validatePrintable("config.hostname", h) != nil {
-		return invalidf("config.hostname", "%q is not a host name", h)
+	if h := c.GetHostname(); len(h) > MaxHostnameLen {
+		return Invalidf("config.hostname", "is %d bytes, longer than %d", len(h), MaxHostnameLen)
+	} else if strings.ContainsAny(h, " /\t\n\x00") || Printable("config.hostname", h) != nil {
+		return Invalidf("config.hostname", "%q is not a host name", h)
 	}
 	if d := c.GetLogDirectory(); d != "" {
 		if err := validateHostPath("config.log_directory", d); err != nil {
@@ -38,19 +38,19 @@ func validateSandboxConfig(c *runtime.PodSandboxConfig, selinux bool) error {
 		}
 	}
 	if dns := c.GetDnsConfig(); dns != nil {
-		for _, l := range []named[[]string]{{"config.dns_config.servers", dns.GetServers()}, {"config.dns_config.searches", dns.GetSearches()}, {"config.dns_config.options", dns.GetOptions()}} {
-			if err := validateStrings(l.name, l.v); err != nil {
+		for _, l := range []Named[[]string]{{"config.dns_config.servers", dns.GetServers()}, {"config.dns_config.searches", dns.GetSearches()}, {"config.dns_config.options", dns.GetOptions()}} {
+			if err := validateStrings(l.Name, l.V); err != nil {
 				return err
 			}
-			for _, v := range l.v {
-				if strings.ContainsAny(v, " \t") && l.name != "config.dns_config.options" {
-					return invalidf(l.name, "%q must not contain spaces", v)
+			for _, v := range l.V {
+				if strings.ContainsAny(v, " \t") && l.Name != "config.dns_config.options" {
+					return Invalidf(l.Name, "%q must not contain spaces", v)
 				}
 			}
 		}
 		for _, server := range dns.GetServers() {
 			if net.ParseIP(server) == nil {
-				return invalidf("config.dns_config.servers", "%q is not an IP address", server)
+				return Invalidf("config.dns_config.servers", "%q is not an IP address", server)
 			}
 		}
 	}
@@ -67,19 +67,19 @@ func validateSandboxConfig(c *runtime.PodSandboxConfig, selinux bool) error {
 
 func validatePortMapping(p *runtime.PortMapping) error {
 	if p == nil {
-		return invalidf("config.port_mappings", "has a null entry")
+		return Invalidf("config.port_mappings", "has a null entry")
 	}
 	if _, ok := runtime.Protocol_name[int32(p.GetProtocol())]; !ok {
-		return invalidf("config.port_mappings.protocol", "unknown protocol %d", p.GetProtocol())
+		return Invalidf("config.port_mappings.protocol", "unknown protocol %d", p.GetProtocol())
 	}
 	if p.GetContainerPort() <= 0 || p.GetContainerPort() > 65535 {
-		return invalidf("config.port_mappings.container_port", "%d is not a port", p.GetContainerPort())
+		return Invalidf("config.port_mappings.container_port", "%d is not a port", p.GetContainerPort())
 	}
 	if p.GetHostPort() < 0 || p.GetHostPort() > 65535 {
-		return invalidf("config.port_mappings.host_port", "%d is not a port", p.GetHostPort())
+		return Invalidf("config.port_mappings.host_port", "%d is not a port", p.GetHostPort())
 	}
 	if ip := p.GetHostIp(); ip != "" && net.ParseIP(ip) == nil {
-		return invalidf("config.port_mappings.host_ip", "%q is not an IP address", ip)
+		return Invalidf("config.port_mappings.host_ip", "%q is not an IP address", ip)
 	}
 	return nil
 }
@@ -97,9 +97,9 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig, selinux bool) 
 		// A sysctl becomes a path under /proc/sys: no separators of its
 		// own, no empty (or dot) components.
 		if k == "" || strings.ContainsAny(k, " /\x00\n=") || strings.Contains(k, "..") || strings.HasPrefix(k, ".") || strings.HasSuffix(k, ".") {
-			return invalidf("config.linux.sysctls", "%q is not a sysctl name", k)
+			return Invalidf("config.linux.sysctls", "%q is not a sysctl name", k)
 		}
-		if err := validatePrintable("config.linux.sysctls["+k+"]", v); err != nil {
+		if err := Printable("config.linux.sysctls["+k+"]", v); err != nil {
 			return err
 		}
 	}
@@ -108,7 +108,7 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig, selinux bool) 
 		return err
 	}
 	if sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_TARGET {
-		return invalidf("config.linux.security_context.namespace_options.pid", "TARGET is for a container, not a pod")
+		return Invalidf("config.linux.security_context.namespace_options.pid", "TARGET is for a container, not a pod")
 	}
 	if err := validateUnsupportedSecurity("config.linux.security_context", sc.GetSupplementalGroupsPolicy(), sc.GetSelinuxOptions(), selinux); err != nil {
 		return err
@@ -119,10 +119,10 @@ func validateLinuxSandboxConfig(l *runtime.LinuxPodSandboxConfig, selinux bool) 
 	if err := validateSandboxUser(sc); err != nil {
 		return err
 	}
-	if err := validateResources("config.linux.resources", l.GetResources()); err != nil {
+	if err := Resources("config.linux.resources", l.GetResources()); err != nil {
 		return err
 	}
-	return validateResources("config.linux.overhead", l.GetOverhead())
+	return Resources("config.linux.overhead", l.GetOverhead())
 }
 
 // validateSandboxUser checks the pod-level user, which has no user name:

@@ -1,4 +1,4 @@
-package server
+package lifecycle
 
 import (
 	"os"
@@ -15,7 +15,7 @@ const crashEnvName = "MINICRI_TEST_CRASH_AT"
 // it, it must die.
 func TestCrashPointsOnlyWithTheTag(t *testing.T) {
 	if os.Getenv(crashEnvName) != "" {
-		crashPoint("sandbox-after-record")
+		CrashPoint("sandbox-after-record")
 		os.Stdout.WriteString("survived the crash point\n")
 		return
 	}
@@ -23,7 +23,7 @@ func TestCrashPointsOnlyWithTheTag(t *testing.T) {
 	cmd.Env = append(os.Environ(), crashEnvName+"=sandbox-after-record")
 	out, err := cmd.CombinedOutput()
 	survived := err == nil && strings.Contains(string(out), "survived the crash point")
-	if survived != !crashPointsBuiltIn {
-		t.Fatalf("crash points built in: %v; the process survived a named point: %v (err %v)\n%s", crashPointsBuiltIn, survived, err, out)
+	if survived != !CrashPointsBuiltIn {
+		t.Fatalf("crash points built in: %v; the process survived a named point: %v (err %v)\n%s", CrashPointsBuiltIn, survived, err, out)
 	}
 }

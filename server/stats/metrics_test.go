@@ -1,7 +1,6 @@
-package server
+package stats
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
@@ -12,16 +11,14 @@ import (
 
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // The kubelet turns each metric into a Prometheus one with the label keys
 // of its descriptor: a metric without a descriptor, or with another number
 // of label values, is dropped there.
 func TestPodMetricsMatchTheirDescriptors(t *testing.T) {
-	descs, err := (&Server{}).ListMetricDescriptors(context.Background(), &runtime.ListMetricDescriptorsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	descs := &runtime.ListMetricDescriptorsResponse{Descriptors: Descriptors()}
 	keys := map[string]int{}
 	for _, d := range descs.GetDescriptors() {
 		if _, dup := keys[d.GetName()]; dup {
@@ -37,14 +34,14 @@ func TestPodMetricsMatchTheirDescriptors(t *testing.T) {
 		IO:          []oci.DeviceIO{{Device: "/dev/sda", ReadBytes: 7}},
 		CPUPressure: psi, MemoryPressure: psi, IOPressure: psi,
 	}
-	rec := sandboxRecord{ID: "pod1", Metadata: podMetadata{Name: "web", Namespace: "ns"}}
-	sample := podSample{
-		at:         42,
-		cgroup:     cg,
-		net:        []network.InterfaceCounters{{Name: "eth0", RxBytes: 1000}},
-		containers: []containerSample{{rec: containerRecord{ID: "c1", Image: "busybox", Metadata: containerMetadata{Name: "app"}}, stats: &runtime.ContainerStats{}, cgroup: cg}},
+	rec := lifecycle.SandboxRecord{ID: "pod1", Metadata: lifecycle.PodMetadata{Name: "web", Namespace: "ns"}}
+	sample := PodSample{
+		At:         42,
+		Cgroup:     cg,
+		Net:        []network.InterfaceCounters{{Name: "eth0", RxBytes: 1000}},
+		Containers: []ContainerSample{{Rec: lifecycle.ContainerRecord{ID: "c1", Image: "busybox", Metadata: lifecycle.ContainerMetadata{Name: "app"}}, Stats: &runtime.ContainerStats{}, Cgroup: cg}},
 	}
-	pm := podMetrics(rec, sample)
+	pm := PodMetrics(rec, sample)
 	if len(pm.GetContainerMetrics()) != 1 || pm.GetContainerMetrics()[0].GetContainerId() != "c1" {
 		t.Fatalf("container metrics = %v, want those of c1", pm.GetContainerMetrics())
 	}
@@ -99,18 +96,18 @@ func TestPodMetricsCarryCAdvisorsFullSet(t *testing.T) {
 		Processes: 5, ProcessesLimit: 64,
 	}
 	started := int64(1_700_000_000) * int64(time.Second)
-	rec := sandboxRecord{ID: "pod1", CreatedAt: started - int64(time.Second), Metadata: podMetadata{Name: "web", Namespace: "ns"}}
-	ctr := containerSample{
-		rec:    containerRecord{ID: "c1", Image: "busybox", StartedAt: started, Metadata: containerMetadata{Name: "app"}},
-		stats:  &runtime.ContainerStats{WritableLayer: &runtime.FilesystemUsage{UsedBytes: &runtime.UInt64Value{Value: 11}}},
-		cgroup: cg,
-		procs:  &oci.ProcessStats{Processes: 2, FileDescriptors: 9, Sockets: 3},
-		facts:  containerFacts{cpuPeriod: 100_000, cpuShares: 512},
-		fs:     &fsFigures{device: "/dev/vda1", limit: 1 << 30, inodes: 1000, inodesFree: 600},
+	rec := lifecycle.SandboxRecord{ID: "pod1", CreatedAt: started - int64(time.Second), Metadata: lifecycle.PodMetadata{Name: "web", Namespace: "ns"}}
+	ctr := ContainerSample{
+		Rec:    lifecycle.ContainerRecord{ID: "c1", Image: "busybox", StartedAt: started, Metadata: lifecycle.ContainerMetadata{Name: "app"}},
+		Stats:  &runtime.ContainerStats{WritableLayer: &runtime.FilesystemUsage{UsedBytes: &runtime.UInt64Value{Value: 11}}},
+		Cgroup: cg,
+		Procs:  &oci.ProcessStats{Processes: 2, FileDescriptors: 9, Sockets: 3},
+		Facts:  containerFacts{cpuPeriod: 100_000, cpuShares: 512},
+		FS:     &fsFigures{device: "/dev/vda1", limit: 1 << 30, inodes: 1000, inodesFree: 600},
 	}
 	at := started + 5*int64(time.Second)
-	pm := podMetrics(rec, podSample{at: at, cgroup: cg, containers: []containerSample{ctr}})
-	descs, _ := (&Server{}).ListMetricDescriptors(context.Background(), &runtime.ListMetricDescriptorsRequest{})
+	pm := PodMetrics(rec, PodSample{At: at, Cgroup: cg, Containers: []ContainerSample{ctr}})
+	descs := &runtime.ListMetricDescriptorsResponse{Descriptors: Descriptors()}
 	keys := map[string][]string{}
 	for _, d := range descs.GetDescriptors() {
 		keys[d.GetName()] = d.GetLabelKeys()
@@ -182,7 +179,7 @@ func TestContainerFactsFollowTheConfig(t *testing.T) {
 		}
 		return raw
 	}
-	rec := containerRecord{ID: "c1", Config: encode(nil)}
+	rec := lifecycle.ContainerRecord{ID: "c1", Config: encode(nil)}
 	f, err := c.get(rec, "")
 	if err != nil || f.cpuPeriod != defaultCPUPeriod || f.cpuShares != defaultCPUShares {
 		t.Fatalf("facts of a config without resources = %+v, %v; want the kernel's defaults", f, err)

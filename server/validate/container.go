@@ -1,4 +1,4 @@
-package server
+package validate
 
 import (
 	"bytes"
@@ -12,117 +12,119 @@ import (
 // The field rules of a container's config (CreateContainer) and of its
 // resources (UpdateContainerResources too).
 
-// validateContainerInPod refuses a container that asks for the host's
+// ContainerInPod refuses a container that asks for the host's
 // network or IPC namespace in a pod that has its own: a container shares
 // its pod's, and handing it the pod's instead would drop what it asked for.
-// The kubelet always sends the pod's modes.
-func validateContainerInPod(sbCfg *runtime.PodSandboxConfig, c *runtime.ContainerConfig) error {
+// The kubelet always sends the pod's modes. kernelUserNamespaces says why
+// this kernel cannot run a pod in a user namespace, or nil: the one answer
+// of the host a container's rules need, asked only of a pod that has one.
+func ContainerInPod(sbCfg *runtime.PodSandboxConfig, c *runtime.ContainerConfig, kernelUserNamespaces func() error) error {
 	pod := sbCfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	ctr := c.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	const field = "config.linux.security_context.namespace_options"
 	if ctr.GetNetwork() == runtime.NamespaceMode_NODE && pod.GetNetwork() != runtime.NamespaceMode_NODE {
-		return invalidf(field+".network", "NODE in a pod with a network of its own: a container shares its pod's network")
+		return Invalidf(field+".network", "NODE in a pod with a network of its own: a container shares its pod's network")
 	}
 	if ctr.GetIpc() == runtime.NamespaceMode_NODE && pod.GetIpc() != runtime.NamespaceMode_NODE {
-		return invalidf(field+".ipc", "NODE in a pod with an IPC namespace of its own: a container shares its pod's")
+		return Invalidf(field+".ipc", "NODE in a pod with an IPC namespace of its own: a container shares its pod's")
 	}
-	return validateContainerUserNamespace(sbCfg, c)
+	return validateContainerUserNamespace(sbCfg, c, kernelUserNamespaces)
 }
 
-// validateResources refuses negative limits; zero means "not set" in the CRI.
-func validateResources(field string, r *runtime.LinuxContainerResources) error {
+// Resources refuses negative limits; zero means "not set" in the CRI.
+func Resources(field string, r *runtime.LinuxContainerResources) error {
 	if r == nil {
 		return nil
 	}
-	for _, v := range []named[int64]{
+	for _, v := range []Named[int64]{
 		{"cpu_period", r.GetCpuPeriod()}, {"cpu_shares", r.GetCpuShares()},
 		{"memory_limit_in_bytes", r.GetMemoryLimitInBytes()},
 	} {
-		if v.v < 0 {
-			return invalidf(field+"."+v.name, "must not be negative (%d)", v.v)
+		if v.V < 0 {
+			return Invalidf(field+"."+v.Name, "must not be negative (%d)", v.V)
 		}
 	}
 	if q := r.GetCpuQuota(); q < -1 {
-		return invalidf(field+".cpu_quota", "must be -1 (unlimited) or more (%d)", q)
+		return Invalidf(field+".cpu_quota", "must be -1 (unlimited) or more (%d)", q)
 	} else if q > 0 && q < 1000 {
-		return invalidf(field+".cpu_quota", "%d is below the kernel's minimum of 1000 microseconds", q)
+		return Invalidf(field+".cpu_quota", "%d is below the kernel's minimum of 1000 microseconds", q)
 	}
 	// The kernel's bounds: 1 ms to 1 s. runc would fail with less to go on.
 	if p := r.GetCpuPeriod(); p != 0 && (p < 1000 || p > 1000000) {
-		return invalidf(field+".cpu_period", "%d is outside 1000..1000000 microseconds", p)
+		return Invalidf(field+".cpu_period", "%d is outside 1000..1000000 microseconds", p)
 	}
 	if s := r.GetMemorySwapLimitInBytes(); s < -1 {
-		return invalidf(field+".memory_swap_limit_in_bytes", "must be -1 (unlimited) or more (%d)", s)
+		return Invalidf(field+".memory_swap_limit_in_bytes", "must be -1 (unlimited) or more (%d)", s)
 	}
 	if a := r.GetOomScoreAdj(); a < -1000 || a > 1000 {
-		return invalidf(field+".oom_score_adj", "%d is outside -1000..1000", a)
+		return Invalidf(field+".oom_score_adj", "%d is outside -1000..1000", a)
 	}
-	for _, s := range []named[string]{{"cpuset_cpus", r.GetCpusetCpus()}, {"cpuset_mems", r.GetCpusetMems()}} {
-		if strings.Trim(s.v, "0123456789,-") != "" {
-			return invalidf(field+"."+s.name, "%q is not a CPU or node list like 0-3,5", s.v)
+	for _, s := range []Named[string]{{"cpuset_cpus", r.GetCpusetCpus()}, {"cpuset_mems", r.GetCpusetMems()}} {
+		if strings.Trim(s.V, "0123456789,-") != "" {
+			return Invalidf(field+"."+s.Name, "%q is not a CPU or node list like 0-3,5", s.V)
 		}
 	}
 	for _, h := range r.GetHugepageLimits() {
 		if h.GetPageSize() == "" || strings.ContainsAny(h.GetPageSize(), "/.") {
-			return invalidf(field+".hugepage_limits.page_size", "%q is not a page size like 2MB", h.GetPageSize())
+			return Invalidf(field+".hugepage_limits.page_size", "%q is not a page size like 2MB", h.GetPageSize())
 		}
 	}
 	for k := range r.GetUnified() {
 		// Each key is a file name in the container's cgroup directory.
 		if strings.ContainsAny(k, "/\x00") || k == "." || k == ".." {
-			return invalidf(field+".unified", "%q is not a cgroup file name", k)
+			return Invalidf(field+".unified", "%q is not a cgroup file name", k)
 		}
 	}
-	return validateMap(field+".unified", r.GetUnified())
+	return Map(field+".unified", r.GetUnified())
 }
 
-// validateContainerConfig checks every field of a CreateContainer config that
+// ContainerConfig checks every field of a CreateContainer config that
 // minicri reads; selinux says whether the host runs SELinux.
-func validateContainerConfig(c *runtime.ContainerConfig, selinux bool) error {
+func ContainerConfig(c *runtime.ContainerConfig, selinux bool) error {
 	if c == nil {
-		return invalidf("config", "is required")
+		return Invalidf("config", "is required")
 	}
 	if c.GetMetadata() == nil {
-		return invalidf("config.metadata", "is required")
+		return Invalidf("config.metadata", "is required")
 	}
 	if err := validateName("config.metadata.name", c.GetMetadata().GetName()); err != nil {
 		return err
 	}
 	if c.GetImage().GetImage() == "" {
-		return invalidf("config.image.image", "must name an image")
+		return Invalidf("config.image.image", "must name an image")
 	}
-	if err := validateImageRef("config.image.image", c.GetImage().GetImage()); err != nil {
+	if err := ImageRef("config.image.image", c.GetImage().GetImage()); err != nil {
 		return err
 	}
 	if lp := c.GetLogPath(); lp != "" {
 		if filepath.IsAbs(lp) {
-			return invalidf("config.log_path", "%q must be relative to the sandbox's log_directory", lp)
+			return Invalidf("config.log_path", "%q must be relative to the sandbox's log_directory", lp)
 		}
 		if err := validateCleanPath("config.log_path", lp); err != nil {
 			return err
 		}
 	}
-	if err := validateEach(validateArgs, []named[[]string]{{"config.command", c.GetCommand()}, {"config.args", c.GetArgs()}}); err != nil {
+	if err := validateEach(validateArgs, []Named[[]string]{{"config.command", c.GetCommand()}, {"config.args", c.GetArgs()}}); err != nil {
 		return err
 	}
 	if wd := c.GetWorkingDir(); wd != "" && !filepath.IsAbs(wd) {
-		return invalidf("config.working_dir", "%q must be an absolute path", wd)
-	} else if err := validatePrintable("config.working_dir", wd); err != nil {
+		return Invalidf("config.working_dir", "%q must be an absolute path", wd)
+	} else if err := Printable("config.working_dir", wd); err != nil {
 		return err
 	}
 	for _, e := range c.GetEnvs() {
 		if e.GetKey() == "" || strings.ContainsAny(e.GetKey(), "=\x00") {
-			return invalidf("config.envs", "%q is not a variable name", e.GetKey())
+			return Invalidf("config.envs", "%q is not a variable name", e.GetKey())
 		}
 		if len(e.GetKey())+len(e.GetValue()) >= maxArgLen {
-			return invalidf("config.envs["+e.GetKey()+"]", "is %d bytes, longer than %d", len(e.GetValue()), maxArgLen)
+			return Invalidf("config.envs["+e.GetKey()+"]", "is %d bytes, longer than %d", len(e.GetValue()), maxArgLen)
 		}
 		if bytes.IndexByte(e.GetValue(), 0) >= 0 {
-			return invalidf("config.envs["+e.GetKey()+"]", "must not contain NUL")
+			return Invalidf("config.envs["+e.GetKey()+"]", "must not contain NUL")
 		}
 	}
 	if len(c.GetMounts()) > maxListLen || len(c.GetDevices()) > maxListLen {
-		return invalidf("config.mounts", "%d mounts and %d devices: more than %d", len(c.GetMounts()), len(c.GetDevices()), maxListLen)
+		return Invalidf("config.mounts", "%d mounts and %d devices: more than %d", len(c.GetMounts()), len(c.GetDevices()), maxListLen)
 	}
 	for _, m := range c.GetMounts() {
 		if err := validateMount(m); err != nil {
@@ -137,7 +139,7 @@ func validateContainerConfig(c *runtime.ContainerConfig, selinux bool) error {
 			return err
 		}
 		if strings.Trim(d.GetPermissions(), "rwm") != "" {
-			return invalidf("config.devices.permissions", "%q must be made of r, w and m", d.GetPermissions())
+			return Invalidf("config.devices.permissions", "%q must be made of r, w and m", d.GetPermissions())
 		}
 	}
 	for _, m := range c.GetMounts() {
@@ -146,18 +148,18 @@ func validateContainerConfig(c *runtime.ContainerConfig, selinux bool) error {
 		}
 	}
 	if len(c.GetCDIDevices()) > maxListLen {
-		return invalidf("config.CDI_devices", "has %d entries, more than %d", len(c.GetCDIDevices()), maxListLen)
+		return Invalidf("config.CDI_devices", "has %d entries, more than %d", len(c.GetCDIDevices()), maxListLen)
 	}
-	for _, r := range cdiRequests(c) {
-		if !cdiparser.IsQualifiedName(r.device) {
-			return invalidf(r.field, "%q is not a CDI device name (vendor.com/class=name)", r.device)
+	for _, r := range CDIRequests(c) {
+		if !cdiparser.IsQualifiedName(r.Device) {
+			return Invalidf(r.Field, "%q is not a CDI device name (vendor.com/class=name)", r.Device)
 		}
 	}
 	if err := validateLabelsAndAnnotations(c.GetLabels(), c.GetAnnotations()); err != nil {
 		return err
 	}
 	if _, ok := runtime.Signal_name[int32(c.GetStopSignal())]; !ok {
-		return invalidf("config.stop_signal", "unknown signal %d", c.GetStopSignal())
+		return Invalidf("config.stop_signal", "unknown signal %d", c.GetStopSignal())
 	}
 	return validateLinuxContainerConfig(c.GetLinux(), selinux)
 }
@@ -166,7 +168,7 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig, selinux bool)
 	if l == nil {
 		return nil
 	}
-	if err := validateResources("config.linux.resources", l.GetResources()); err != nil {
+	if err := Resources("config.linux.resources", l.GetResources()); err != nil {
 		return err
 	}
 	sc := l.GetSecurityContext()
@@ -180,9 +182,9 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig, selinux bool)
 		return err
 	}
 	if len(sc.GetCapabilities().GetAddAmbientCapabilities()) > 0 {
-		return invalidf("config.linux.security_context.capabilities.add_ambient_capabilities", "ambient capabilities are not supported by minicri")
+		return Invalidf("config.linux.security_context.capabilities.add_ambient_capabilities", "ambient capabilities are not supported by minicri")
 	}
-	if err := validateEach(validateSecurityProfile, []named[*runtime.SecurityProfile]{
+	if err := validateEach(validateSecurityProfile, []Named[*runtime.SecurityProfile]{
 		{"config.linux.security_context.seccomp", sc.GetSeccomp()},
 		{"config.linux.security_context.apparmor", sc.GetApparmor()},
 	}); err != nil {
@@ -191,19 +193,19 @@ func validateLinuxContainerConfig(l *runtime.LinuxContainerConfig, selinux bool)
 	if err := validateSeccompPaths(sc); err != nil {
 		return err
 	}
-	if err := validatePrintable("config.linux.security_context.apparmor_profile", sc.GetApparmorProfile()); err != nil {
+	if err := Printable("config.linux.security_context.apparmor_profile", sc.GetApparmorProfile()); err != nil {
 		return err
 	}
-	if err := validatePrintable("config.linux.security_context.run_as_username", sc.GetRunAsUsername()); err != nil {
+	if err := Printable("config.linux.security_context.run_as_username", sc.GetRunAsUsername()); err != nil {
 		return err
 	}
-	if err := validateEach(validateContainerPaths, []named[[]string]{
+	if err := validateEach(validateContainerPaths, []Named[[]string]{
 		{"config.linux.security_context.masked_paths", sc.GetMaskedPaths()},
 		{"config.linux.security_context.readonly_paths", sc.GetReadonlyPaths()},
 	}); err != nil {
 		return err
 	}
-	if err := validateEach(validateStrings, []named[[]string]{
+	if err := validateEach(validateStrings, []Named[[]string]{
 		{"config.linux.security_context.capabilities.add_capabilities", sc.GetCapabilities().GetAddCapabilities()},
 		{"config.linux.security_context.capabilities.drop_capabilities", sc.GetCapabilities().GetDropCapabilities()},
 	}); err != nil {
@@ -226,5 +228,5 @@ func validateSeccompPaths(sc *runtime.LinuxContainerSecurityContext) error {
 	if ref, ok := strings.CutPrefix(old, "localhost/"); ok {
 		return validateHostPath("config.linux.security_context.seccomp_profile_path", ref)
 	}
-	return validatePrintable("config.linux.security_context.seccomp_profile_path", old)
+	return Printable("config.linux.security_context.seccomp_profile_path", old)
 }

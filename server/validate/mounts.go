@@ -1,4 +1,4 @@
-package server
+package validate
 
 import (
 	"path/filepath"
@@ -27,17 +27,17 @@ func validateMountSupported(m *runtime.Mount, selinux bool) error {
 	}
 	switch {
 	case m.GetRecursiveReadOnly() && !m.GetReadonly():
-		return invalidf("config.mounts.recursive_read_only", "mount %s is recursively read-only but not read-only (readonly: false)", m.GetContainerPath())
+		return Invalidf("config.mounts.recursive_read_only", "mount %s is recursively read-only but not read-only (readonly: false)", m.GetContainerPath())
 	case m.GetRecursiveReadOnly() && m.GetPropagation() != runtime.MountPropagation_PROPAGATION_PRIVATE:
 		// A slave or shared mount would receive writable mounts from the
 		// host after it was made read-only.
-		return invalidf("config.mounts.recursive_read_only", "mount %s is recursively read-only but its propagation is %v, not private", m.GetContainerPath(), m.GetPropagation())
+		return Invalidf("config.mounts.recursive_read_only", "mount %s is recursively read-only but its propagation is %v, not private", m.GetContainerPath(), m.GetPropagation())
 	case len(m.GetMountOptions()) > 0:
 		if err := validateMountOptions(m); err != nil {
 			return err
 		}
 	case m.GetSelinuxRelabel() && selinux:
-		return invalidf("config.mounts.selinux_relabel", "SELinux relabeling is not supported by minicri, and this host runs SELinux")
+		return Invalidf("config.mounts.selinux_relabel", "SELinux relabeling is not supported by minicri, and this host runs SELinux")
 	}
 	return nil
 }
@@ -51,7 +51,7 @@ func validateMountSupported(m *runtime.Mount, selinux bool) error {
 func validateMountOptions(m *runtime.Mount) error {
 	for _, o := range m.GetMountOptions() {
 		if !slices.Contains(oci.BindOptions, o) {
-			return invalidf("config.mounts.mount_options", "mount %s: option %q is not allowed (only %s)", m.GetContainerPath(), o, strings.Join(oci.BindOptions, ", "))
+			return Invalidf("config.mounts.mount_options", "mount %s: option %q is not allowed (only %s)", m.GetContainerPath(), o, strings.Join(oci.BindOptions, ", "))
 		}
 	}
 	return nil
@@ -59,7 +59,7 @@ func validateMountOptions(m *runtime.Mount) error {
 
 func validateMount(m *runtime.Mount) error {
 	if m == nil {
-		return invalidf("config.mounts", "has a null entry")
+		return Invalidf("config.mounts", "has a null entry")
 	}
 	if err := validateHostPath("config.mounts.container_path", m.GetContainerPath()); err != nil {
 		return err
@@ -68,7 +68,7 @@ func validateMount(m *runtime.Mount) error {
 		return validateImageMount(m)
 	}
 	if m.GetImageSubPath() != "" {
-		return invalidf("config.mounts.image_sub_path", "%q needs an image volume (config.mounts.image)", m.GetImageSubPath())
+		return Invalidf("config.mounts.image_sub_path", "%q needs an image volume (config.mounts.image)", m.GetImageSubPath())
 	}
 	if err := validateHostPath("config.mounts.host_path", m.GetHostPath()); err != nil {
 		return err
@@ -79,7 +79,7 @@ func validateMount(m *runtime.Mount) error {
 // validatePropagation refuses a mount propagation the CRI does not define.
 func validatePropagation(p runtime.MountPropagation) error {
 	if _, ok := runtime.MountPropagation_name[int32(p)]; !ok {
-		return invalidf("config.mounts.propagation", "unknown propagation %d", p)
+		return Invalidf("config.mounts.propagation", "unknown propagation %d", p)
 	}
 	return nil
 }
@@ -88,19 +88,19 @@ func validatePropagation(p runtime.MountPropagation) error {
 // read-only, all of it or the directory image_sub_path names in it. It has
 // no host path: the image is the source.
 func validateImageMount(m *runtime.Mount) error {
-	if err := validateImageRef("config.mounts.image.image", m.GetImage().GetImage()); err != nil {
+	if err := ImageRef("config.mounts.image.image", m.GetImage().GetImage()); err != nil {
 		return err
 	}
 	if m.GetHostPath() != "" {
-		return invalidf("config.mounts.host_path", "%q: an image volume has no host path", m.GetHostPath())
+		return Invalidf("config.mounts.host_path", "%q: an image volume has no host path", m.GetHostPath())
 	}
 	if !m.GetReadonly() {
 		// An image is shared by every container that mounts it.
-		return invalidf("config.mounts.readonly", "image volume %s must be read-only", m.GetContainerPath())
+		return Invalidf("config.mounts.readonly", "image volume %s must be read-only", m.GetContainerPath())
 	}
 	if p := m.GetImageSubPath(); p != "" {
 		if filepath.IsAbs(p) {
-			return invalidf("config.mounts.image_sub_path", "%q must be relative to the image's root", p)
+			return Invalidf("config.mounts.image_sub_path", "%q must be relative to the image's root", p)
 		}
 		if err := validateCleanPath("config.mounts.image_sub_path", p); err != nil {
 			return err

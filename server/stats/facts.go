@@ -1,4 +1,4 @@
-package server
+package stats
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
 // The kernel's defaults, which a container whose config sets none has: the
@@ -41,12 +42,12 @@ var containerFactsCache = &factCache{facts: map[string]*containerFacts{}}
 
 // get returns rec's facts, read again only when its config changed, with
 // the device of the filesystem at mountpoint ("" for none) once known.
-func (c *factCache) get(rec containerRecord, mountpoint string) (containerFacts, error) {
+func (c *factCache) get(rec lifecycle.ContainerRecord, mountpoint string) (containerFacts, error) {
 	c.mu.Lock()
 	f := c.facts[rec.ID]
 	c.mu.Unlock()
 	if f == nil || !bytes.Equal(f.config, rec.Config) {
-		cfg, err := rec.config()
+		cfg, err := rec.DecodeConfig()
 		if err != nil {
 			return containerFacts{}, err
 		}

@@ -1,4 +1,4 @@
-package server
+package lifecycle
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"github.com/minicri/minicri/metrics"
 )
 
-// phaseTimer splits one call's time into its phases for the metric
+// PhaseTimer splits one call's time into its phases for the metric
 // minicri_operation_phase_duration_seconds, which `make bench` reads to show
 // where a pod's start or stop goes (CNI, runtime, monitor, records). A phase
 // named twice (the record written after each step) adds up. A nil timer,
@@ -18,7 +18,7 @@ import (
 // side by side), so marks come from several goroutines: each takes the time
 // since the last mark of any of them, and the phases still add up to the
 // call's wall time.
-type phaseTimer struct {
+type PhaseTimer struct {
 	mu    sync.Mutex
 	m     *metrics.Metrics
 	op    string
@@ -27,27 +27,28 @@ type phaseTimer struct {
 	order []string
 }
 
-// withPhases starts timing the phases of op; the steps below the handler
-// mark theirs through the context, so that helpers shared by several calls
-// (releaseSandboxResources) need no extra parameter.
-func (s *Server) withPhases(ctx context.Context, op string) (context.Context, *phaseTimer) {
-	if s.metrics == nil {
+// WithPhases starts timing the phases of op into m (nil: not collected);
+// the steps below the handler mark theirs through the context, so that
+// helpers shared by several calls (releaseSandboxResources) need no extra
+// parameter.
+func WithPhases(ctx context.Context, m *metrics.Metrics, op string) (context.Context, *PhaseTimer) {
+	if m == nil {
 		return ctx, nil
 	}
-	p := &phaseTimer{m: s.metrics, op: op, last: time.Now(), spent: map[string]time.Duration{}}
+	p := &PhaseTimer{m: m, op: op, last: time.Now(), spent: map[string]time.Duration{}}
 	return context.WithValue(ctx, phaseKey{}, p), p
 }
 
 type phaseKey struct{}
 
-// phaseDone ends the current phase of the call's timer, if it has one.
-func phaseDone(ctx context.Context, phase string) {
-	p, _ := ctx.Value(phaseKey{}).(*phaseTimer)
-	p.done(phase)
+// PhaseDone ends the current phase of the call's timer, if it has one.
+func PhaseDone(ctx context.Context, phase string) {
+	p, _ := ctx.Value(phaseKey{}).(*PhaseTimer)
+	p.Done(phase)
 }
 
-// done ends the current phase, naming it: the time since the last mark.
-func (p *phaseTimer) done(phase string) {
+// Done ends the current phase, naming it: the time since the last mark.
+func (p *PhaseTimer) Done(phase string) {
 	if p == nil {
 		return
 	}
@@ -61,13 +62,13 @@ func (p *phaseTimer) done(phase string) {
 	p.last = now
 }
 
-// observe records the phases; the rest of the call since the last mark
+// Observe records the phases; the rest of the call since the last mark
 // counts as "other".
-func (p *phaseTimer) observe() {
+func (p *PhaseTimer) Observe() {
 	if p == nil {
 		return
 	}
-	p.done("other")
+	p.Done("other")
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, name := range p.order {

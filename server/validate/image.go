@@ -1,4 +1,4 @@
-package server
+package validate
 
 import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -9,25 +9,25 @@ import (
 // The field rules of an image reference, as the image calls and a
 // container's config send it.
 
-// requestedImage is the image reference an image call names (its
+// RequestedImage is the image reference an image call names (its
 // image.image), checked.
-func requestedImage(spec *runtime.ImageSpec) (string, error) {
+func RequestedImage(spec *runtime.ImageSpec) (string, error) {
 	ref := spec.GetImage()
-	return ref, validateImageRef("image.image", ref)
+	return ref, ImageRef("image.image", ref)
 }
 
-// validateImageRef checks an image reference (or an image ID, which the
+// ImageRef checks an image reference (or an image ID, which the
 // kubelet also sends) before it reaches a registry client or a file name,
 // with the grammar PullImage parses it by.
-func validateImageRef(field, ref string) error {
+func ImageRef(field, ref string) error {
 	if ref == "" {
-		return invalidf(field, "must name an image")
+		return Invalidf(field, "must name an image")
 	}
 	if len(ref) > maxValueLen {
-		return invalidf(field, "is %d bytes, longer than %d", len(ref), maxValueLen)
+		return Invalidf(field, "is %d bytes, longer than %d", len(ref), maxValueLen)
 	}
 	if err := image.ValidateReference(ref); err != nil {
-		return invalidf(field, "%v", err)
+		return Invalidf(field, "%v", err)
 	}
 	return nil
 }

@@ -1,4 +1,8 @@
-package server
+// Package lifecycle holds what the CRI handlers of server/ share of an
+// object's life: the records of sandboxes and containers as they are on
+// disk, and the ordered steps of a lifecycle call (Step), with their metric
+// phases and their crash points. It knows no gRPC.
+package lifecycle
 
 import (
 	"context"
@@ -14,15 +18,15 @@ import (
 	"github.com/minicri/minicri/store"
 )
 
-// stateCreating is the first state of both kinds of record. A record is
+// StateCreating is the first state of both kinds of record. A record is
 // written in it before any of the sandbox's or container's resources is
 // made (its object, in memory only, comes just before), so that a daemon
 // killed half-way knows at start what to roll back. Untyped, so that it is
-// both a sandboxRecordState and a containerRecordState.
-const stateCreating = "creating"
+// both a SandboxRecordState and a ContainerRecordState.
+const StateCreating = "creating"
 
-// madeRecord reports whether a record's object is made: whether its create
-// call has got past stateCreating. The list calls leave the others out, as
+// Made reports whether a record's object is made: whether its create
+// call has got past StateCreating. The list calls leave the others out, as
 // containerd and cri-o do (they store a sandbox or container only once it
 // is made): the kubelet's relist would otherwise see a sandbox being
 // created as one that died (NOTREADY, with no earlier state), and a
@@ -30,43 +34,43 @@ const stateCreating = "creating"
 // it has not yet answered. NRI's RunPodSandbox and CreateContainer hooks
 // run in this state too, so plugins see no object the kubelet may
 // already act on.
-func madeRecord[S ~string](state S) bool { return state != stateCreating }
+func Made[S ~string](state S) bool { return state != StateCreating }
 
-// sandboxRecordState is the state of a sandbox record. The values are those
+// SandboxRecordState is the state of a sandbox record. The values are those
 // written to disk by every earlier version: do not change them.
-type sandboxRecordState string
+type SandboxRecordState string
 
-// The states of a sandbox record, besides stateCreating.
+// The states of a sandbox record, besides StateCreating.
 const (
-	stateReady    sandboxRecordState = "ready"
-	stateNotReady sandboxRecordState = "notready"
+	StateReady    SandboxRecordState = "ready"
+	StateNotReady SandboxRecordState = "notready"
 )
 
-func (s sandboxRecordState) String() string { return string(s) }
+func (s SandboxRecordState) String() string { return string(s) }
 
-// containerRecordState is the state of a container record, as written to
-// disk (see sandboxRecordState).
-type containerRecordState string
+// ContainerRecordState is the state of a container record, as written to
+// disk (see SandboxRecordState).
+type ContainerRecordState string
 
-// The states of a container record, besides stateCreating.
+// The states of a container record, besides StateCreating.
 const (
-	stateCreated containerRecordState = "created"
-	stateRunning containerRecordState = "running"
-	stateExited  containerRecordState = "exited"
+	StateCreated ContainerRecordState = "created"
+	StateRunning ContainerRecordState = "running"
+	StateExited  ContainerRecordState = "exited"
 )
 
-func (s containerRecordState) String() string { return string(s) }
+func (s ContainerRecordState) String() string { return string(s) }
 
-// sandboxRecord is what minicri keeps about a pod sandbox, on disk and in memory.
-type sandboxRecord struct {
+// SandboxRecord is what minicri keeps about a pod sandbox, on disk and in memory.
+type SandboxRecord struct {
 	ID          string
 	Name        string // the reserved name: metadata made unique
-	Metadata    podMetadata
+	Metadata    PodMetadata
 	Labels      map[string]string
 	Annotations map[string]string
 	Handler     string
 	CreatedAt   int64 // unix nanoseconds
-	State       sandboxRecordState
+	State       SandboxRecordState
 
 	Dir        string             // RUN_DIR/pods/ID: pod files and pins
 	Namespaces network.Namespaces // pinned namespaces; empty paths for host ones
@@ -78,17 +82,17 @@ type sandboxRecord struct {
 	Config []byte // the PodSandboxConfig, protobuf-encoded
 }
 
-type podMetadata struct {
+type PodMetadata struct {
 	Name, Namespace, UID string
 	Attempt              uint32
 }
 
-// containerRecord is what minicri keeps about a container.
-type containerRecord struct {
+// ContainerRecord is what minicri keeps about a container.
+type ContainerRecord struct {
 	ID          string
 	Name        string // the reserved name
 	SandboxID   string
-	Metadata    containerMetadata
+	Metadata    ContainerMetadata
 	Labels      map[string]string
 	Annotations map[string]string
 	Image       string // as the kubelet asked for it
@@ -97,7 +101,7 @@ type containerRecord struct {
 	CreatedAt   int64
 	StartedAt   int64
 	FinishedAt  int64
-	State       containerRecordState
+	State       ContainerRecordState
 	ExitCode    int32
 	Reason      string
 	Message     string
@@ -106,33 +110,33 @@ type containerRecord struct {
 	Handler     string
 	CgroupsPath string
 	StopSignal  string // the image's or the config's stop signal, e.g. SIGTERM
-	Monitor     monitorRef
+	Monitor     MonitorRef
 	// ImageVolumes are the container's image volumes, named before they
 	// are made so that a failed create or a removal finds them.
-	ImageVolumes []imageVolume `json:",omitempty"`
+	ImageVolumes []ImageVolume `json:",omitempty"`
 	// User is the identity of the container's process: as configured at
 	// create, as /proc showed it once the process ran.
-	User *containerUser `json:",omitempty"`
+	User *ContainerUser `json:",omitempty"`
 
 	Config []byte // the ContainerConfig, protobuf-encoded
 }
 
-type containerMetadata struct {
+type ContainerMetadata struct {
 	Name    string
 	Attempt uint32
 }
 
-// monitorRef names a container's monitor process. The start time tells a
+// MonitorRef names a container's monitor process. The start time tells a
 // restarted daemon whether the pid still belongs to that monitor. A shared
 // monitor takes further containers on the join socket in JoinDir.
-type monitorRef struct {
+type MonitorRef struct {
 	PID       int
 	StartTime uint64
 	JoinDir   string `json:",omitempty"`
 }
 
-// newID returns a random 64-hex-digit ID, the form the kubelet and crictl expect.
-func newID() string {
+// NewID returns a random 64-hex-digit ID, the form the kubelet and crictl expect.
+func NewID() string {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		panic(fmt.Sprintf("read random: %v", err)) // the kernel's RNG does not fail
@@ -140,18 +144,19 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-// sandboxName is the name the CRI reserves for a sandbox: one per
+// SandboxName is the name the CRI reserves for a sandbox: one per
 // (name, namespace, uid, attempt). Quoting keeps it unambiguous.
-func sandboxName(m *runtime.PodSandboxMetadata) string {
+func SandboxName(m *runtime.PodSandboxMetadata) string {
 	return fmt.Sprintf("%q/%q/%q/%d", m.GetName(), m.GetNamespace(), m.GetUid(), m.GetAttempt())
 }
 
-// containerName reserves one container per (name, attempt) in a sandbox.
-func containerName(sandboxID string, m *runtime.ContainerMetadata) string {
+// ContainerName reserves one container per (name, attempt) in a sandbox.
+func ContainerName(sandboxID string, m *runtime.ContainerMetadata) string {
 	return fmt.Sprintf("%s/%q/%d", sandboxID, m.GetName(), m.GetAttempt())
 }
 
-func (r *sandboxRecord) config() (*runtime.PodSandboxConfig, error) {
+// DecodeConfig is the PodSandboxConfig the record keeps.
+func (r *SandboxRecord) DecodeConfig() (*runtime.PodSandboxConfig, error) {
 	var c runtime.PodSandboxConfig
 	if err := proto.Unmarshal(r.Config, &c); err != nil {
 		return nil, fmt.Errorf("decode config of sandbox %s: %w", r.ID, err)
@@ -159,7 +164,8 @@ func (r *sandboxRecord) config() (*runtime.PodSandboxConfig, error) {
 	return &c, nil
 }
 
-func (r *containerRecord) config() (*runtime.ContainerConfig, error) {
+// DecodeConfig is the ContainerConfig the record keeps.
+func (r *ContainerRecord) DecodeConfig() (*runtime.ContainerConfig, error) {
 	var c runtime.ContainerConfig
 	if err := proto.Unmarshal(r.Config, &c); err != nil {
 		return nil, fmt.Errorf("decode config of container %s: %w", r.ID, err)
@@ -167,24 +173,29 @@ func (r *containerRecord) config() (*runtime.ContainerConfig, error) {
 	return &c, nil
 }
 
-// stageFirstRecord writes a new object's first record before anything of it
+// StageFirstRecord writes a new object's first record before anything of it
 // is made, so that a crash from here on is rolled back at start from it. The
 // write is staged, not durable (see store.Stage): each caller says why that
 // is enough for what it makes.
-func stageFirstRecord[T any, O store.Object[T]](ctx context.Context, table *store.Table[T, O], id string, rec T, crashAt string) error {
-	return step(ctx, stepOf{phase: "record", crash: crashAt}, func(context.Context) error { return table.Stage(id, rec) })
+func StageFirstRecord[T any, O store.Object[T]](ctx context.Context, table *store.Table[T, O], id string, rec T, crashAt string) error {
+	return Step(ctx, StepOf{Phase: "record", Crash: crashAt}, func(context.Context) error { return table.Stage(id, rec) })
 }
 
-// undoOnFailure is deferred by a handler right after it recorded a new
-// object: when the handler fails (*retErr set), undo removes what was made
-// so far, with a context that outlives the caller's cancellation. What undo
-// cannot remove is logged and left to start-up repair, which finds it from
-// the record.
-func (s *Server) undoOnFailure(ctx context.Context, retErr *error, kind, id string, undo func(context.Context) error) {
-	if *retErr == nil {
-		return
-	}
-	if err := undo(context.WithoutCancel(ctx)); err != nil {
-		s.log.WithField(kind, id).WithError(err).Warn("cleanup of a failed " + kind + " left something; start-up repair will retry")
-	}
+// ImageVolume is one image volume (a mount with Mount.image, KEP-4639) of a
+// container: a read-only view of an image, kept in the image store as a
+// rootfs of its own so that the image cannot be removed while it is mounted.
+type ImageVolume struct {
+	ID       string // the image store's rootfs ID: imageVolumeID
+	Mount    int    // the index of its mount in the container config
+	ImageID  string // the image's config digest: PullImage's image_ref, the mount's in ContainerStatus
+	ImageRef string // the image's repo digest, or its ID: ContainerStatus' mount image
+}
+
+// ContainerUser is the identity of a container's process, as
+// ContainerStatus.user reports it (KEP-3619): the kubelet shows it in the
+// pod's status so that a user can see which groups the process really has.
+type ContainerUser struct {
+	UID    int64
+	GID    int64
+	Groups []int64
 }

@@ -1,4 +1,4 @@
-package server
+package validate_test
 
 import (
 	"errors"
@@ -8,36 +8,9 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/minicri/minicri/store"
+	"github.com/minicri/minicri/server/internal/testreq"
+	"github.com/minicri/minicri/server/validate"
 )
-
-func goodSandboxConfig() *runtime.PodSandboxConfig {
-	return &runtime.PodSandboxConfig{
-		Metadata:     &runtime.PodSandboxMetadata{Name: "web", Namespace: "default", Uid: "8e1c0f", Attempt: 1},
-		Hostname:     "web",
-		LogDirectory: "/var/log/pods/default_web_8e1c0f",
-		DnsConfig:    &runtime.DNSConfig{Servers: []string{"10.96.0.10"}, Searches: []string{"default.svc.cluster.local"}, Options: []string{"ndots:5"}},
-		PortMappings: []*runtime.PortMapping{{ContainerPort: 80, HostPort: 8080}},
-		Linux: &runtime.LinuxPodSandboxConfig{
-			CgroupParent: "/kubepods/besteffort/pod8e1c0f",
-			Sysctls:      map[string]string{"net.ipv4.ip_unprivileged_port_start": "0"},
-		},
-	}
-}
-
-func goodContainerConfig() *runtime.ContainerConfig {
-	return &runtime.ContainerConfig{
-		Metadata: &runtime.ContainerMetadata{Name: "app"},
-		Image:    &runtime.ImageSpec{Image: "busybox"},
-		Command:  []string{"sh", "-c", "echo hi"},
-		LogPath:  "app/0.log",
-		Envs:     []*runtime.KeyValue{{Key: "A", Value: []byte("b")}},
-		Mounts:   []*runtime.Mount{{ContainerPath: "/data", HostPath: "/srv/data"}},
-		Linux: &runtime.LinuxContainerConfig{
-			Resources: &runtime.LinuxContainerResources{MemoryLimitInBytes: 64 << 20, CpuQuota: -1, CpusetCpus: "0-1"},
-		},
-	}
-}
 
 func TestValidateSandboxConfig(t *testing.T) {
 	cases := []struct {
@@ -122,9 +95,9 @@ func TestValidateSandboxConfig(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := goodSandboxConfig()
+			cfg := testreq.Sandbox()
 			c.modify(cfg)
-			checkValidation(t, validateSandboxConfig(cfg, false), c.field)
+			testreq.CheckValidation(t, validate.SandboxConfig(cfg, false), c.field)
 		})
 	}
 }
@@ -293,73 +266,10 @@ func TestValidateContainerConfig(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := goodContainerConfig()
+			cfg := testreq.Container()
 			c.modify(cfg)
-			checkValidation(t, validateContainerConfig(cfg, false), c.field)
+			testreq.CheckValidation(t, validate.ContainerConfig(cfg, false), c.field)
 		})
-	}
-}
-
-func TestRequireID(t *testing.T) {
-	cases := []struct {
-		id   string
-		want error // nil: looked up
-	}{
-		{"abc123", nil},
-		{"ABCdef09", nil},
-		{strings.Repeat("a", 64), nil},
-		{"", errInvalid},
-		// Not IDs minicri makes: unknown, never a file name.
-		{"../x", store.ErrNotFound},
-		{"6ba7b810-9dad-11d1-80b4-00c04fd430c8", store.ErrNotFound},
-		{strings.Repeat("a", 65), store.ErrNotFound},
-		{strings.Repeat("n", 1<<20), store.ErrNotFound},
-	}
-	for _, c := range cases {
-		err := requireID("container_id", c.id)
-		if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
-			t.Errorf("requireID(%.40q) = %v, want %v", c.id, err, c.want)
-		}
-		if err != nil && len(err.Error()) > 200 {
-			t.Errorf("requireID(%.40q): error of %d bytes echoes the whole ID", c.id, len(err.Error()))
-		}
-	}
-}
-
-func TestValidateListFilters(t *testing.T) {
-	cases := []struct {
-		name  string
-		err   error
-		field string
-	}{
-		{"no filter", validateContainerFilter(nil), ""},
-		{"id prefix", validateContainerFilter(&runtime.ContainerFilter{Id: "abc"}), ""},
-		// An ID filter that is no ID matches nothing; it is not an error.
-		{"id not hexadecimal", validateContainerFilter(&runtime.ContainerFilter{Id: "../abc"}), ""},
-		{"sandbox id a UUID", validateContainerFilter(&runtime.ContainerFilter{PodSandboxId: "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}), ""},
-		{"sandbox filter id a UUID", validateSandboxFilter(&runtime.PodSandboxFilter{Id: "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}), ""},
-		{"unknown container state", validateContainerFilter(&runtime.ContainerFilter{State: &runtime.ContainerStateValue{State: 42}}), "filter.state.state"},
-		{"unknown sandbox state", validateSandboxFilter(&runtime.PodSandboxFilter{State: &runtime.PodSandboxStateValue{State: 7}}), "filter.state.state"},
-		{"selector with control characters", validateSandboxFilter(&runtime.PodSandboxFilter{LabelSelector: map[string]string{"a": "\x01"}}), "filter.label_selector[a]"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { checkValidation(t, c.err, c.field) })
-	}
-}
-
-func checkValidation(t *testing.T, err error, field string) {
-	t.Helper()
-	if field == "" {
-		if err != nil {
-			t.Fatalf("valid config refused: %v", err)
-		}
-		return
-	}
-	if err == nil || !errors.Is(err, errInvalid) {
-		t.Fatalf("error = %v, want invalid argument naming %s", err, field)
-	}
-	if !strings.Contains(err.Error(), field+":") {
-		t.Fatalf("error %q does not name field %s", err, field)
 	}
 }
 
@@ -373,12 +283,12 @@ func TestValidateImageRef(t *testing.T) {
 		"registry.local/../../x:latest":      false,
 		"x/" + strings.Repeat("a", 5000):     false,
 	} {
-		err := validateImageRef("config.image.image", ref)
+		err := validate.ImageRef("config.image.image", ref)
 		if (err == nil) != ok {
-			t.Errorf("validateImageRef(%.40q) = %v, want ok=%v", ref, err, ok)
+			t.Errorf("validate.ImageRef(%.40q) = %v, want ok=%v", ref, err, ok)
 		}
-		if err != nil && (!errors.Is(err, errInvalid) || !strings.Contains(err.Error(), "config.image.image")) {
-			t.Errorf("validateImageRef(%.40q) = %v, want errInvalid naming the field", ref, err)
+		if err != nil && (!errors.Is(err, validate.ErrInvalid) || !strings.Contains(err.Error(), "config.image.image")) {
+			t.Errorf("validate.ImageRef(%.40q) = %v, want validate.ErrInvalid naming the field", ref, err)
 		}
 	}
 }
@@ -387,17 +297,17 @@ func TestValidateImageRef(t *testing.T) {
 // are refused; on a host without, they are ignored, as containerd does.
 func TestValidateSELinuxOnlyWhereEnabled(t *testing.T) {
 	withLabel := func() *runtime.ContainerConfig {
-		c := goodContainerConfig()
+		c := testreq.Container()
 		c.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{SelinuxOptions: &runtime.SELinuxOption{Type: "container_t", Level: "s0:c1,c2"}}
 		return c
 	}
 	withRelabel := func() *runtime.ContainerConfig {
-		c := goodContainerConfig()
+		c := testreq.Container()
 		c.Mounts[0].SelinuxRelabel = true
 		return c
 	}
 	podWithLabel := func() *runtime.PodSandboxConfig {
-		c := goodSandboxConfig()
+		c := testreq.Sandbox()
 		c.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{SelinuxOptions: &runtime.SELinuxOption{Level: "s0:c1,c2"}}
 		return c
 	}
@@ -409,9 +319,9 @@ func TestValidateSELinuxOnlyWhereEnabled(t *testing.T) {
 			return ""
 		}
 		t.Run(fmt.Sprintf("selinux=%v", enabled), func(t *testing.T) {
-			checkValidation(t, validateContainerConfig(withLabel(), enabled), want("config.linux.security_context.selinux_options"))
-			checkValidation(t, validateContainerConfig(withRelabel(), enabled), want("config.mounts.selinux_relabel"))
-			checkValidation(t, validateSandboxConfig(podWithLabel(), enabled), want("config.linux.security_context.selinux_options"))
+			testreq.CheckValidation(t, validate.ContainerConfig(withLabel(), enabled), want("config.linux.security_context.selinux_options"))
+			testreq.CheckValidation(t, validate.ContainerConfig(withRelabel(), enabled), want("config.mounts.selinux_relabel"))
+			testreq.CheckValidation(t, validate.SandboxConfig(podWithLabel(), enabled), want("config.linux.security_context.selinux_options"))
 		})
 	}
 }
@@ -432,11 +342,15 @@ func TestValidateContainerInPod(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			pod := goodSandboxConfig()
+			pod := testreq.Sandbox()
 			pod.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: c.pod}
-			ctr := goodContainerConfig()
+			ctr := testreq.Container()
 			ctr.Linux.SecurityContext = &runtime.LinuxContainerSecurityContext{NamespaceOptions: c.ctr}
-			checkValidation(t, validateContainerInPod(pod, ctr), c.field)
+			testreq.CheckValidation(t, validate.ContainerInPod(pod, ctr, kernelSupportsUserNamespaces), c.field)
 		})
 	}
 }
+
+// kernelSupportsUserNamespaces answers for a kernel that can run a pod in a
+// user namespace; server's tests cover the kernel that cannot.
+func kernelSupportsUserNamespaces() error { return nil }

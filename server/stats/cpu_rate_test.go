@@ -1,4 +1,4 @@
-package server
+package stats
 
 import (
 	"testing"
@@ -26,9 +26,9 @@ func TestCPURates(t *testing.T) {
 		{"a counter that went backwards starts over", []step{{sec, 2e9, 0, false}, {2 * sec, 1e9, 0, false}, {3 * sec, 1.25e9, 2.5e8, true}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var p cpuSample
+			var p CPUSample
 			for i, s := range tc.steps {
-				rate, ok := p.next(s.at, s.usage)
+				rate, ok := p.Next(s.at, s.usage)
 				if rate != s.rate || ok != s.hasOne {
 					t.Fatalf("step %d: rate %d, %v; want %d, %v", i, rate, ok, s.rate, s.hasOne)
 				}

@@ -1,23 +1,20 @@
-package server
+package validate
 
 import (
-	"os"
-	"sync"
-
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // The Linux security fields that pods and containers share: namespace
 // modes, run-as users and groups, security profiles, SELinux.
 
-// namespaceModes names a pod's namespace modes as their CRI fields are named.
-func namespaceModes(o *runtime.NamespaceOption) []named[runtime.NamespaceMode] {
-	return []named[runtime.NamespaceMode]{{"network", o.GetNetwork()}, {"pid", o.GetPid()}, {"ipc", o.GetIpc()}}
+// NamespaceModes names a pod's namespace modes as their CRI fields are named.
+func NamespaceModes(o *runtime.NamespaceOption) []Named[runtime.NamespaceMode] {
+	return []Named[runtime.NamespaceMode]{{"network", o.GetNetwork()}, {"pid", o.GetPid()}, {"ipc", o.GetIpc()}}
 }
 
 func validateNamespaceMode(field string, m runtime.NamespaceMode) error {
 	if _, ok := runtime.NamespaceMode_name[int32(m)]; !ok {
-		return invalidf(field, "unknown namespace mode %d", m)
+		return Invalidf(field, "unknown namespace mode %d", m)
 	}
 	return nil
 }
@@ -26,28 +23,19 @@ func validateNamespaceOptions(field string, o *runtime.NamespaceOption) error {
 	if o == nil {
 		return nil
 	}
-	for _, c := range namespaceModes(o) {
-		if err := validateNamespaceMode(field+"."+c.name, c.v); err != nil {
+	for _, c := range NamespaceModes(o) {
+		if err := validateNamespaceMode(field+"."+c.Name, c.V); err != nil {
 			return err
 		}
-		if c.v == runtime.NamespaceMode_TARGET && c.name != "pid" {
-			return invalidf(field+"."+c.name, "TARGET is a PID namespace mode only")
+		if c.V == runtime.NamespaceMode_TARGET && c.Name != "pid" {
+			return Invalidf(field+"."+c.Name, "TARGET is a PID namespace mode only")
 		}
 	}
 	if o.GetPid() == runtime.NamespaceMode_TARGET && o.GetTargetId() == "" {
-		return invalidf(field+".target_id", "must name the target container of PID mode TARGET")
+		return Invalidf(field+".target_id", "must name the target container of PID mode TARGET")
 	}
 	return validateUserNamespace(field+".userns_options", o.GetUsernsOptions())
 }
-
-// hostSELinux reports whether the host runs SELinux. minicri does not
-// label containers: SELinux options are refused on such a host, where a
-// container would run with the wrong label, and ignored on any other, as
-// containerd ignores them when SELinux is off.
-var hostSELinux = sync.OnceValue(func() bool {
-	_, err := os.Stat("/sys/fs/selinux/enforce")
-	return err == nil
-})
 
 // validateUnsupportedSecurity refuses the security context fields that
 // minicri cannot honour, when they ask for something other than the
@@ -61,10 +49,10 @@ func validateUnsupportedSecurity(field string, p runtime.SupplementalGroupsPolic
 		// Only the pod's groups: the image's /etc/group is left out
 		// (oci.ResolveUserStrict).
 	default:
-		return invalidf(field+".supplemental_groups_policy", "unknown policy %d", p)
+		return Invalidf(field+".supplemental_groups_policy", "unknown policy %d", p)
 	}
 	if labels != nil && selinux {
-		return invalidf(field+".selinux_options", "SELinux labels are not supported by minicri, and this host runs SELinux")
+		return Invalidf(field+".selinux_options", "SELinux labels are not supported by minicri, and this host runs SELinux")
 	}
 	return nil
 }
@@ -78,11 +66,11 @@ func validateSecurityProfile(field string, p *runtime.SecurityProfile) error {
 		return nil
 	case runtime.SecurityProfile_Localhost:
 		if p.GetLocalhostRef() == "" {
-			return invalidf(field+".localhost_ref", "must name a profile for a Localhost profile")
+			return Invalidf(field+".localhost_ref", "must name a profile for a Localhost profile")
 		}
-		return validatePrintable(field+".localhost_ref", p.GetLocalhostRef())
+		return Printable(field+".localhost_ref", p.GetLocalhostRef())
 	default:
-		return invalidf(field+".profile_type", "unknown profile type %d", p.GetProfileType())
+		return Invalidf(field+".profile_type", "unknown profile type %d", p.GetProfileType())
 	}
 }
 
@@ -102,7 +90,7 @@ func validateRunAs(user, group *runtime.Int64Value, groups []int64, hasUser bool
 			return err
 		}
 		if !hasUser {
-			return invalidf("config.linux.security_context.run_as_group", "is set without %s", userFields)
+			return Invalidf("config.linux.security_context.run_as_group", "is set without %s", userFields)
 		}
 	}
 	for _, g := range groups {
@@ -117,10 +105,10 @@ func validateRunAs(user, group *runtime.Int64Value, groups []int64, hasUser bool
 // the kernel reads as "unchanged".
 func validateLinuxID(field string, v int64) error {
 	if v < 0 {
-		return invalidf(field, "must not be negative (%d)", v)
+		return Invalidf(field, "must not be negative (%d)", v)
 	}
 	if v >= 1<<32-1 {
-		return invalidf(field, "%d is not a Linux user or group ID", v)
+		return Invalidf(field, "%d is not a Linux user or group ID", v)
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
 //go:build crashpoints
 
-package server
+package lifecycle
 
 import (
 	"fmt"
@@ -21,15 +21,15 @@ import (
 // where no environment variable can kill the daemon.
 const CrashEnv = "MINICRI_TEST_CRASH_AT"
 
-// crashPointsBuiltIn tells the tests which build this is.
-const crashPointsBuiltIn = true
+// CrashPointsBuiltIn tells the tests which build this is.
+const CrashPointsBuiltIn = true
 
 // crashAt is read once: the points sit on hot paths.
 var crashAt = os.Getenv(CrashEnv)
 
-// crashPoint kills the daemon, as kill -9 would, when CrashEnv names point.
+// CrashPoint kills the daemon, as kill -9 would, when CrashEnv names point.
 // The line on stderr lets a test check that the daemon died where it meant.
-func crashPoint(point string) {
+func CrashPoint(point string) {
 	if crashAt == "" || crashAt != point {
 		return
 	}

@@ -1,0 +1,17 @@
+package server
+
+import "context"
+
+// undoOnFailure is deferred by a handler right after it recorded a new
+// object: when the handler fails (*retErr set), undo removes what was made
+// so far, with a context that outlives the caller's cancellation. What undo
+// cannot remove is logged and left to start-up repair, which finds it from
+// the record.
+func (s *Server) undoOnFailure(ctx context.Context, retErr *error, kind, id string, undo func(context.Context) error) {
+	if *retErr == nil {
+		return
+	}
+	if err := undo(context.WithoutCancel(ctx)); err != nil {
+		s.log.WithField(kind, id).WithError(err).Warn("cleanup of a failed " + kind + " left something; start-up repair will retry")
+	}
+}

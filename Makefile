@@ -12,7 +12,7 @@ E2E_BIN  := $(BIN)/e2e
 PREFIX   ?= /usr/local
 E2E_TIMEOUT ?= 20m
 
-.PHONY: all deps build build-e2e kubelet cri-tools run test vet fmt-check tidy-check unit e2e guest-test cluster cluster-down cluster-test conformance conformance-build bench install clean
+.PHONY: all deps build build-e2e kubelet cri-tools run test vet fmt-check tidy-check unit e2e guest-test guest-stage cluster cluster-down cluster-test conformance conformance-build bench install clean
 
 all: build
 
@@ -60,7 +60,7 @@ run: deps build
 	@hack/install-cni-config.sh
 	PATH=$(BIN):$$PATH $(BIN)/minicri $(ARGS)
 
-test: deps build vet fmt-check tidy-check unit e2e guest-test cluster-test
+test: deps build vet fmt-check tidy-check unit e2e guest-stage cluster-test
 
 vet:
 	$(GO) vet ./...
@@ -121,22 +121,33 @@ cri-tools:
 e2e: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 	MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) $(GO) test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) ./test/e2e/
 
-# The guest stage (docs/development.md): the tests of test/e2e/guest_*_test.go
-# in a Debian VM (systemd, cgroup v2, AppArmor, the release's stock kernel)
-# that hack/build-guest.sh builds once per release into the cache, booted by
+# The guest tests (docs/development.md): test/e2e/guest_*_test.go in a
+# Debian VM (systemd, cgroup v2, AppArmor, the release's stock kernel) that
+# hack/build-guest.sh builds once per release into the cache, booted by
 # qemu (TCG where KVM cannot run a stock kernel). minicri goes in by make
-# install. make guest-test GUEST_RUN=TestGuestNode runs one test;
-# GUEST_RELEASE=trixie (6.12) or bullseye (5.10) boots another release than
-# bookworm (6.1).
+# install. make guest-test boots one release, GUEST_RELEASE: bookworm (6.1,
+# the default), trixie (6.12) or bullseye (5.10); GUEST_RUN=TestGuestNode
+# runs one test. make guest-stage, the guest stage of make test, boots all
+# three side by side (hack/guest-stage.sh): the whole suite on bookworm and
+# trixie, on bullseye the tests whose outcome depends on the kernel or on
+# systemd (GUEST_RUN_BULLSEYE).
 GUEST_RUN     ?= ^TestGuest
 GUEST_TIMEOUT ?= 20m
 GUEST_RELEASE ?= bookworm
+# Each release's bound in the stage: side by side on a busy host each VM
+# gets less of the CPU than alone.
+GUEST_STAGE_TIMEOUT ?= 40m
+GUEST_RUN_BULLSEYE ?= ^TestGuest(Node|Lifecycle|Exec|Stats|OOMKilled|UpdateResources|SharedPID|UserNamespace|AppArmor|Restart|Kubelet|KubeletUserNamespace|CheckpointRestore|CheckpointRootfsOfAnAttackersContainer|FailedPodLeavesNothing|CritestUserNamespaces|ScopesGoWhileSystemdReloads)$$
+GUEST_ENV = MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) GUEST_TIMEOUT=$(GUEST_TIMEOUT) GO=$(GO)
 guest-test: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
 	@hack/install-deps.sh guest
 	@hack/build-runc.sh >/dev/null
-	dir=$$(hack/build-guest.sh $(GUEST_RELEASE)) && \
-	MINICRI_GUEST_DIR=$$dir MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) \
-		$(GO) test -tags e2e,guest -count=1 -parallel 8 -timeout $(GUEST_TIMEOUT) -run '$(GUEST_RUN)' -v ./test/e2e/
+	$(GUEST_ENV) hack/guest-stage.sh '$(GUEST_RELEASE)=$(GUEST_RUN)'
+
+guest-stage: build build-e2e $(KUBELET_DEP) $(CRITEST_DEP)
+	@hack/install-deps.sh guest
+	@hack/build-runc.sh >/dev/null
+	$(GUEST_ENV) GUEST_TIMEOUT=$(GUEST_STAGE_TIMEOUT) hack/guest-stage.sh 'bookworm=^TestGuest' 'trixie=^TestGuest' 'bullseye=$(GUEST_RUN_BULLSEYE)'
 
 # A single-node kubeadm cluster on this host, minicri its CRI (docs/cluster.md):
 # make cluster brings it up and leaves it running (kubectl --kubeconfig

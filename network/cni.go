@@ -144,6 +144,9 @@ func (c *CNI) load() *loadedNetwork {
 		return l
 	}
 	pv, err := c.askPluginVersions(l.list)
+	if err != nil {
+		l.retryAt = time.Now().Add(versionRetry)
+	}
 	var v string
 	if err == nil {
 		v, err = chooseVersion(l.versions, pv)

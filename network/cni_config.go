@@ -64,6 +64,10 @@ type loadedNetwork struct {
 	list      *libcni.NetworkConfigList // nil when err is set
 	versions  []string                  // the CNI versions the file declares, lowest first
 	err       error
+	// retryAt, when set, is when a load whose plugin did not answer VERSION
+	// (a node too busy to run it in time, a plugin being replaced) is tried
+	// again, whatever changed: such a failure is no fault of the config.
+	retryAt time.Time
 }
 
 // unchanged reports whether the directory, the chosen file and the plugin
@@ -71,6 +75,9 @@ type loadedNetwork struct {
 // of a reload, which asks every plugin its versions.
 func (l *loadedNetwork) unchanged(dir string, now time.Time) bool {
 	if l == nil || l.dirStamp.racy(now) || l.fileStamp.racy(now) {
+		return false
+	}
+	if !l.retryAt.IsZero() && !now.Before(l.retryAt) {
 		return false
 	}
 	if stampOf(dir) != l.dirStamp {

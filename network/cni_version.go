@@ -26,6 +26,11 @@ import (
 // versionProbeTimeout bounds the VERSION run of one plugin.
 const versionProbeTimeout = 10 * time.Second
 
+// versionRetry is how long a network whose plugins did not all answer
+// VERSION stays not ready before they are asked again: not at every call,
+// which would each wait on a hung plugin.
+const versionRetry = 5 * time.Second
+
 // configVersions are the spec versions a config declares it is valid
 // under, lowest first: its cniVersion and its cniVersions, without those
 // newer than libcni implements (libcni skips those too).

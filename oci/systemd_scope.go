@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -24,7 +25,7 @@ type SystemdScopes struct {
 
 // MoveToScope starts the transient scope unit (a "<name>.scope") in slice
 // with pid as its only process, and waits until systemd has made it. The
-// scope goes when its last process exits.
+// scope goes when its last process exits; StopScope makes sure of it.
 func (s *SystemdScopes) MoveToScope(ctx context.Context, pid int, unit, slice, description string) error {
 	props := []sddbus.Property{
 		sddbus.PropSlice(slice),
@@ -36,28 +37,62 @@ func (s *SystemdScopes) MoveToScope(ctx context.Context, pid int, unit, slice, d
 		// A failed scope (its process killed) is not kept around.
 		{Name: "CollectMode", Value: dbus.MakeVariant("inactive-or-failed")},
 	}
+	err := s.job(ctx, func(conn *sddbus.Conn, done chan<- string) error {
+		_, err := conn.StartTransientUnitContext(ctx, unit, "fail", props, done)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("start scope %s in %s: %w", unit, slice, err)
+	}
+	return nil
+}
+
+// StopScope stops a scope whose processes minicri has ended, and waits
+// until systemd is done with it; a scope systemd no longer has is no error.
+// A scope goes by itself when systemd sees its cgroup run empty, but
+// systemd before 249 misses that when the last process exits while it
+// reloads (systemctl daemon-reload): the scope then stays "active
+// (running)" with an empty cgroup until the next boot. runc stops its
+// containers' scopes the same way.
+func (s *SystemdScopes) StopScope(ctx context.Context, unit string) error {
+	err := s.job(ctx, func(conn *sddbus.Conn, done chan<- string) error {
+		_, err := conn.StopUnitContext(ctx, unit, "replace", done)
+		return err
+	})
+	var dbusErr dbus.Error
+	if errors.As(err, &dbusErr) && dbusErr.Name == "org.freedesktop.systemd1.NoSuchUnit" {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stop scope %s: %w", unit, err)
+	}
+	return nil
+}
+
+// job runs call, which queues a systemd job reporting its result on done,
+// and waits for that result.
+func (s *SystemdScopes) job(ctx context.Context, call func(conn *sddbus.Conn, done chan<- string) error) error {
 	for attempt := 0; ; attempt++ {
 		conn, err := s.connect(ctx)
 		if err != nil {
 			return fmt.Errorf("connect to systemd: %w", err)
 		}
 		done := make(chan string, 1)
-		_, err = conn.StartTransientUnitContext(ctx, unit, "fail", props, done)
-		if err != nil {
+		if err := call(conn, done); err != nil {
 			if !conn.Connected() && attempt == 0 {
 				s.drop(conn)
 				continue // systemd restarted (daemon-reexec): once more
 			}
-			return fmt.Errorf("start scope %s in %s: %w", unit, slice, err)
+			return err
 		}
 		select {
 		case result := <-done:
 			if result != "done" {
-				return fmt.Errorf("start scope %s in %s: job %s", unit, slice, result)
+				return fmt.Errorf("job %s", result)
 			}
 			return nil
 		case <-ctx.Done():
-			return fmt.Errorf("start scope %s in %s: %w", unit, slice, ctx.Err())
+			return ctx.Err()
 		}
 	}
 }

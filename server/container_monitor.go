@@ -139,9 +139,10 @@ func (p *monitorPlacement) release(c *container) (emptied lifecycle.MonitorRef, 
 
 // releaseMonitor takes a container out of its monitor. A monitor left
 // empty exits and removes its join directory; one that was killed cannot,
-// so the directory goes here once the monitor is gone. Whether it is gone
-// is waited for, not looked at: a killed monitor closes its sockets, which
-// is how its containers' ends are seen, before it is a zombie.
+// so the directory goes here once the monitor is gone, and its scope with
+// it. Whether it is gone is waited for, not looked at: a killed monitor
+// closes its sockets, which is how its containers' ends are seen, before
+// it is a zombie.
 func (s *Server) releaseMonitor(c *container) {
 	ref, emptied := s.monitors.release(c)
 	if !emptied || ref.JoinDir == "" {
@@ -153,6 +154,9 @@ func (s *Server) releaseMonitor(c *container) {
 		return
 	}
 	os.RemoveAll(ref.JoinDir)
+	// The join directory is named after the monitor's first container, as
+	// its scope is.
+	s.scopeGone(context.Background(), monitorScope(filepath.Base(ref.JoinDir)), "monitor of container "+filepath.Base(ref.JoinDir))
 }
 
 // markClosed marks a monitor that refused a join: it takes no more
@@ -244,7 +248,7 @@ func (s *Server) finishMonitor(ctx context.Context, c *container, rec lifecycle.
 	}
 	ref := lifecycle.MonitorRef{PID: created.MonitorPID, StartTime: created.MonitorStartTime, JoinDir: opts.JoinDir}
 	s.monitors.assign(ref, c, rec.SandboxID)
-	s.leaveDaemonCgroup(ctx, ref.PID, ref.StartTime, "minicri-conmon-"+rec.ID+".scope", monitorSlice, "monitor of container "+rec.ID)
+	s.leaveDaemonCgroup(ctx, ref.PID, ref.StartTime, monitorScope(rec.ID), monitorSlice, "monitor of container "+rec.ID)
 	return ref, nil
 }
 

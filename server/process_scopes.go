@@ -17,6 +17,7 @@ import (
 // scopes (*oci.SystemdScopes), under the systemd cgroup driver only.
 type processScopes interface {
 	MoveToScope(ctx context.Context, pid int, unit, slice, description string) error
+	StopScope(ctx context.Context, unit string) error
 }
 
 // scopeTimeout bounds systemd's answer; a slow one leaves the process where
@@ -79,5 +80,30 @@ func (s *Server) infraLeavesDaemonCgroup(ctx context.Context, rec lifecycle.Sand
 		s.log.WithError(err).WithField("pod", rec.ID).Warn("the pod's infra process stays in the daemon's cgroup")
 		return
 	}
-	s.leaveDaemonCgroup(ctx, rec.Infra.PID, rec.Infra.StartTime, "minicri-pause-"+rec.ID+".scope", slice, "infra process of pod "+rec.ID)
+	s.leaveDaemonCgroup(ctx, rec.Infra.PID, rec.Infra.StartTime, infraScope(rec.ID), slice, "infra process of pod "+rec.ID)
+}
+
+// infraScope is the scope of a pod's infra process.
+func infraScope(podID string) string { return "minicri-pause-" + podID + ".scope" }
+
+// monitorScope is the scope of a monitor, named after the first container
+// it served.
+func monitorScope(firstContainerID string) string {
+	return "minicri-conmon-" + firstContainerID + ".scope"
+}
+
+// scopeGone stops the scope of a process of minicri's own once that
+// process has ended (oci.SystemdScopes.StopScope says why systemd may not
+// see it go). Without the systemd driver it does nothing; a failure is
+// logged: the scope is empty, and the kubelet's removal of the pod's slice
+// stops an infra process's scope all the same.
+func (s *Server) scopeGone(ctx context.Context, unit, what string) {
+	if s.scopes == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), scopeTimeout)
+	defer cancel()
+	if err := s.scopes.StopScope(ctx, unit); err != nil {
+		s.log.WithError(err).Warnf("the scope of the %s stays", what)
+	}
 }

@@ -12,12 +12,15 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/conmon"
 )
 
-// fakeScopes records the scopes asked for.
+// fakeScopes records the scopes asked for and those stopped.
 type fakeScopes struct {
-	mu    sync.Mutex
-	moves []string // "unit in slice"
+	mu     sync.Mutex
+	moves  []string // "unit in slice"
+	stops  []string
+	onStop func(unit string) // when set, runs as a scope is stopped
 }
 
 func (f *fakeScopes) MoveToScope(_ context.Context, pid int, unit, slice, _ string) error {
@@ -25,6 +28,22 @@ func (f *fakeScopes) MoveToScope(_ context.Context, pid int, unit, slice, _ stri
 	defer f.mu.Unlock()
 	f.moves = append(f.moves, unit+" in "+slice)
 	return nil
+}
+
+func (f *fakeScopes) StopScope(_ context.Context, unit string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stops = append(f.stops, unit)
+	if f.onStop != nil {
+		f.onStop(unit)
+	}
+	return nil
+}
+
+func (f *fakeScopes) stopped() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.stops)
 }
 
 // Under the systemd driver a pod's infra process goes to a scope of its own
@@ -75,4 +94,63 @@ func TestRunPodSandboxRefusesANonSliceParentUnderSystemd(t *testing.T) {
 			t.Errorf("cgroup parent %q: %v, want InvalidArgument naming config.linux.cgroup_parent", parent, err)
 		}
 	}
+}
+
+// Under the systemd driver minicri stops the scopes of its own processes
+// once it has ended them: the infra process's when its pod stops, a shared
+// monitor's once the monitor is gone after its last container. systemd
+// before 249 (Debian 11's 247) misses a scope's cgroup running empty during
+// a daemon-reload, and the Debian 11 guest found a pod's
+// minicri-pause-POD.scope "active (running)", empty, after the pod was
+// removed.
+func TestScopesOfEndedProcessesAreStopped(t *testing.T) {
+	ts := newTestServer(t, func(cfg *config.Config) {
+		cfg.CgroupDriver = "systemd"
+		cfg.Runtime.MonitorShare = 8 // a shared monitor, whose exit the daemon waits for
+	})
+	ts.hooks.ProcessAlive = func(int, uint64) bool { return true } // the fakes' pids are not processes
+	scopes := &fakeScopes{}
+	ts.scopes = scopes
+	var mu sync.Mutex
+	infraStopped, stoppedWhileRunning := false, ""
+	ts.monitor.OnStopPause = func(conmon.Infra) { mu.Lock(); infraStopped = true; mu.Unlock() }
+	scopes.onStop = func(unit string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !infraStopped && strings.HasPrefix(unit, "minicri-pause-") {
+			stoppedWhileRunning = unit
+		}
+	}
+
+	pod := podConfig("web")
+	pod.Linux.SecurityContext.NamespaceOptions.Pid = runtime.NamespaceMode_POD
+	pod.Linux.CgroupParent = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-poduid1.slice"
+	podID := ts.runPod(t, pod)
+	ctrID := ts.createCtr(t, podID, pod, ctrConfig("app"))
+	if _, err := ts.StartContainer(bg, &runtime.StartContainerRequest{ContainerId: ctrID}); err != nil {
+		t.Fatalf("StartContainer: %v", err)
+	}
+	if got := scopes.stopped(); len(got) != 0 {
+		t.Fatalf("scopes stopped while the pod runs: %q", got)
+	}
+	if _, err := ts.StopPodSandbox(bg, &runtime.StopPodSandboxRequest{PodSandboxId: podID}); err != nil {
+		t.Fatalf("StopPodSandbox: %v", err)
+	}
+	ts.waitExited(t, ctrID)
+	got := scopes.stopped()
+	for _, want := range []string{infraScope(podID), monitorScope(ctrID)} {
+		if !slices.Contains(got, want) {
+			t.Errorf("scopes stopped %q, want %s among them", got, want)
+		}
+	}
+	mu.Lock()
+	early := stoppedWhileRunning
+	mu.Unlock()
+	if early != "" {
+		t.Errorf("%s stopped before the infra process was", early)
+	}
+	if _, err := ts.RemovePodSandbox(bg, &runtime.RemovePodSandboxRequest{PodSandboxId: podID}); err != nil {
+		t.Fatalf("RemovePodSandbox: %v", err)
+	}
+	ts.wantNothingLeft(t, "after RemovePodSandbox")
 }

@@ -153,8 +153,14 @@ func (s *Server) releaseSandboxResources(ctx context.Context, rec *lifecycle.San
 		}
 		// One the pod dir names but the record does not: a crash (or a
 		// failed write) between its start and the record.
-		_, err := stopRecordedInfra(ctx, rec.Dir, rec.Infra)
-		return err
+		unrecorded, err := stopRecordedInfra(ctx, rec.Dir, rec.Infra)
+		if err != nil {
+			return err
+		}
+		if rec.Infra.PID > 0 || unrecorded {
+			s.scopeGone(ctx, infraScope(rec.ID), "infra process of pod "+rec.ID)
+		}
+		return nil
 	}); err != nil {
 		return err
 	}

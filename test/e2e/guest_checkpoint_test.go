@@ -63,7 +63,7 @@ spec:
 		t.Fatalf("the static pod's running container in minicri: %v %v", cs, err)
 	}
 	id := cs[0].GetId()
-	waitFor(t, "the counter to reach 3", g.Timeout(30*time.Second), func() bool {
+	g.waitFor(t, "the counter to reach 3", g.Timeout(30*time.Second), func() bool {
 		out, _, _ := g.execSync(t, d, id, "cat", "/tmp/count.log")
 		return len(strings.Fields(out)) >= 3
 	})
@@ -104,7 +104,7 @@ spec:
 	last, _ := strconv.Atoi(counted[len(counted)-1])
 
 	// The original goes on: checkpoints leave the container running.
-	waitFor(t, "the checkpointed container to count on", g.Timeout(30*time.Second), func() bool {
+	g.waitFor(t, "the checkpointed container to count on", g.Timeout(30*time.Second), func() bool {
 		out, _, _ := g.execSync(t, d, id, "cat", "/tmp/count.log")
 		return len(strings.Fields(out)) > len(counted)
 	})
@@ -124,7 +124,7 @@ rm -rf /var/tmp/restore-test /run/restore-test`)
 		t.Fatalf("runc state of the restored container: %s", state)
 	}
 	var values []string
-	waitFor(t, "the restored counter to count on", g.Timeout(30*time.Second), func() bool {
+	g.waitFor(t, "the restored counter to count on", g.Timeout(30*time.Second), func() bool {
 		values = strings.Fields(g.Run(t, "cat /var/tmp/restore-test/rootfs/tmp/count.log"))
 		return len(values) >= len(counted)+2
 	})
@@ -227,7 +227,7 @@ func TestGuestCheckpointRootfsOfAnAttackersContainer(t *testing.T) {
 	id := g.startIn(t, d, p, containerConfig("attacker", ref, "sh", "-c",
 		"rm /h && mkdir /h && echo mine > /h/mine && dd if=/dev/zero of=/big bs=4096 count=1 seek=262143 2>/dev/null && "+
 			"head -c 2097152 /dev/urandom > /noise && echo ready > /tmp/ready; sleep 3600"))
-	waitFor(t, "the container to plant its files", g.Timeout(30*time.Second), func() bool {
+	g.waitFor(t, "the container to plant its files", g.Timeout(30*time.Second), func() bool {
 		out, _, _ := g.execSync(t, d, id, "cat", "/tmp/ready")
 		return strings.TrimSpace(out) == "ready"
 	})
@@ -280,13 +280,13 @@ func TestGuestCheckpointRootfsOfAnAttackersContainer(t *testing.T) {
 	g.Run(t, fmt.Sprintf("cp %[1]s %[1]s.orig && sed -i 's/^checkpoint_max_bytes = .*/checkpoint_max_bytes = 1048576/' %[1]s && grep -q '^checkpoint_max_bytes = 1048576$' %[1]s", conf))
 	t.Cleanup(func() {
 		g.Run(t, fmt.Sprintf("mv %[1]s.orig %[1]s && systemctl restart minicri.service", conf))
-		waitFor(t, "the daemon restarted with the shipped config to answer", g.Timeout(20*time.Second), func() bool {
+		g.waitFor(t, "the daemon restarted with the shipped config to answer", g.Timeout(20*time.Second), func() bool {
 			_, err := d.Runtime.Version(context.Background(), "")
 			return err == nil
 		})
 	})
 	g.Run(t, "systemctl restart minicri.service && rm -f "+shellQuote(archive))
-	waitFor(t, "the restarted daemon to answer", g.Timeout(20*time.Second), func() bool {
+	g.waitFor(t, "the restarted daemon to answer", g.Timeout(20*time.Second), func() bool {
 		_, err := d.Runtime.ContainerStatus(context.Background(), id, false)
 		return err == nil
 	})

@@ -52,8 +52,9 @@ func (g *Guest) critest(t *testing.T, focus string, specs int) {
 		g.WriteFile(t, "/usr/local/bin/sudo", []byte("#!/bin/sh\nexec \"$@\"\n"), 0o755)
 	})
 	start := time.Now()
-	out, code := g.RunErr(t, "cd /tmp && /mnt/host/critest --runtime-endpoint unix:///run/minicri/minicri.sock "+
-		"--test-images-file /etc/minicri-e2e/critest-images.yaml -ginkgo.focus "+shellQuote(focus)+" -ginkgo.no-color 2>&1")
+	// critest's AppArmor specs alone take minutes under TCG.
+	out, code := g.RunErrWithin(t, "cd /tmp && /mnt/host/critest --runtime-endpoint unix:///run/minicri/minicri.sock "+
+		"--test-images-file /etc/minicri-e2e/critest-images.yaml -ginkgo.focus "+shellQuote(focus)+" -ginkgo.no-color 2>&1", g.Timeout(3*time.Minute))
 	t.Logf("critest -ginkgo.focus %s ran for %.1f s", focus, time.Since(start).Seconds())
 	ran := regexp.MustCompile(`Ran (\d+) of \d+ Specs`).FindStringSubmatch(out)
 	if code != 0 || ran == nil || ran[1] != strconv.Itoa(specs) {

@@ -60,6 +60,10 @@ const guestSlowEnv = "MINICRI_GUEST_SLOW"
 // tests' waits are on processes starting, where it measured 5-15x.
 const guestTCGSlowness = 8
 
+// guestBootWait is how long (scaled) a boot may take until ssh answers:
+// the releases' boots differ, and the guest stage boots them side by side.
+const guestBootWait = 90 * time.Second
+
 // guestBusyboxRef is the test image every guest has, imported at boot.
 const guestBusyboxRef = "docker.io/minicri-e2e/busybox:guest"
 
@@ -222,7 +226,10 @@ func bootGuest(t *testing.T) (*Guest, error) {
 			"-name", "minicri-guest", "-machine", "q35", "-smp", "2", "-m", "2560",
 			"-nodefaults", "-no-user-config", "-display", "none",
 			"-kernel", filepath.Join(art, "vmlinuz"), "-initrd", filepath.Join(art, "initrd.img"),
-			"-append", "root=/dev/vda rw console=ttyS0 quiet systemd.unified_cgroup_hierarchy=1 panic=-1",
+			// No getty on the serial console: the tests log in by ssh, and
+			// Debian 13's systemd waits 90 s for the console's device
+			// before it gives the getty up.
+			"-append", "root=/dev/vda rw console=ttyS0 quiet systemd.unified_cgroup_hierarchy=1 systemd.mask=serial-getty@ttyS0.service panic=-1",
 			"-no-reboot",
 			"-drive", "file="+disk+",if=virtio,format=qcow2,cache=unsafe,discard=unmap",
 			"-netdev", fmt.Sprintf("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:%d-:22", g.SSHPort),
@@ -233,14 +240,15 @@ func bootGuest(t *testing.T) (*Guest, error) {
 		g.qemu = exec.Command("qemu-system-x86_64", args...)
 		var stderr syncBuffer
 		g.qemu.Stdout, g.qemu.Stderr = &stderr, &stderr
-		g.qemu.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// A test binary killed (its -timeout) takes its VM with it.
+		g.qemu.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := g.qemu.Start(); err != nil {
 			return g, fmt.Errorf("start qemu: %v", err)
 		}
 		g.exited = make(chan struct{})
 		exited := g.exited
 		go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(exited) }(g.qemu)
-		err := g.waitSSH(g.Timeout(45 * time.Second))
+		err := g.waitSSH(g.Timeout(guestBootWait))
 		if err == nil {
 			break
 		}
@@ -341,17 +349,22 @@ func (g *Guest) Command(ctx context.Context, script string) *exec.Cmd {
 // shellQuote quotes s for a POSIX shell: ssh hands the remote shell one string.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// run runs script in the guest within 5 minutes (scaled) and returns its
+// run runs script in the guest within a minute (scaled) and returns its
 // combined output; a non-zero exit is an error carrying that output.
 func (g *Guest) run(script string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(time.Minute))
+	return g.runWithin(script, g.Timeout(time.Minute))
+}
+
+// runWithin is run with another bound, for a script known to take long.
+func (g *Guest) runWithin(script string, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var out bytes.Buffer
 	cmd := g.Command(ctx, script)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	if ctx.Err() != nil {
-		return out.String(), fmt.Errorf("guest: %q did not finish in %s: %s", script, g.Timeout(time.Minute), out.String())
+		return out.String(), fmt.Errorf("guest: %q did not finish in %s: %s", script, timeout, out.String())
 	}
 	if err != nil {
 		return out.String(), fmt.Errorf("guest: %q: %w: %s", script, err, out.String())
@@ -374,7 +387,14 @@ func (g *Guest) Run(t testing.TB, script string) string {
 // for a test that expects a failure.
 func (g *Guest) RunErr(t testing.TB, script string) (string, int) {
 	t.Helper()
-	out, err := g.run(script)
+	return g.RunErrWithin(t, script, g.Timeout(time.Minute))
+}
+
+// RunErrWithin is RunErr with another bound, for a script known to take
+// long.
+func (g *Guest) RunErrWithin(t testing.TB, script string, timeout time.Duration) (string, int) {
+	t.Helper()
+	out, err := g.runWithin(script, timeout)
 	if err == nil {
 		return out, 0
 	}
@@ -503,8 +523,24 @@ func (g *Guest) fillShare(t *testing.T) error {
 		return err
 	}
 	install := filepath.Join(g.Share, "install")
+	// make install builds bin/ first: the guest stage's side-by-side runs
+	// of this binary take turns, so that none copies a binary another's
+	// build is writing.
+	if err := os.MkdirAll(filepath.Join(root, "bin"), 0o755); err != nil {
+		return err
+	}
+	lock, err := os.OpenFile(filepath.Join(root, "bin", ".guest-install.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %v", lock.Name(), err)
+	}
 	cmd := exec.Command("make", "-s", "-C", root, "install", "DESTDIR="+install)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	_ = syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if err != nil {
 		return fmt.Errorf("make install DESTDIR=%s: %v\n%s", install, err, out)
 	}
 	runc, err := exec.Command(filepath.Join(root, "hack/build-runc.sh"), "--path").Output()
@@ -573,6 +609,9 @@ func (g *Guest) shutdown() {
 	if g.qemu != nil && g.qemu.Process != nil {
 		select {
 		case <-g.exited:
+			// It went before the tests were done (a guest panic or
+			// reboot ends qemu: -no-reboot): its console says why.
+			fmt.Fprintf(os.Stderr, "guest: qemu exited before the end of the tests (%v)\n--- serial console (tail) ---\n%s\n", g.qemu.ProcessState, g.serialTail())
 		default:
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			_ = g.Command(ctx, "systemctl --no-block poweroff").Run()

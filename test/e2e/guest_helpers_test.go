@@ -98,6 +98,18 @@ func (g *Guest) runPod(t *testing.T, d *Daemon, cfg *runtime.PodSandboxConfig) *
 	return p
 }
 
+// guestPoll is the pause between two looks at the guest while a test
+// waits on it: each look is an ssh command or a CRI call that forks in the
+// guest, and under TCG the work waited for (other tests' too: they run
+// side by side) needs that CPU.
+const guestPoll = time.Second
+
+// waitFor is the suite's waitFor for a condition looked at in the guest.
+func (g *Guest) waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	waitEvery(t, what, timeout, guestPoll, cond)
+}
+
 // settledLeftovers is leftovers once systemd has caught up: it notices an
 // emptied scope (a monitor that exited with the pod's last container)
 // asynchronously, and a guest whose systemd answers 30 s late (seen under
@@ -112,7 +124,7 @@ func (g *Guest) settledLeftovers(t testing.TB, keys ...string) string {
 		if left == "" || time.Now().After(deadline) {
 			return left
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(guestPoll)
 	}
 }
 

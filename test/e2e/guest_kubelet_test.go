@@ -151,7 +151,7 @@ func (g *Guest) startKubelet(t *testing.T, d *Daemon, extra ...string) {
 func (g *Guest) waitKubeletPod(t *testing.T, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	waitFor(t, "the static pod "+name+" to be "+what, timeout, func() bool {
+	g.waitFor(t, "the static pod "+name+" to be "+what, timeout, func() bool {
 		out, err := g.run("curl -sk --max-time 10 https://127.0.0.1:10250/pods")
 		if err != nil {
 			return false

@@ -77,7 +77,7 @@ func TestGuestKubeletUserNamespace(t *testing.T) {
 			t.Fatalf("%s: the running containers in minicri: %v %v", name, cs, err)
 		}
 		id := cs[0].GetId()
-		waitFor(t, name+" to write its files", g.Timeout(30*time.Second), func() bool {
+		g.waitFor(t, name+" to write its files", g.Timeout(30*time.Second), func() bool {
 			_, _, code := g.execSync(t, d, id, "test", "-e", "/tmp/ready")
 			return code == 0
 		})

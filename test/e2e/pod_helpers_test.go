@@ -274,12 +274,18 @@ func parseLogStream(data []byte, stream string) string {
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
+	waitEvery(t, what, timeout, 20*time.Millisecond, cond)
+}
+
+// waitEvery is waitFor with another pause between two polls.
+func waitEvery(t *testing.T, what string, timeout, every time.Duration, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 

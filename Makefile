@@ -93,10 +93,12 @@ FUZZTIME ?= 4000x
 FUZZ_TARGETS := FuzzValidateContainerConfig:server FuzzValidateSandboxConfig:server FuzzValidateID:server \
 	FuzzGenerateSpec:oci FuzzLogWriter:conmon/monitor
 # image/sigpolicy_upstream_test.go reads containers/image's test vectors
-# from the module cache, at the version it names.
+# from the module cache, at the version it names. hack/cluster is a module
+# of its own: its images program (the cluster's and the suite's images).
 unit:
 	$(GO) mod download github.com/containers/image/v5@v5.36.2
 	$(GO) test -race -count=1 ./...
+	cd hack/cluster && $(GO) test -count=1 ./images/
 	for t in $(FUZZ_TARGETS); do $(GO) test -run '^$$' -fuzz "^$${t%%:*}\$$" -fuzztime $(FUZZTIME) ./$${t#*:}/ || exit 1; done
 
 # The real kubelet the kubelet e2e tests run (docs/kubelet.md), built from

@@ -3,8 +3,8 @@
 # the kubeadm cluster on minicri (hack/conformance.sh, docs/conformance.md):
 # e2e.test (the test binary of k8s.io/kubernetes/test/e2e), ginkgo (its
 # parallel runner), and the images its [Conformance] specs run, offline:
-# agnhost (and kitten and nautilus, made of it) and the sample API server
-# from source, busybox, glibc-dns-testing, nginx and the tools
+# agnhost (and kitten and nautilus, made of it), nonewprivs and the sample
+# API server from source, busybox, glibc-dns-testing, nginx and the tools
 # agnhost's image carries (dig, nc, socat, curl, bash) from the host's Debian
 # packages (hack/install-deps.sh conformance), etcd from the kubelet's cache
 # entry, as an OCI layout. Cached outside the repository like the cluster:
@@ -42,7 +42,7 @@ minor=${version#v*.}; minor=${minor%%.*}
 pkg=k8s.io/component-base/version
 stamp="-X $pkg.gitVersion=$version -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
 
-bins=(e2e.test ginkgo agnhost sample-apiserver)
+bins=(e2e.test ginkgo agnhost sample-apiserver nonewprivs)
 missing=()
 for b in "${bins[@]}"; do
 	[ -x "$dir/$b" ] || missing+=("$b")
@@ -61,6 +61,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 		ginkgo) list+=(github.com/onsi/ginkgo/v2/ginkgo) ;;
 		agnhost) list+=(k8s.io/kubernetes/test/images/agnhost) ;;
 		sample-apiserver) list+=(k8s.io/sample-apiserver) ;;
+		nonewprivs) list+=(k8s.io/kubernetes/test/images/nonewprivs) ;;
 		esac
 	done
 	[ ${#list[@]} -eq 0 ] || "${goenv[@]}" go build -trimpath -ldflags "-s -w $stamp" -o "$tmp/" "${list[@]}"
@@ -88,6 +89,11 @@ mkdir -p "$stage"/{base/bin,base/etc,agnhost/etc,agnhost/uploads,nginx/etc/nginx
 # A link of the stage is copied with its target, which must be in the stage.
 cp /bin/busybox "$stage/base/bin/busybox"
 for a in $(/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "$stage/base/bin/$a"; done
+# Upstream's kitten and nautilus are made on agnhost's Alpine image, and the
+# image volume spec reads the os-release of that base through the volume:
+# the name and ID of Alpine's (which Alpine release is not known offline).
+mkdir -p "$stage/alpine/etc"
+printf '%s\n' 'NAME="Alpine Linux"' 'ID=alpine' 'PRETTY_NAME="Alpine Linux"' >"$stage/alpine/etc/os-release"
 ln "$dir/agnhost" "$stage/agnhost/agnhost" 2>/dev/null || cp "$dir/agnhost" "$stage/agnhost/agnhost"
 ln -s agnhost "$stage/agnhost/agnhost-2"
 # The shell of the images whose upstream sh runs the tools on PATH (Alpine's
@@ -149,7 +155,7 @@ for t in $(tags $e2e/agnhost); do specs+=("$e2e/agnhost:$t /agnhost;pause $agnho
 # kitten and nautilus (kubectl's Update Demo): agnhost serving a picture.
 for n in kitten nautilus; do
 	for t in $(tags $e2e/$n); do
-		specs+=("$e2e/$n:$t /agnhost;test-webserver $kdir_mod/test/images/$n/html=/ $agnhost_files")
+		specs+=("$e2e/$n:$t /agnhost;test-webserver $kdir_mod/test/images/$n/html=/ $stage/alpine=/ $agnhost_files")
 	done
 done
 # glibc-dns-testing (the DNS specs' glibc resolver): upstream's is Debian's
@@ -158,6 +164,11 @@ for t in $(tags $e2e/glibc-dns-testing); do
 	specs+=("$e2e/glibc-dns-testing:$t ;bash $cdir/coredns=/coredns $stage/sh=/ $stage/base=/ ${agnhost_tools[*]}")
 done
 for t in $(tags $e2e/busybox); do specs+=("$e2e/busybox:$t ;sh $stage/base=/"); done
+# nonewprivs (the AllowPrivilegeEscalation specs): upstream's nnp, setuid
+# and setgid root as its "chmod +s" makes it, printing its effective uid.
+for t in $(tags $e2e/nonewprivs); do
+	specs+=("$e2e/nonewprivs:$t ;nnp $dir/nonewprivs=/usr/local/bin/nnp:6755 $stage/base=/")
+done
 for t in $(tags $e2e/sample-apiserver); do
 	specs+=("$e2e/sample-apiserver:$t /kube-sample-apiserver $dir/sample-apiserver=/kube-sample-apiserver $stage/base=/")
 done

@@ -34,7 +34,10 @@
 #     the e2e suite does; kube-proxy is told not to change conntrack or
 #     route_localnet; the sysctls the cluster needs (ip_forward) are put back
 #     by down; the upstream DNS server is not forwarded to (the host is
-#     offline): CoreDNS answers the cluster's names only.
+#     offline): CoreDNS answers the cluster's names only;
+#   - an uplink that answers TCP port 80 of every address: what is sent to the
+#     service range and names no port of a Service is refused on this host
+#     instead of routed off it (svc_chain below).
 #
 # MINICRI_BIN (default bin/ of this checkout) holds minicri, its monitor and
 # minicri-pause; MINICRI_CLUSTER_STATE (default /var/lib/minicri-cluster)
@@ -53,6 +56,14 @@ admin=/etc/kubernetes/admin.conf
 pod_subnet=10.250.0.0/16
 service_subnet=10.251.0.0/16
 bridge=minicri-k8s0
+# The chain, jumped to from FORWARD and OUTPUT, that refuses what is sent
+# to the service range and was not translated: by the filter table a packet
+# kube-proxy translated has a pod's address, so one that still has a
+# ClusterIP names no port of a Service (a port just taken off one). In
+# iptables mode kube-proxy leaves such a packet to the network (its nftables
+# mode refuses it itself), and this host's uplink answers TCP port 80 of
+# every address: the Service spec that takes a port off would reach it.
+svc_chain=MINICRI-K8S-SVC
 # The sysctls the cluster changes on the host (ip_forward: a pod reaching a
 # ClusterIP is DNATed to another pod and forwarded), restored by down.
 sysctls=(net/ipv4/ip_forward)
@@ -140,6 +151,10 @@ up() {
 	for p in "${host_paths[@]}"; do [ -e "$p" ] || echo "$p"; done >"$state/new-paths"
 	for s in "${sysctls[@]}"; do echo "$s=$(cat "/proc/sys/$s")"; done >"$state/sysctls"
 	echo 1 >/proc/sys/net/ipv4/ip_forward
+	iptables -N "$svc_chain"
+	iptables -A "$svc_chain" -d "$service_subnet" -j REJECT
+	iptables -I FORWARD 1 -j "$svc_chain"
+	iptables -I OUTPUT 1 -j "$svc_chain"
 
 	# The registry: Debian's docker-registry on a free loopback port, its
 	# storage in STATE, the images pushed from the layout.
@@ -349,6 +364,12 @@ down() {
 	rm -rf /etc/kubernetes /var/lib/kubelet /var/lib/etcd
 	ip link del "$bridge" 2>/dev/null || true
 	remove_kube_chains
+	local b
+	for b in FORWARD OUTPUT; do
+		while iptables -D "$b" -j "$svc_chain" 2>/dev/null; do :; done
+	done
+	iptables -F "$svc_chain" 2>/dev/null || true
+	iptables -X "$svc_chain" 2>/dev/null || true
 	remove_kubepods_cgroups
 	if [ -f "$state/sysctls" ]; then
 		while IFS== read -r k v; do echo "$v" >"/proc/sys/$k"; done <"$state/sysctls"
@@ -368,6 +389,7 @@ down() {
 	local chains
 	chains=$(for c in iptables ip6tables; do for tb in filter nat mangle; do "$c" -t "$tb" -S 2>/dev/null | sed -n "s/^-N \(KUBE-.*\)/$c $tb \1/p"; done; done)
 	[ -z "$chains" ] || left+=("iptables chains: $chains")
+	! iptables -S "$svc_chain" >/dev/null 2>&1 || left+=("iptables chain $svc_chain")
 	local cg
 	cg=$(kubepods_cgroups)
 	[ -z "$cg" ] || left+=("cgroups: $cg")

@@ -18,6 +18,12 @@
 // resolves for it. Every entry has a fixed mtime and root ownership, so the
 // same files give the same digests.
 //
+// A file keeps the permission bits it has on the host, never its setuid,
+// setgid or sticky bit: an image holds a setuid binary only where its spec
+// asks for one, with FILE=DEST:MODE (MODE in octal, as chmod takes it, for
+// a regular file: "nnp=/usr/local/bin/nnp:6755" as upstream's nonewprivs
+// image's "chmod +s").
+//
 // push copies every image of LAYOUT to HOST/REF over plain HTTP (a loopback
 // registry).
 package main
@@ -35,6 +41,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,6 +115,16 @@ func image(entrypoint string, files []string) (v1.Image, error) {
 		if !ok {
 			dest = src
 		}
+		if d, m, ok := strings.Cut(dest, ":"); ok {
+			mode, err := strconv.ParseUint(m, 8, 12)
+			if err != nil || mode == 0 {
+				return nil, fmt.Errorf("file %s: mode %q: want octal, 1 to 7777", f, m)
+			}
+			if err := t.addFile(src, d, int64(mode)); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if err := t.add(src, dest); err != nil {
 			return nil, err
 		}
@@ -150,10 +167,12 @@ func words(list string) []string {
 	return strings.Split(list, ",")
 }
 
-// entry is what one path of the image holds: a file's host source, a link's
+// entry is what one path of the image holds: a file's host source (with the
+// mode its spec gives it, or 0 for the host's permission bits), a link's
 // target, or an empty directory.
 type entry struct {
 	src, link string
+	mode      int64
 	dir       bool
 }
 
@@ -216,6 +235,29 @@ func (t *tree) add(src, dest string) error {
 		return nil
 	}
 	return fmt.Errorf("%s: not a file, directory or link", src)
+}
+
+// addFile puts the host's regular file src at dest with the mode bits mode
+// (setuid, setgid and sticky included), and the libraries it needs.
+func (t *tree) addFile(src, dest string, mode int64) error {
+	fi, err := os.Lstat(src)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s: a mode is for a regular file only", src)
+	}
+	dest = path.Clean("/" + dest)
+	if e, ok := t.entries[dest]; ok && (e.src != src || e.mode != mode) {
+		return fmt.Errorf("%s: already in the image from %s", dest, e.src)
+	}
+	if err := t.add(src, dest); err != nil {
+		return err
+	}
+	e := t.entries[dest]
+	e.mode = mode
+	t.entries[dest] = e
+	return nil
 }
 
 // lddLine matches the path of a library in ldd's output: "libc.so.6 =>
@@ -288,6 +330,9 @@ func (t *tree) tar() ([]byte, error) {
 				return nil, err
 			}
 			h.Typeflag, h.Mode, h.Size = tar.TypeReg, int64(fi.Mode().Perm()), int64(len(body))
+			if e.mode != 0 {
+				h.Mode = e.mode
+			}
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err

@@ -50,13 +50,13 @@ type ExecIO struct {
 	// copies wait for may never come. 0 waits for the end of the output,
 	// as containerd does: ExecSync's timeout bounds that wait. It counts
 	// from the runtime's exit, which is the process's only under the exec
-	// shim (Stream without a terminal): an attached runtime copies the
-	// output itself and waits for its end.
+	// shim (Stream): an attached runtime copies the output itself and waits
+	// for its end.
 	OutputGrace time.Duration
 	// Stream marks an exec whose output is streamed to a client and may be
-	// large. Without a terminal it then runs under the runtime's exec shim
-	// (Runtime.ExecShim), which saves a copy of every byte; a probe's few
-	// bytes come back sooner without the shim's own start.
+	// large. It then runs under the runtime's exec shim (Runtime.ExecShim),
+	// which saves a copy of every byte (and with a terminal, a pty); a
+	// probe's few bytes come back sooner without the shim's own start.
 	Stream bool
 }
 
@@ -135,9 +135,11 @@ type execRun struct {
 	grace    time.Duration // ExecIO.OutputGrace
 	cut      chan struct{} // closed at the end of the grace: copies stop
 	cutOnce  sync.Once
-	outputs  []*os.File  // our read ends of the output pipes
-	closers  []io.Closer // our copies of the child's ends, closed after start
-	ours     []io.Closer // our own ends, closed if the start fails
+	outMu    sync.Mutex
+	outputs  []*os.File     // our read ends of the output pipes, or the pty master
+	console  *consoleSocket // where the runtime sends the pty master, or nil
+	closers  []io.Closer    // our copies of the child's ends, closed after start
+	ours     []io.Closer    // our own ends, closed if the start fails
 
 	mainAlive bool // when ctx ended: the exec's own process still ran
 }
@@ -158,6 +160,20 @@ func (r *Runtime) startExec(id, stateDir string, proc *specs.Process, o ExecIO) 
 			close(e.done)
 		}
 	}()
+	// A streamed exec runs the runtime detached under the exec shim: see
+	// execCommand. With a terminal the runtime then hands the daemon the
+	// container's pty through a console socket.
+	detached := o.Stream && r.ExecShim != ""
+	token := randomHex(8)
+	var console *consoleSocket
+	if detached && proc.Terminal {
+		if console, err = listenConsole(stateDir, "exec-"+token+".sock"); err != nil {
+			return nil, fmt.Errorf("exec in %s: %w", id, err)
+		}
+		e.console = console
+		e.ours = append(e.ours, console)
+		proc = withConsoleSize(proc, o.Resize)
+	}
 	procR, err := e.processPipe(proc)
 	if err != nil {
 		return nil, err
@@ -168,18 +184,22 @@ func (r *Runtime) startExec(id, stateDir string, proc *specs.Process, o ExecIO) 
 	}
 	e.closers = append(e.closers, logW)
 	e.ours = append(e.ours, logR)
-	e.pidFile = filepath.Join(stateDir, "exec-"+randomHex(8)+".pid")
+	e.pidFile = filepath.Join(stateDir, "exec-"+token+".pid")
 	// The process file and the log are pipes (fds 3 and 4 in the runtime):
 	// no file to write, sync or forget in the bundle.
-	e.cmd = r.execCommand(bin, e.pidFile, id, o.Stream && !proc.Terminal)
+	e.cmd = r.execCommand(bin, e.pidFile, id, detached, console)
 	e.cmd.ExtraFiles = []*os.File{procR, logW}
 	// A session of its own: no signal meant for the daemon's process group
 	// reaches the runtime, and the runtime never gets the daemon's terminal.
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	var master *os.File
-	if proc.Terminal {
+	switch {
+	case console != nil:
+		// The process gets the container's pty; the runtime's and the
+		// shim's own stdio are /dev/null.
+	case proc.Terminal:
 		master, err = e.terminalStdio(o)
-	} else {
+	default:
 		err = e.pipeStdio(o)
 	}
 	if err != nil {
@@ -194,7 +214,11 @@ func (r *Runtime) startExec(id, stateDir string, proc *specs.Process, o ExecIO) 
 		defer logR.Close()
 		_, _ = io.Copy(&e.log, cappedReader(logR, maxExecLog))
 	}()
-	e.startHelpers(o, master)
+	if console != nil {
+		e.receiveTerminal(console, o)
+	} else {
+		e.startHelpers(o, master)
+	}
 	go func() {
 		_ = e.cmd.Wait()
 		close(e.exited)
@@ -204,18 +228,23 @@ func (r *Runtime) startExec(id, stateDir string, proc *specs.Process, o ExecIO) 
 
 // execCommand is the runtime's exec, with the process file and the log on
 // pipes (fds 3 and 4 in the runtime): no file to write, sync or forget in
-// the bundle. A bulk exec runs detached under the exec shim: attached, runc
-// would put pipes of its own between the process and ours and copy every
-// byte of output once more. With a terminal runc stays attached: it relays
-// between our pty and the container's.
-func (r *Runtime) execCommand(bin, pidFile, id string, bulk bool) *exec.Cmd {
+// the bundle. A streamed exec runs detached under the exec shim: attached,
+// runc would put pipes of its own between the process and ours, or with a
+// terminal a pty of its own, and copy every byte of output once more.
+// Detached with a terminal, runc sends the container's pty master to the
+// console socket.
+func (r *Runtime) execCommand(bin, pidFile, id string, detached bool, console *consoleSocket) *exec.Cmd {
 	args := append(r.globalArgs("/proc/self/fd/4"), "exec")
 	var cmd *exec.Cmd
-	if !bulk || r.ExecShim == "" {
+	if !detached {
 		args = append(args, "--process", "/proc/self/fd/3", "--pid-file", pidFile, id)
 		cmd = exec.Command(bin, args...)
 	} else {
-		args = append(args, "--detach", "--process", "/proc/self/fd/3", "--pid-file", pidFile, id)
+		args = append(args, "--detach", "--process", "/proc/self/fd/3", "--pid-file", pidFile)
+		if console != nil {
+			args = append(args, "--console-socket", console.dial)
+		}
+		args = append(args, id)
 		cmd = exec.Command(r.ExecShim, append([]string{"exec", bin}, args...)...)
 	}
 	cmd.Env = runtimeEnv()
@@ -286,7 +315,7 @@ func (e *execRun) pipeStdio(o ExecIO) error {
 		e.closers = append(e.closers, w)
 		// Room for the runtime to go on writing while a batch is sent.
 		_, _ = unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, outputPipeSize)
-		e.outputs = append(e.outputs, r)
+		e.addOutput(r)
 		e.copyBatched(s.w, r)
 	}
 	return nil
@@ -389,10 +418,26 @@ func copyRest(dst io.Writer, src *os.File, buf []byte) {
 func (e *execRun) cutOutput() {
 	e.cutOnce.Do(func() {
 		close(e.cut)
+		e.outMu.Lock()
+		defer e.outMu.Unlock()
 		for _, r := range e.outputs {
 			_ = r.SetReadDeadline(time.Now())
 		}
 	})
+}
+
+// addOutput registers an output for cutOutput; false when the output was
+// cut already (a pty master that came after the cut).
+func (e *execRun) addOutput(r *os.File) bool {
+	e.outMu.Lock()
+	defer e.outMu.Unlock()
+	select {
+	case <-e.cut:
+		return false
+	default:
+	}
+	e.outputs = append(e.outputs, r)
+	return true
 }
 
 // readBatch reads on into buf[n:] until it is full or batchWait passed,
@@ -445,6 +490,22 @@ func readHeld(rc syscall.RawConn, p []byte) (int, error) {
 	return n, nil
 }
 
+// withConsoleSize is proc with the client's terminal size, when it sent one
+// already, as the size the runtime gives the container's pty: the process
+// sees it from its first look.
+func withConsoleSize(proc *specs.Process, resize <-chan TerminalSize) *specs.Process {
+	select {
+	case size, ok := <-resize:
+		if ok {
+			p := *proc
+			p.ConsoleSize = &specs.Box{Height: uint(size.Height), Width: uint(size.Width)}
+			return &p
+		}
+	default:
+	}
+	return proc
+}
+
 // terminalStdio gives the runtime the slave of a pty of ours as its
 // terminal: runc, not detached, relays between it and the container's own
 // pty and copies the window size across on SIGWINCH.
@@ -481,13 +542,19 @@ func (e *execRun) startHelpers(o ExecIO, master *os.File) {
 			e.closeStdin()
 		}()
 	}
-	if master == nil {
-		return
+	if master != nil {
+		e.wireTerminal(o, master, true)
 	}
+}
+
+// wireTerminal wires a pty master to the caller: its output to Stdout, Stdin
+// into it, the resizes onto it. viaRuntime: the pty is ours and the runtime
+// relays it to the container's.
+func (e *execRun) wireTerminal(o ExecIO, master *os.File, viaRuntime bool) {
 	if o.Stdout != nil {
-		e.copy(o.Stdout, master, master)
+		e.copyBatched(o.Stdout, master)
 	} else {
-		e.copy(io.Discard, master, master)
+		e.copyBatched(io.Discard, master)
 	}
 	if o.Stdin != nil {
 		go func() {
@@ -500,11 +567,33 @@ func (e *execRun) startHelpers(o ExecIO, master *os.File) {
 		}()
 	}
 	if o.Resize != nil {
-		go e.forwardResizes(master, o.Resize)
+		go e.forwardResizes(master, o.Resize, viaRuntime)
 	}
 }
 
-func (e *execRun) forwardResizes(master *os.File, resize <-chan TerminalSize) {
+// receiveTerminal waits, beside the runtime, for the container's pty master
+// from the console socket and then wires it as startHelpers wires a pty of
+// ours. It counts as an output copy: the exec's output is delivered once
+// the master's copy ended, or at once when the runtime exited without
+// sending one.
+func (e *execRun) receiveTerminal(c *consoleSocket, o ExecIO) {
+	e.copies.Add(1)
+	go func() {
+		defer e.copies.Done()
+		master, err := c.receive(e.exited)
+		c.Close()
+		if err != nil {
+			return // the runtime exits 255 and its log says why
+		}
+		if !e.addOutput(master) {
+			master.Close()
+			return
+		}
+		e.wireTerminal(o, master, false)
+	}()
+}
+
+func (e *execRun) forwardResizes(master *os.File, resize <-chan TerminalSize, signalRuntime bool) {
 	for {
 		select {
 		case <-e.done:
@@ -513,23 +602,15 @@ func (e *execRun) forwardResizes(master *os.File, resize <-chan TerminalSize) {
 			if !ok {
 				return
 			}
-			if err := setWinsize(master, size); err != nil {
+			if err := setWinsize(master, size); err != nil || !signalRuntime {
+				// The container's own pty: the kernel sends its foreground
+				// process group SIGWINCH.
 				continue
 			}
 			// runc copies our pty's size onto the container's on SIGWINCH.
 			_ = e.cmd.Process.Signal(unix.SIGWINCH)
 		}
 	}
-}
-
-// copy copies src to dst until src ends, then closes closer.
-func (e *execRun) copy(dst io.Writer, src io.Reader, closer io.Closer) {
-	e.copies.Add(1)
-	go func() {
-		defer e.copies.Done()
-		defer closer.Close()
-		_, _ = io.Copy(dst, src)
-	}()
 }
 
 func (e *execRun) closeChildEnds() {
@@ -566,7 +647,9 @@ func (e *execRun) wait(ctx context.Context) (int, error) {
 		close(delivered)
 	}()
 	var graceOver <-chan time.Time
-	if e.grace > 0 && len(e.outputs) > 0 {
+	// The pty master of a console socket is an output too, once it came
+	// (outputs is read only without one: the receiver adds the master).
+	if e.grace > 0 && (e.console != nil || len(e.outputs) > 0) {
 		timer := time.NewTimer(e.grace)
 		defer timer.Stop()
 		graceOver = timer.C
@@ -681,6 +764,9 @@ func (e *execRun) execPID() int {
 
 func (e *execRun) finish() {
 	close(e.done)
+	if e.console != nil {
+		e.console.Close()
+	}
 	os.Remove(e.pidFile)
 	// runc writes the pid file as .NAME then renames it.
 	os.Remove(filepath.Join(filepath.Dir(e.pidFile), "."+filepath.Base(e.pidFile)))

@@ -320,3 +320,83 @@ func TestExecTerminalIsRawFromTheStart(t *testing.T) {
 		t.Errorf("terminal modes lflag %#o oflag %#o iflag %#o cflag %#o, want raw", tio.Lflag, tio.Oflag, tio.Iflag, tio.Cflag)
 	}
 }
+
+// TestExecTerminalHasNoRuntimeRelay: a streamed exec with a terminal reads
+// the container's own pty (runc's console socket), so while its process
+// runs no runtime is left copying between that pty and one of ours: only
+// the shim waits.
+func TestExecTerminalHasNoRuntimeRelay(t *testing.T) {
+	if execShim == "" {
+		t.Skip("minicri-conmon was not built")
+	}
+	rt, id, bundle, base := execContainer(t)
+	rt.ExecShim = execShim
+	bin, err := rt.Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	in, typing := io.Pipe()
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := rt.Exec(ctx, id, bundle, ExecProcessSpec(base, []string{"sh", "-c", "echo ready; read line; echo got:$line"}, true),
+			ExecIO{Stream: true, Stdin: in, Stdout: out})
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready from the exec after 10 s: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A detached runtime may still be on its way out when the process
+	// speaks; an attached one stays while the process waits for input.
+	runtimeLeft := func() string {
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, p := range procs {
+			exe, _ := os.Readlink(p + "/exe")
+			cmdline, _ := os.ReadFile(p + "/cmdline")
+			if exe == bin && strings.Contains(string(cmdline), bundle) {
+				return strings.ReplaceAll(string(cmdline), "\x00", " ")
+			}
+		}
+		return ""
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for left := runtimeLeft(); left != ""; left = runtimeLeft() {
+		if time.Now().After(deadline) {
+			t.Errorf("the runtime still runs beside the terminal exec after 5 s: %q", left)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	io.WriteString(typing, "typed\n")
+	typing.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "got:typed") {
+		t.Errorf("output %q, want got:typed", out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the exec's copy writes while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -42,9 +42,10 @@ type Runtime struct {
 	// SystemdCgroup makes the runtime manage cgroups through systemd; spec
 	// cgroup paths must then be slice:prefix:name (see CgroupsPath).
 	SystemdCgroup bool
-	// ExecShim, when set, is minicri-conmon: an exec without a terminal
-	// then runs the runtime detached under "ExecShim exec", which waits
-	// for the process, so the runtime does not copy its output.
+	// ExecShim, when set, is minicri-conmon: a streamed exec then runs the
+	// runtime detached under "ExecShim exec", which waits for the process,
+	// so the runtime does not copy its output (with a terminal, the
+	// runtime hands over the container's pty through a console socket).
 	ExecShim string
 	// FeaturesCache, when set, is a private directory where the answer of
 	// `features` is kept for the next daemon start, for as long as the

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/minicri/minicri/internal/connlimit"
 )
 
 // track registers one stream request with the server and returns the
@@ -57,7 +59,7 @@ func (h *hijackWatcher) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		conn.Close()
 		return nil, nil, err
 	}
-	wc := &watchedConn{Conn: conn, gone: h.gone}
+	wc := newWatchedConn(conn, h.gone)
 	h.s.mu.Lock()
 	h.s.conns[wc] = struct{}{}
 	h.s.mu.Unlock()
@@ -91,13 +93,33 @@ const (
 	flushDelay = 500 * time.Microsecond
 )
 
+// vectored is the connection under conn that writes several buffers in one
+// system call (net.Buffers uses writev only on the net package's own
+// connections): the TCP connection inside the connection limiter's
+// wrapper. nil under TLS, whose records are the unit.
+func vectored(conn net.Conn) net.Conn {
+	if c, ok := conn.(*connlimit.Conn); ok {
+		conn = c.Conn
+	}
+	switch conn.(type) {
+	case *net.TCPConn, *net.UnixConn:
+		return conn
+	}
+	return nil
+}
+
+func newWatchedConn(conn net.Conn, gone context.CancelFunc) *watchedConn {
+	return &watchedConn{Conn: conn, gone: gone, vectored: vectored(conn)}
+}
+
 // watchedConn reports the end of a hijacked connection: the protocol
 // servers read it all the time, so a failed read is a client gone. It also
 // joins small writes to the next one.
 type watchedConn struct {
 	net.Conn
-	gone context.CancelFunc
-	once sync.Once
+	gone     context.CancelFunc
+	once     sync.Once
+	vectored net.Conn // see vectored; nil: the held writes go first, alone
 
 	wmu     sync.Mutex
 	pending []byte // small writes not sent yet
@@ -121,8 +143,14 @@ func (c *watchedConn) Write(p []byte) (int, error) {
 		return c.Conn.Write(p)
 	}
 	held := len(c.pending)
+	// On TCP one writev: a frame's header and its data go out together,
+	// and the client wakes once for them.
+	w := c.Conn
+	if c.vectored != nil {
+		w = c.vectored
+	}
 	bufs := net.Buffers{c.pending, p}
-	n, err := bufs.WriteTo(c.Conn) // one writev on TCP
+	n, err := bufs.WriteTo(w)
 	c.pending = c.pending[:0]
 	c.disarmFlush()
 	if err != nil {

@@ -18,8 +18,9 @@ const execLogFD = 4
 
 // Exec is the exec shim: "minicri-conmon exec RUNTIME ... exec --detach
 // --pid-file FILE ... ID". Attached, runc would copy the process's output
-// through pipes of its own; detached it hands the process the shim's stdio,
-// the daemon's pipes, and exits. The shim, a child subreaper, inherits the
+// through pipes (or a pty) of its own; detached it hands the process the
+// shim's stdio, the daemon's pipes (or sends the container's pty to the
+// daemon's console socket), and exits. The shim, a child subreaper, inherits the
 // process, waits for it and exits as it did (128+N for signal N), which is
 // what the daemon expects of an attached runc. It exits 255 when the
 // runtime could not start the process; the runtime's log says why.

@@ -198,10 +198,18 @@ conformance: deps conformance-build
 # make bench SCALE=100: the node-scale bench, 100 pods (then 100 pods x 2
 # containers), with the floors taken in the same run (docs/performance.md).
 # ROWS=memory keeps the first round's start, memory and restart rows only.
+# GUEST=1: the guest bench instead (TestGuestBench), the stats and removal
+# rows on cgroup v2 and the systemd driver, SCALE pods (100 unset), in the
+# guest stage's VM.
 SCALE ?=
 ROWS ?=
+GUEST ?=
 bench: deps build $(KUBELET_DEP) $(CRITEST_DEP)
+ifeq ($(GUEST),1)
+	@MINICRI_BENCH=1 MINICRI_BENCH_PODS=$(SCALE) $(MAKE) --no-print-directory guest-test GUEST_RUN='^TestGuestBench$$' GUEST_TIMEOUT=60m
+else
 	@MINICRI_BENCH_PODS=$(SCALE) MINICRI_BENCH_ROWS=$(ROWS) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) hack/bench.sh $(BIN)
+endif
 
 install: build
 	install -D -m 0755 $(BIN)/minicri $(DESTDIR)$(PREFIX)/bin/minicri

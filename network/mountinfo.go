@@ -46,3 +46,13 @@ func onSharedMount(path string) (bool, error) {
 	}
 	return mountinfo.Shared(m), nil
 }
+
+// mountsBelow reports whether anything is mounted at or below dir, which
+// must be resolved.
+func mountsBelow(dir string) (bool, error) {
+	mounts, err := mountinfo.Below(mountinfo.Path, dir)
+	if err != nil {
+		return false, err
+	}
+	return len(mounts) > 0, nil
+}

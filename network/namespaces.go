@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/minicri/minicri/internal/mountinfo"
 	"github.com/minicri/minicri/internal/osthread"
 )
 
@@ -90,6 +91,10 @@ func (ns *Namespaces) setPath(kind NamespaceKind, path string) {
 // existing pins fails with an error matching fs.ErrExist; run UnpinNamespaces
 // first to recover a half-made pod.
 func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (Namespaces, error) {
+	return pinNamespaces(dir, kinds, hostname, true)
+}
+
+func pinNamespaces(dir string, kinds []NamespaceKind, hostname string, lookMounts bool) (Namespaces, error) {
 	if dir == "" {
 		return Namespaces{}, errors.New("pin namespaces: empty directory")
 	}
@@ -103,12 +108,79 @@ func PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (Namespac
 	if flags == 0 {
 		return Namespaces{Dir: dir}, nil
 	}
-	return pin(dir, flags, hostname, func(ns Namespaces) error {
+	return pin(dir, flags, hostname, lookMounts, func(ns Namespaces) error {
 		if err := osthread.Throwaway(func() error { return unshareAndPin(flags, ns, hostname) }); err != nil {
 			return fmt.Errorf("pin namespaces in %s: %w", dir, err)
 		}
 		return nil
 	})
+}
+
+// PinRoot is the directory below which a node's pods pin their namespaces
+// (RUNDIR/pods). Whether a pin propagates to other mount namespaces is a
+// question of the mount that holds it, which is the root's for every pod:
+// NewPinRoot answers it once, making the root a private mount of its own
+// where it sits on a shared one, so that a pod's pins need no look at the
+// mount table, whose reading grows with every pod's mounts. An operator who
+// makes the run dir shared later (mount --make-rshared /) restarts the
+// daemon, as for any change of the mounts it was started on.
+type PinRoot struct {
+	dir string
+	// private is true once the root is known to hold no shared mount at
+	// or below it; false leaves each pin to look for itself, as
+	// PinNamespaces does.
+	private bool
+}
+
+// NewPinRoot makes dir (0700) and decides, once, how pins below it stay in
+// the daemon's mount namespace. A root on a private or slave mount needs
+// nothing. A root on a shared mount with nothing mounted at or below it (a
+// fresh run dir) becomes a private bind mount of itself, which stays for
+// the next start, as ip-netns keeps its directory's. A root already on a
+// mount of its own keeps it, made private; one with pins of earlier pods
+// below a shared mount is left as it is, and its pods look for themselves:
+// a bind over it would hide those pins.
+func NewPinRoot(dir string) (PinRoot, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return PinRoot{}, fmt.Errorf("pin root: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return PinRoot{}, fmt.Errorf("pin root: resolve %s: %w", dir, err)
+	}
+	r := PinRoot{dir: filepath.Clean(dir)}
+	holder, err := mountinfo.Lookup(mountinfo.Path, real)
+	if err != nil {
+		return PinRoot{}, fmt.Errorf("pin root %s: %w", dir, err)
+	}
+	if !mountinfo.Shared(holder) {
+		r.private = true
+		return r, nil
+	}
+	if holder.Mountpoint == real {
+		if err := unix.Mount("", real, "", unix.MS_PRIVATE, ""); err != nil {
+			return PinRoot{}, fmt.Errorf("pin root: make %s a private mount: %w", real, err)
+		}
+		r.private = true
+		return r, nil
+	}
+	below, err := mountsBelow(real)
+	if err != nil || below {
+		return r, err
+	}
+	if _, err := ensurePrivateMount(real); err != nil {
+		return PinRoot{}, fmt.Errorf("pin root: %w", err)
+	}
+	r.private = true
+	return r, nil
+}
+
+// PinNamespaces is the package's PinNamespaces for a dir below the root:
+// without a look at the mount table when the root is private.
+func (r PinRoot) PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (Namespaces, error) {
+	clean := filepath.Clean(dir)
+	below := clean != r.dir && mountinfo.Within(clean, r.dir)
+	return pinNamespaces(dir, kinds, hostname, !(r.private && below))
 }
 
 // hostNameMax is HOST_NAME_MAX: the longest name sethostname(2) takes.
@@ -124,14 +196,16 @@ type pinning struct {
 }
 
 // pin checks the hostname, prepares the pin files of flags in dir and has
-// fill pin the namespaces onto them. On failure it leaves nothing behind.
-func pin(dir string, flags int, hostname string, fill func(ns Namespaces) error) (Namespaces, error) {
+// fill pin the namespaces onto them; lookMounts makes dir a private mount
+// of its own where it sits on a shared one (ensurePrivateMount). On failure
+// it leaves nothing behind.
+func pin(dir string, flags int, hostname string, lookMounts bool, fill func(ns Namespaces) error) (Namespaces, error) {
 	if flags&unix.CLONE_NEWUTS != 0 && len(hostname) > hostNameMax {
 		// sethostname(2) would refuse it too; say why before making anything.
 		return Namespaces{}, fmt.Errorf("pin namespaces: hostname %q longer than %d bytes", hostname, hostNameMax)
 	}
 	p := &pinning{ns: Namespaces{Dir: dir}}
-	if err := p.prepare(flags); err != nil {
+	if err := p.prepare(flags, lookMounts); err != nil {
 		p.undo()
 		return Namespaces{}, fmt.Errorf("pin namespaces in %s: %w", dir, err)
 	}
@@ -142,8 +216,9 @@ func pin(dir string, flags int, hostname string, fill func(ns Namespaces) error)
 	return p.ns, nil
 }
 
-// prepare makes dir, a private mount of it if needed, and the empty pin files.
-func (p *pinning) prepare(flags int) error {
+// prepare makes dir, a private mount of it if lookMounts finds one needed,
+// and the empty pin files.
+func (p *pinning) prepare(flags int, lookMounts bool) error {
 	dir := p.ns.Dir
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		p.madeDir = true
@@ -151,9 +226,11 @@ func (p *pinning) prepare(flags int) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	var err error
-	if p.madeMount, err = ensurePrivateMount(dir); err != nil {
-		return err
+	if lookMounts {
+		var err error
+		if p.madeMount, err = ensurePrivateMount(dir); err != nil {
+			return err
+		}
 	}
 	for _, k := range pinnableKinds {
 		if flags&k.flag == 0 {

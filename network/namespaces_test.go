@@ -154,7 +154,7 @@ func TestPinningUndoAfterMount(t *testing.T) {
 	flags := unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
 	p := &pinning{ns: Namespaces{Dir: dir}}
 	t.Cleanup(func() { _ = UnpinNamespaces(p.ns) })
-	if err := p.prepare(flags); err != nil {
+	if err := p.prepare(flags, true); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
 	if err := osthread.Throwaway(func() error { return unshareAndPin(flags, p.ns, "h") }); err != nil {
@@ -211,6 +211,139 @@ func TestPinNamespacesOnSharedMount(t *testing.T) {
 		t.Fatalf("UnpinNamespaces: %v", err)
 	}
 	assertUnpinned(t, ns)
+}
+
+// sharedDir is a fresh directory that is a shared mount of its own, as
+// every directory of a systemd host sits on one.
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	shared := t.TempDir()
+	if err := unix.Mount(shared, shared, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind %s: %v", shared, err)
+	}
+	t.Cleanup(func() { _ = unmountAll(shared) })
+	if err := unix.Mount("", shared, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatalf("make %s shared: %v", shared, err)
+	}
+	return shared
+}
+
+// A pin root on a shared mount becomes a private mount of its own, once:
+// the pods' pins below it are its only mounts there, none per pod, and
+// none on a shared mount.
+func TestPinRootOnSharedMountIsMadePrivateOnce(t *testing.T) {
+	requireRoot(t)
+	root := filepath.Join(sharedDir(t), "pods")
+	r, err := NewPinRoot(root)
+	if err != nil {
+		t.Fatalf("NewPinRoot: %v", err)
+	}
+	t.Cleanup(func() { _ = unmountAll(root) })
+	if got := mountsUnder(t, root); len(got) != 1 || got[0] != root {
+		t.Fatalf("mounts under the root = %v, want the root alone", got)
+	}
+	if again, err := NewPinRoot(root); err != nil || !again.private {
+		t.Errorf("NewPinRoot at the next start: %+v, %v; want the root private", again, err)
+	}
+	if got := mountsUnder(t, root); len(got) != 1 {
+		t.Errorf("mounts under the root after the next start = %v, want the root alone", got)
+	}
+	for _, pod := range []string{"a", "b"} {
+		dir := filepath.Join(root, pod, "ns")
+		ns, err := r.PinNamespaces(dir, []NamespaceKind{NamespaceNet, NamespaceIPC}, "")
+		if err != nil {
+			t.Fatalf("PinNamespaces: %v", err)
+		}
+		t.Cleanup(func() { _ = UnpinNamespaces(ns) })
+		if isShared, err := onSharedMount(ns.Net); err != nil || isShared {
+			t.Errorf("pin %s on a shared mount (err %v)", ns.Net, err)
+		}
+		if got := mountsUnder(t, dir); len(got) != 2 {
+			t.Errorf("mounts under %s = %v, want the 2 pins alone", dir, got)
+		}
+		if err := UnpinNamespaces(ns); err != nil {
+			t.Fatalf("UnpinNamespaces: %v", err)
+		}
+		assertUnpinned(t, ns)
+	}
+}
+
+// Pins that earlier pods made below a shared root stay reachable: the root
+// is not bound over them, and each new pod's pins get a private directory
+// of their own, as without a root.
+func TestPinRootKeepsEarlierPinsOnSharedMount(t *testing.T) {
+	requireRoot(t)
+	root := filepath.Join(sharedDir(t), "pods")
+	old, err := PinNamespaces(filepath.Join(root, "old", "ns"), []NamespaceKind{NamespaceNet}, "")
+	if err != nil {
+		t.Fatalf("PinNamespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = UnpinNamespaces(old) })
+	r, err := NewPinRoot(root)
+	if err != nil {
+		t.Fatalf("NewPinRoot: %v", err)
+	}
+	if !NamespacePinned(old.Net) {
+		t.Fatalf("the earlier pod's pin %s is hidden after NewPinRoot", old.Net)
+	}
+	dir := filepath.Join(root, "new", "ns")
+	ns, err := r.PinNamespaces(dir, []NamespaceKind{NamespaceNet, NamespaceIPC}, "")
+	if err != nil {
+		t.Fatalf("PinNamespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = UnpinNamespaces(ns) })
+	if got := mountsUnder(t, dir); len(got) != 3 {
+		t.Errorf("mounts under %s = %v, want the private dir and 2 pins", dir, got)
+	}
+	if isShared, err := onSharedMount(ns.Net); err != nil || isShared {
+		t.Errorf("pin %s on a shared mount (err %v)", ns.Net, err)
+	}
+}
+
+// A pod's pins below a private root take the root's answer and look at no
+// mount table of their own: given a root that says private on a shared
+// mount, the pins land on that shared mount without a directory of their
+// own (PinNamespaces would have made one).
+func TestPinRootPinsTakeTheRootsAnswer(t *testing.T) {
+	requireRoot(t)
+	root := filepath.Join(sharedDir(t), "pods")
+	r := PinRoot{dir: root, private: true}
+	dir := filepath.Join(root, "a", "ns")
+	ns, err := r.PinNamespaces(dir, []NamespaceKind{NamespaceNet}, "")
+	if err != nil {
+		t.Fatalf("PinNamespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = UnpinNamespaces(ns) })
+	if got := mountsUnder(t, dir); len(got) != 1 {
+		t.Errorf("mounts under %s = %v, want the pin alone", dir, got)
+	}
+}
+
+// On a private mount nothing is mounted for the root or for a pod.
+func TestPinRootOnPrivateMount(t *testing.T) {
+	requireRoot(t)
+	private := t.TempDir()
+	if err := unix.Mount(private, private, "", unix.MS_BIND, ""); err != nil {
+		t.Fatalf("bind %s: %v", private, err)
+	}
+	t.Cleanup(func() { _ = unmountAll(private) })
+	if err := unix.Mount("", private, "", unix.MS_PRIVATE, ""); err != nil {
+		t.Fatalf("make %s private: %v", private, err)
+	}
+	root := filepath.Join(private, "pods")
+	r, err := NewPinRoot(root)
+	if err != nil {
+		t.Fatalf("NewPinRoot: %v", err)
+	}
+	dir := filepath.Join(root, "a", "ns")
+	ns, err := r.PinNamespaces(dir, []NamespaceKind{NamespaceNet}, "")
+	if err != nil {
+		t.Fatalf("PinNamespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = UnpinNamespaces(ns) })
+	if got := mountsUnder(t, root); len(got) != 1 || got[0] != ns.Net {
+		t.Errorf("mounts under the root = %v, want the pin %s alone", got, ns.Net)
+	}
 }
 
 // A throwaway thread that happened to be the main thread could not be ended:

@@ -32,7 +32,7 @@ func PinProcessNamespaces(dir string, pid int, kinds []NamespaceKind, hostname s
 	if flags&unix.CLONE_NEWUSER == 0 {
 		return Namespaces{}, errors.New("pin namespaces of a process: only for a user namespace (else PinNamespaces)")
 	}
-	return pin(dir, flags, hostname, func(ns Namespaces) error { return bindProcessNamespaces(ns, pid, hostname) })
+	return pin(dir, flags, hostname, true, func(ns Namespaces) error { return bindProcessNamespaces(ns, pid, hostname) })
 }
 
 // bindProcessNamespaces bind-mounts the namespaces of pid onto the pin files

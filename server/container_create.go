@@ -331,7 +331,7 @@ func imageRef(img image.Image) string {
 func (s *Server) discardContainer(ctx context.Context, rec lifecycle.ContainerRecord) error {
 	var errs []error
 	if rt, err := s.runtimes.Get(rec.Handler); err == nil {
-		if err := rt.Delete(ctx, rec.ID, true, containerCgroup(rec)); err != nil {
+		if err := deleteFromRuntime(ctx, rt, rec); err != nil {
 			errs = append(errs, fmt.Errorf("delete from runtime: %w", err))
 		}
 	}
@@ -359,6 +359,23 @@ func (s *Server) discardContainer(ctx context.Context, rec lifecycle.ContainerRe
 	err := s.containers.Delete(rec.ID) // and the object with it
 	lifecycle.PhaseDone(ctx, "container_record")
 	return err
+}
+
+// deleteFromRuntime removes the container from its runtime. One whose exit
+// is recorded is deleted without --force: runc's forced delete signals the
+// container and then sleeps before it looks whether it is gone, even when
+// nothing ran, while its plain delete of a stopped container removes it at
+// once (and kills what is left in the cgroup of a container that shared
+// its PID namespace). Should the runtime still see the container running,
+// the forced delete follows, so a removal never stops at that.
+func deleteFromRuntime(ctx context.Context, rt containerRuntime, rec containerRecord) error {
+	cgroup := containerCgroup(rec)
+	if rec.State == stateExited {
+		if err := rt.Delete(ctx, rec.ID, false, cgroup); err == nil {
+			return nil
+		}
+	}
+	return rt.Delete(ctx, rec.ID, true, cgroup)
 }
 
 // containerCgroup is the cgroup minicri's spec gave the container: the

@@ -84,6 +84,39 @@ func TestPodAndContainerLifecycle(t *testing.T) {
 	ts.runPod(t, podConfig("web")) // its name is free
 }
 
+// A container whose exit is recorded is deleted from the runtime without
+// --force, which runc follows with a wait; one the runtime still sees
+// running is deleted with it, so its removal does not stop there.
+func TestRemoveDeletesAnExitedContainerWithoutForce(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		stillRuns   bool
+		wantDeletes int
+		wantForced  int
+	}{
+		{"exited", false, 1, 0},
+		{"the runtime still runs it", true, 1, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ts := newTestServer(t)
+			_, id := ts.runningCtr(t, "web")
+			if _, err := ts.StopContainer(bg, &runtime.StopContainerRequest{ContainerId: id, Timeout: 5}); err != nil {
+				t.Fatalf("StopContainer: %v", err)
+			}
+			ts.waitExited(t, id)
+			if c.stillRuns {
+				_ = ts.runc.Start(bg, id)
+			}
+			if _, err := ts.RemoveContainer(bg, &runtime.RemoveContainerRequest{ContainerId: id}); err != nil {
+				t.Fatalf("RemoveContainer: %v", err)
+			}
+			if got, forced := ts.runc.Deleted(id), ts.runc.Forced(id); got != c.wantDeletes || forced != c.wantForced {
+				t.Errorf("runtime deletes %d, of them forced %d; want %d and %d", got, forced, c.wantDeletes, c.wantForced)
+			}
+		})
+	}
+}
+
 func TestCreateContainerRefusals(t *testing.T) {
 	ts := newTestServer(t)
 	pod := podConfig("web")

@@ -103,11 +103,12 @@ func (conmonMonitor) StopPause(ctx context.Context, in conmon.Infra) error {
 	return conmon.StopPause(ctx, in)
 }
 
-// hostPins is the real sandboxPins.
-type hostPins struct{}
+// hostPins is the real sandboxPins: its pods' pins are made below root,
+// the run dir's pods directory.
+type hostPins struct{ root network.PinRoot }
 
-func (hostPins) Pin(dir string, kinds []network.NamespaceKind, hostname string) (network.Namespaces, error) {
-	return network.PinNamespaces(dir, kinds, hostname)
+func (p hostPins) Pin(dir string, kinds []network.NamespaceKind, hostname string) (network.Namespaces, error) {
+	return p.root.PinNamespaces(dir, kinds, hostname)
 }
 
 func (hostPins) Unpin(ns network.Namespaces) error { return network.UnpinNamespaces(ns) }

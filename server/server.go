@@ -180,7 +180,6 @@ func New(opts Options) (*Server, error) {
 		containerNames: store.NewNames(),
 		monitors:       newMonitorPlacement(cfg.Runtime.MonitorShare),
 		cdi:            oci.NewCDI(cfg.CDI.SpecDirs),
-		pins:           hostPins{},
 		criu:           &oci.CRIU{ScratchDir: filepath.Join(cfg.Root, checkpointsDir)},
 	}
 	// The start's phases, in minicri_operation_phase_duration_seconds as
@@ -193,6 +192,11 @@ func New(opts Options) (*Server, error) {
 	if s.monitorPath, err = findMonitor(cfg.Runtime.MonitorPath); err != nil {
 		return nil, err
 	}
+	pinRoot, err := network.NewPinRoot(filepath.Join(cfg.RunDir, "pods"))
+	if err != nil {
+		return nil, err
+	}
+	s.pins = hostPins{root: pinRoot}
 	settleRuntimes := s.startRuntimes()
 	cni := network.NewCNI(cfg.CNI.ConfDir, cfg.CNI.BinDirs, filepath.Join(cfg.Root, "cni"), opts.Log.WithField("component", "cni"))
 	// Before the recovery tears down a half-made pod's attachment: a killed

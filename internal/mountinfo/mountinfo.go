@@ -46,6 +46,21 @@ func Lookup(table, path string) (*mountinfo.Info, error) {
 	return best, nil
 }
 
+// Below lists the mounts at or below dir (resolved) in the mountinfo file
+// at table.
+func Below(table, dir string) ([]*mountinfo.Info, error) {
+	f, err := os.Open(table)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	mounts, err := mountinfo.GetMountsFromReader(f, mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", table, err)
+	}
+	return mounts, nil
+}
+
 // Shared reports whether the mount propagates to a peer group.
 func Shared(m *mountinfo.Info) bool { return strings.Contains(m.Optional, "shared:") }
 

@@ -41,13 +41,14 @@ type Runtime struct {
 	running  map[string]bool
 	updates  map[string]*specs.LinuxResources
 	deleted  map[string]int
+	forced   map[string]int
 	kills    []syscall.Signal
 	execArgs [][]string
 	paused   map[string]bool
 }
 
 func NewRuntime() *Runtime {
-	return &Runtime{running: map[string]bool{}, updates: map[string]*specs.LinuxResources{}, deleted: map[string]int{}}
+	return &Runtime{running: map[string]bool{}, updates: map[string]*specs.LinuxResources{}, deleted: map[string]int{}, forced: map[string]int{}}
 }
 
 func (r *Runtime) Start(ctx context.Context, id string) error {
@@ -91,11 +92,23 @@ func (r *Runtime) Kills() []syscall.Signal {
 	return append([]syscall.Signal(nil), r.kills...)
 }
 
+// Delete without force refuses a container that still runs, as runc's
+// does; with force it ends it first.
 func (r *Runtime) Delete(ctx context.Context, id string, force bool, cgroupsPath string) error {
-	return r.locked("Delete", &r.mu, func() {
-		delete(r.running, id)
-		r.deleted[id]++
-	})
+	if err := r.err("Delete"); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !force && r.running[id] {
+		return fmt.Errorf("cannot delete container %s that is not stopped: running", id)
+	}
+	delete(r.running, id)
+	r.deleted[id]++
+	if force {
+		r.forced[id]++
+	}
+	return nil
 }
 
 // Deleted counts the deletes of a container.
@@ -103,6 +116,13 @@ func (r *Runtime) Deleted(id string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.deleted[id]
+}
+
+// Forced counts the deletes of a container that were forced.
+func (r *Runtime) Forced(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.forced[id]
 }
 
 func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {

@@ -368,9 +368,9 @@ func (s *Server) discardContainer(ctx context.Context, rec lifecycle.ContainerRe
 // once (and kills what is left in the cgroup of a container that shared
 // its PID namespace). Should the runtime still see the container running,
 // the forced delete follows, so a removal never stops at that.
-func deleteFromRuntime(ctx context.Context, rt containerRuntime, rec containerRecord) error {
+func deleteFromRuntime(ctx context.Context, rt containerRuntime, rec lifecycle.ContainerRecord) error {
 	cgroup := containerCgroup(rec)
-	if rec.State == stateExited {
+	if rec.State == lifecycle.StateExited {
 		if err := rt.Delete(ctx, rec.ID, false, cgroup); err == nil {
 			return nil
 		}

@@ -191,7 +191,7 @@ func (s *Store) ensureArtifactFile(ctx context.Context, id v1.Hash, name string,
 		if s.hasLayer(id) {
 			return nil
 		}
-		return s.makeLayerDir(id, func(tmp string) error {
+		return s.makeLayerDir(id, nil, func(tmp string) error {
 			// A fresh dir of our own and a name without a separator: the
 			// link is made in tmp and nowhere else. The blob is 0644 and
 			// never written again; the volume is read-only.

@@ -98,6 +98,9 @@ type Hooks struct {
 	// ProgressInterval is how often a pull logs the layers still
 	// downloading (default 5 s).
 	ProgressInterval time.Duration
+	// SyncLayer makes the files of a layer's temp dir durable before the
+	// dir is named (default syncFS): a test looks at the store meanwhile.
+	SyncLayer func(dir string) error
 }
 
 func (h Hooks) now() time.Time {
@@ -112,6 +115,13 @@ func (h Hooks) walkUpper(upper string) (bytes, inodes uint64, err error) {
 		return h.WalkUpper(upper)
 	}
 	return diskUsage(upper)
+}
+
+func (h Hooks) syncLayer(dir string) error {
+	if h.SyncLayer != nil {
+		return h.SyncLayer(dir)
+	}
+	return syncFS(dir)
 }
 
 func (h Hooks) progressInterval() time.Duration {

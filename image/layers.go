@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
@@ -54,20 +55,47 @@ func (s *Store) ensureLayer(ctx context.Context, chain, diffID, blob v1.Hash, bu
 		if s.hasLayer(chain) {
 			return nil
 		}
-		select {
-		case s.unpackSlots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
+		release, err := s.waitUnpackSlot(ctx)
+		if err != nil {
+			return err
 		}
-		defer func() { <-s.unpackSlots }()
-		return s.unpackLayer(ctx, chain, diffID, blob, budget)
+		defer release()
+		return s.unpackLayer(ctx, chain, diffID, blob, budget, release)
 	})
 }
 
-func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, budget *unpackBudget) (err error) {
+// The unpack slots bound the layers decoded and written at once: CPU
+// work. A layer gives its slot back once its files are written, before it
+// waits for the disk to sync them, so that another layer's unpack keeps
+// the CPU busy meanwhile. release gives a slot back once, however often
+// it is called.
+
+// waitUnpackSlot takes an unpack slot, waiting for one to free.
+func (s *Store) waitUnpackSlot(ctx context.Context) (release func(), _ error) {
+	select {
+	case s.unpackSlots <- struct{}{}:
+		return sync.OnceFunc(func() { <-s.unpackSlots }), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// tryUnpackSlot takes an unpack slot if one is free.
+func (s *Store) tryUnpackSlot() (release func(), ok bool) {
+	select {
+	case s.unpackSlots <- struct{}{}:
+		return sync.OnceFunc(func() { <-s.unpackSlots }), true
+	default:
+		return nil, false
+	}
+}
+
+// unpackLayer unpacks blob into the layer dir of chain; written is called
+// when the files are written, before they are synced.
+func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, budget *unpackBudget, written func()) (err error) {
 	ctx, span := tracing.Start(ctx, "image.unpack", tracing.LayerDigest.String(blob.String()))
 	defer func() { tracing.End(span, err) }()
-	return s.makeLayerDir(chain, func(tmp string) error {
+	return s.makeLayerDir(chain, written, func(tmp string) error {
 		got, err := unpackLayerFile(ctx, s.blobPath(blob), tmp, budget)
 		if err != nil {
 			return fmt.Errorf("unpack layer %s: %w", blob, err)
@@ -82,8 +110,9 @@ func (s *Store) unpackLayer(ctx context.Context, chain, diffID, blob v1.Hash, bu
 // makeLayerDir has fill fill a temp dir, then renames it to the layer dir
 // of chain, so a layer dir is always complete; when two processes race,
 // the first rename wins and the other drops its copy. Nothing of a failed
-// fill stays.
-func (s *Store) makeLayerDir(chain v1.Hash, fill func(tmp string) error) (retErr error) {
+// fill stays. written (nil: nothing) is called when fill has returned,
+// before the wait for the disk.
+func (s *Store) makeLayerDir(chain v1.Hash, written func(), fill func(tmp string) error) (retErr error) {
 	tmp, err := os.MkdirTemp(s.path(tmpDir), "layer-")
 	if err != nil {
 		return err
@@ -96,11 +125,15 @@ func (s *Store) makeLayerDir(chain v1.Hash, fill func(tmp string) error) (retErr
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
-	if err := fill(tmp); err != nil {
+	err = fill(tmp)
+	if written != nil {
+		written()
+	}
+	if err != nil {
 		return err
 	}
 	// The layer's files must be on disk before its name says it is complete.
-	if err := syncFS(tmp); err != nil {
+	if err := s.opts.Hooks.syncLayer(tmp); err != nil {
 		return err
 	}
 	err = os.Rename(tmp, s.layerDir(chain.String()))

@@ -60,17 +60,16 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Descriptor, diffID, chain v
 			}
 			// Never wait for a slot here: the download goes on below
 			// while the CPUs are busy.
-			select {
-			case s.unpackSlots <- struct{}{}:
-			default:
+			release, ok := s.tryUnpackSlot()
+			if !ok {
 				return nil
 			}
-			defer func() { <-s.unpackSlots }()
+			defer release()
 			return s.once(ctx, &s.blobFlight, l.Digest.Hex, func() error {
 				if s.hasBlob(l.Digest) {
 					return nil
 				}
-				return s.streamLayer(ctx, l, diffID, chain, req, budget)
+				return s.streamLayer(ctx, l, diffID, chain, req, budget, release)
 			})
 		})
 		if err != nil {
@@ -86,8 +85,8 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Descriptor, diffID, chain v
 
 // streamLayer downloads, verifies and unpacks one layer in one pass (see
 // above). The caller holds the layer's and the blob's flights and an unpack
-// slot.
-func (s *Store) streamLayer(ctx context.Context, desc v1.Descriptor, diffID, chain v1.Hash, req ingestRequest, budget *unpackBudget) (err error) {
+// slot, which written gives back once the layer is written and checked.
+func (s *Store) streamLayer(ctx context.Context, desc v1.Descriptor, diffID, chain v1.Hash, req ingestRequest, budget *unpackBudget, written func()) (err error) {
 	ctx, span := tracing.Start(ctx, "image.unpack", tracing.LayerDigest.String(desc.Digest.String()))
 	defer func() { tracing.End(span, err) }()
 	watch := req.progress.begin(layerDownload, desc.Digest.String(), desc.Size)
@@ -111,7 +110,7 @@ func (s *Store) streamLayer(ctx context.Context, desc v1.Descriptor, diffID, cha
 	}()
 	// One byte more than announced, to notice a blob that is too long.
 	blob := io.TeeReader(io.LimitReader(body, desc.Size+1), sink)
-	err = s.makeLayerDir(chain, func(dir string) error {
+	err = s.makeLayerDir(chain, written, func(dir string) error {
 		got, err := unpackStream(ctx, blob, dir, budget, func() { body.Close() })
 		var se *streamError
 		if errors.As(err, &se) {

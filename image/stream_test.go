@@ -311,3 +311,38 @@ func TestPullCancelledMidLayerLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A layer gives its unpack slot back before it waits for the disk to sync
+// its files: the slots bound the CPU work of unpacking, and while one
+// layer syncs, another's unpack keeps the CPU busy. Both ways of unpacking
+// are checked: streamed from the download, and from a blob already kept.
+func TestLayerSyncHoldsNoUnpackSlot(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	p := push(t, reg, "sync:1", incompressible(t, 64<<10))
+	var (
+		s    *Store
+		mu   sync.Mutex
+		held []int
+	)
+	s = newTestStore(t, Options{Hooks: Hooks{SyncLayer: func(dir string) error {
+		mu.Lock()
+		held = append(held, len(s.unpackSlots))
+		mu.Unlock()
+		return syncFS(dir)
+	}}})
+	img, err := s.Pull(testContext(t), p.ref, nil)
+	if err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+	if err := os.RemoveAll(s.layerDir(img.Layers[0].ChainID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pull(testContext(t), p.ref, nil); err != nil {
+		t.Fatalf("pull with the blob kept and the layer gone: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(held) != 2 || held[0] != 0 || held[1] != 0 {
+		t.Fatalf("unpack slots held while a layer synced (streamed, from the blob): %v, want [0 0]", held)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"path"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/klauspost/compress/zstd"
@@ -266,15 +267,16 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 // create makes the entry base in the current directory.
 func (x *extractor) create(base string, hdr *tar.Header, r io.Reader) error {
 	full := x.child(base)
-	if hdr.Typeflag == tar.TypeDir {
+	switch hdr.Typeflag {
+	case tar.TypeDir:
 		return x.mkdir(base, hdr)
+	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+		return x.writeFile(full, hdr, r)
 	}
 	if err := removeEntry(full); err != nil {
 		return err
 	}
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
-		return x.writeFile(full, hdr, r)
 	case tar.TypeSymlink:
 		if hdr.Linkname == "" {
 			return fmt.Errorf("%w: symlink without a target", errUnsafeEntry)
@@ -418,11 +420,20 @@ func removeEntry(full string) error {
 
 // writeFile charges the file's declared size before reading any of it: the
 // holes of a sparse entry cost the tar reader the time to hand them out.
+// Whatever an earlier entry put at full goes (the later entry wins), found
+// by the create failing rather than looked for before each file. The
+// metadata goes through the open file, as tar does, not through its path.
 func (x *extractor) writeFile(full string, hdr *tar.Header, r io.Reader) error {
 	if err := x.budget.addBytes(hdr.Size); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	f, err := createFile(full)
+	if errors.Is(err, os.ErrExist) {
+		if err := removeEntry(full); err != nil {
+			return err
+		}
+		f, err = createFile(full)
+	}
 	if err != nil {
 		return err
 	}
@@ -430,10 +441,45 @@ func (x *extractor) writeFile(full string, hdr *tar.Header, r io.Reader) error {
 		f.Close()
 		return err
 	}
-	if err := f.Close(); err != nil {
+	if err := setFileMetadata(f, hdr); err != nil {
+		f.Close()
 		return err
 	}
-	return x.setMetadata(full, hdr)
+	return f.Close()
+}
+
+// createFile makes a new regular file at full, never through a symlink
+// there: O_EXCL fails on any name that exists.
+func createFile(full string) (*os.File, error) {
+	return os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+}
+
+// setFileMetadata is setMetadata of a regular file through its open file.
+func setFileMetadata(f *os.File, hdr *tar.Header) error {
+	fd := int(f.Fd())
+	if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
+		return &os.PathError{Op: "fchown", Path: f.Name(), Err: err}
+	}
+	if err := f.Chmod(tarMode(hdr)); err != nil {
+		return err
+	}
+	if err := eachXattr(hdr, func(name string, value []byte) error { return unix.Fsetxattr(fd, name, value, 0) }); err != nil {
+		return err
+	}
+	if ts := headerTimes(hdr); ts != nil {
+		return futimens(fd, ts)
+	}
+	return nil
+}
+
+// futimens sets the times of the open file fd: utimensat(2) with no path,
+// which golang.org/x/sys/unix does not spell.
+func futimens(fd int, ts []unix.Timespec) error {
+	_, _, errno := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if errno != 0 {
+		return &os.PathError{Op: "futimens", Path: fmt.Sprintf("fd %d", fd), Err: errno}
+	}
+	return nil
 }
 
 // holeBlock is the unit of zeros left as a hole: the filesystem block,
@@ -606,15 +652,21 @@ func tarMode(hdr *tar.Header) os.FileMode {
 	return mode
 }
 
-// setXattrs applies the PAX xattr records. Overlay's own xattrs are dropped:
-// from a layer they could redirect lookups to other paths of the host.
+// setXattrs applies the PAX xattr records to full.
 func setXattrs(full string, hdr *tar.Header) error {
+	return eachXattr(hdr, func(name string, value []byte) error { return unix.Lsetxattr(full, name, value, 0) })
+}
+
+// eachXattr applies the PAX xattr records with set. Overlay's own xattrs
+// are dropped: from a layer they could redirect lookups to other paths of
+// the host.
+func eachXattr(hdr *tar.Header, set func(name string, value []byte) error) error {
 	for key, value := range hdr.PAXRecords {
 		name, ok := strings.CutPrefix(key, "SCHILY.xattr.")
 		if !ok || strings.HasPrefix(name, "trusted.overlay.") || strings.HasPrefix(name, "user.overlay.") {
 			continue
 		}
-		err := unix.Lsetxattr(full, name, []byte(value), 0)
+		err := set(name, []byte(value))
 		if errors.Is(err, unix.ENOTSUP) {
 			continue // the store's filesystem cannot keep it; nothing to do about it
 		}

@@ -464,3 +464,37 @@ func BenchmarkUnpack(b *testing.B) {
 		})
 	}
 }
+
+// A file whose name an earlier entry of the layer made a symlink (or a
+// directory) replaces it: the later entry wins, and nothing is written
+// through the link.
+func TestUnpackFileReplacesALinkOrDirOfItsName(t *testing.T) {
+	requireRoot(t)
+	box := t.TempDir()
+	secret := filepath.Join(box, "secret")
+	if err := os.WriteFile(secret, []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(box, "dest")
+	if err := os.Mkdir(dest, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	blob := writeBlobFile(t, tarOf(t,
+		tim.Symlink("link", secret), tim.File("link", "new", 0o644),
+		tim.Dir("dir", 0o755), tim.File("dir/below", "x", 0o644), tim.File("dir", "new", 0o640)))
+	if _, err := unpackLayerFile(t.Context(), blob, dest, newBudget(Limits{})); err != nil {
+		t.Fatalf("unpack: %v", err)
+	}
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "secret" {
+		t.Fatalf("the link's target: %q (%v), want it untouched", b, err)
+	}
+	for name, mode := range map[string]os.FileMode{"link": 0o644, "dir": 0o640} {
+		fi, err := os.Lstat(filepath.Join(dest, name))
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != mode {
+			t.Fatalf("%s: %v (%v), want a regular file of mode %o", name, fi.Mode(), err, mode)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dest, name)); string(b) != "new" {
+			t.Fatalf("%s holds %q, want the later entry's", name, b)
+		}
+	}
+}

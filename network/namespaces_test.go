@@ -185,16 +185,7 @@ func TestPinNamespacesNothingToPin(t *testing.T) {
 // mount of its own, and unpinning leaves no mount behind.
 func TestPinNamespacesOnSharedMount(t *testing.T) {
 	requireRoot(t)
-	shared := t.TempDir()
-	if err := unix.Mount(shared, shared, "", unix.MS_BIND, ""); err != nil {
-		t.Fatalf("bind %s: %v", shared, err)
-	}
-	t.Cleanup(func() { _ = unmountAll(shared) })
-	if err := unix.Mount("", shared, "", unix.MS_SHARED, ""); err != nil {
-		t.Fatalf("make %s shared: %v", shared, err)
-	}
-
-	dir := filepath.Join(shared, "pod", "ns")
+	dir := filepath.Join(sharedDir(t), "pod", "ns")
 	ns, err := PinNamespaces(dir, []NamespaceKind{NamespaceNet, NamespaceIPC}, "")
 	if err != nil {
 		t.Fatalf("PinNamespaces: %v", err)

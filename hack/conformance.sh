@@ -10,7 +10,9 @@
 #                                "slow" adds the [Slow] ones, in parallel)
 #   hack/conformance.sh FOCUS    only the [Conformance] specs whose name
 #                                matches the regular expression FOCUS (the
-#                                cluster stage of make test)
+#                                cluster stage of make test); with
+#                                CONFORMANCE_PHASES=serial, the [Serial]
+#                                ones among them, one at a time
 #   hack/conformance.sh leaks    the leak counts only (after cluster-down too)
 #
 # CONFORMANCE_SKIP is a regular expression of specs every phase leaves out
@@ -156,7 +158,9 @@ summary() {
 
 t0=$SECONDS
 rc=0
-if [ $# -gt 0 ]; then
+if [ $# -gt 0 ] && [ "$phases" = serial ]; then
+	phase focused-serial 1 "$1" '\[Disruptive\]' || rc=1
+elif [ $# -gt 0 ]; then
 	phase focused "$procs" "$1" '\[Serial\]|\[Disruptive\]|\[Slow\]' || rc=1
 else
 	if [[ " $phases " == *" parallel "* ]]; then

@@ -289,9 +289,35 @@ func (b *nodeBench) memoryRows(label string, pods int) {
 	addBenchRow(benchRow{measure: fmt.Sprintf("PSS daemon + helpers (%d procs), %s", 1+len(monitors)+len(infras), label), value: float64(total) / 1024, unit: "MiB", goal: goal})
 }
 
-// restartRow stops the daemon and times its start until it answers with
-// every pod ready again.
+// restarts is how many times restartRow restarts the daemon: one start is
+// one sample, and on a shared machine a single sample says little.
+const restarts = 5
+
+// restartRow restarts the daemon (restarts times) and times each start
+// until it answers with every pod ready again: the row is their p50, the
+// phases the means of the starts.
 func (b *nodeBench) restartRow(label string, pods int) {
+	var took []time.Duration
+	phases := map[string]phaseSeries{}
+	for range restarts {
+		b.checkAbort()
+		took = append(took, b.restart(pods))
+		// Each new daemon's metrics hold its one start.
+		for k, v := range b.scrapePhases() {
+			if strings.HasPrefix(k, "Start/") {
+				sum := phases[k]
+				sum.sum, sum.count = sum.sum+v.sum, sum.count+v.count
+				phases[k] = sum
+			}
+		}
+	}
+	addBenchRow(benchRow{measure: fmt.Sprintf("daemon restart, %s recovered, p50 of %d", label, restarts), value: ms(p50(took)), unit: "ms", goal: "<= 60 ms at 100 pods"})
+	addPhaseRows(phases, "Start")
+}
+
+// restart stops the daemon and returns how long its start took, from the
+// binary's start to a ListPodSandbox that shows all pods ready.
+func (b *nodeBench) restart(pods int) time.Duration {
 	t, d := b.t, b.d
 	d.Signal(syscall.SIGTERM)
 	d.Wait(30 * time.Second)
@@ -304,9 +330,7 @@ func (b *nodeBench) restartRow(label string, pods int) {
 		r, err := d.Runtime.ListPodSandbox(ctx, ready)
 		return err == nil && len(r) == pods
 	})
-	addBenchRow(benchRow{measure: "daemon restart, " + label + " recovered", value: ms(time.Since(begin)), unit: "ms", goal: "<= 60 ms at 100 pods"})
-	// The new daemon's metrics hold its one start.
-	addPhaseRows(b.scrapePhases(), "Start")
+	return time.Since(begin)
 }
 
 // setUpNetwork writes the bench's CNI network: the e2e bridge, with ipMasq

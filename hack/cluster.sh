@@ -398,6 +398,10 @@ start_containerd() {
 	  path = "$c/opt"
 	[plugins."io.containerd.grpc.v1.cri"]
 	  sandbox_image = "$registry/$pause"
+	  # This host: no CAP_SYS_RESOURCE, so the kernel refuses an
+	  # oom_score_adj below containerd's own (the kubelet asks -997 for the
+	  # control plane's pods); raised to it, as minicri does.
+	  restrict_oom_score_adj = true
 	  [plugins."io.containerd.grpc.v1.cri".containerd]
 	    default_runtime_name = "runc"
 	    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
@@ -425,7 +429,7 @@ start_containerd() {
 containerd_leftovers() {
 	local p n
 	for p in /proc/[0-9]*; do
-		tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- " -address $socket " || continue
+		tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- " -address $socket " || continue
 		echo "containerd shim ${p#/proc/} (killed)"
 		kill -KILL "${p#/proc/}" 2>/dev/null || true
 	done

@@ -8,6 +8,12 @@
 # NODES=2 hack/cluster.sh up: the production-shaped guest joins as a second
 # node (hack/cluster-node.sh).
 #
+# CLUSTER_CRI=containerd hack/cluster.sh up: the same cluster (the same
+# kubeadm configuration, images, registry, CNI template, kubelet) with
+# Debian's containerd 1.6 as the CRI instead of minicri, to tell what
+# minicri fails from what the images or this host fail (docs/cluster.md,
+# docs/conformance.md). down takes down whichever up brought up.
+#
 # up runs, as an operator with a private registry would: a loopback registry
 # serving the images hack/build-cluster.sh made (kubeadm's imageRepository),
 # minicri with a cni.conf_template (the pod CIDR the controller-manager
@@ -47,8 +53,6 @@ export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MINICRI_BIN:-$repo/bin}
 state=${MINICRI_CLUSTER_STATE:-/var/lib/minicri-cluster}
-socket=/run/minicri/minicri.sock
-cri=unix://$socket
 admin=/etc/kubernetes/admin.conf
 # The pod and service networks: 10.250/16 and 10.251/16, beside the e2e
 # suite's bridges (10.200-249.x.0/24), so that a cluster and the suite can
@@ -79,6 +83,28 @@ host_paths=(/etc/kubernetes /var/lib/kubelet /var/lib/etcd /var/log/pods /var/lo
 
 log() { echo "cluster: $*" >&2; }
 die() { log "$*"; exit 1; }
+
+# set_cri NAME: the CRI the cluster runs on, minicri or containerd; sets
+# cri_name, socket and cri (kubeadm's and the kubelet's endpoint), and adds
+# the host paths containerd makes outside its own dirs.
+set_cri() {
+	cri_name=$1
+	case $cri_name in
+	minicri) socket=/run/minicri/minicri.sock ;;
+	containerd)
+		# Its socket, root and state dirs are the cluster's own (below
+		# STATE/containerd), so that no containerd of the host is touched.
+		# It still makes /run/containerd (the shims' sockets, whose dir
+		# containerd 1.6 does not take from its state dir), the CNI
+		# library's cache /var/lib/cni, and its network namespaces in
+		# /run/netns (down checks those apart: the dir is shared).
+		socket=$state/containerd/containerd.sock
+		host_paths+=(/run/containerd /var/lib/cni /opt/containerd)
+		;;
+	*) die "CLUSTER_CRI=$cri_name: minicri or containerd" ;;
+	esac
+	cri=unix://$socket
+}
 
 # wait_for SECONDS WHAT CMD...: runs CMD every second until it succeeds;
 # fails naming WHAT after SECONDS.
@@ -134,12 +160,22 @@ kubectl() { "$cdir/kubectl" --kubeconfig "$admin" "$@"; }
 
 up() {
 	[ "$(id -u)" = 0 ] || die "needs root"
+	set_cri "${CLUSTER_CRI:-minicri}"
 	if [ -e "$state" ] || [ -e /etc/kubernetes ] || [ -e /var/lib/kubelet ] || [ -S "$socket" ]; then
 		die "a cluster (or another kubelet or minicri) is already here: hack/cluster.sh down first"
 	fi
 	for b in minicri minicri-conmon minicri-pause; do
 		[ -x "$bin/$b" ] || die "no $bin/$b: make build first"
 	done
+	local conformance=
+	if [ "$cri_name" = containerd ]; then
+		[ "${NODES:-1}" = 1 ] || die "CLUSTER_CRI=containerd: one node only (the guest of NODES=2 runs minicri)"
+		[ -x /usr/bin/containerd ] || die "no /usr/bin/containerd: hack/install-deps.sh containerd"
+		# containerd runs a pause image as each pod's infra container;
+		# the suite's (agnhost's pause) is in the conformance layout.
+		conformance=$("$repo/hack/build-conformance.sh" --path)
+		[ -x "$conformance" ] || die "no $conformance: make conformance-build first"
+	fi
 	"$repo/hack/build-kubelet.sh" >/dev/null
 	"$repo/hack/build-cluster.sh" "$bin/minicri-pause" >/dev/null
 	kubelet=$("$repo/hack/build-kubelet.sh" --path)
@@ -148,6 +184,7 @@ up() {
 	local t0=$SECONDS
 	mkdir -p "$state"
 	echo "$cdir" >"$state/cluster-dir"
+	echo "$cri_name" >"$state/cri"
 	for p in "${host_paths[@]}"; do [ -e "$p" ] || echo "$p"; done >"$state/new-paths"
 	for s in "${sysctls[@]}"; do echo "$s=$(cat "/proc/sys/$s")"; done >"$state/sysctls"
 	echo 1 >/proc/sys/net/ipv4/ip_forward
@@ -172,6 +209,7 @@ up() {
 	start registry /usr/bin/docker-registry serve "$state/registry.yml"
 	wait_for 15 "the registry on $registry" curl -sf "http://$registry/v2/"
 	"$cdir/images" push "$cdir/oci" "$registry"
+	[ -z "$conformance" ] || "$cdir/images" push "$(dirname "$conformance")/oci" "$registry"
 	log "images pushed to $registry"
 	node_boot
 
@@ -193,20 +231,24 @@ up() {
 	  ]
 	}
 	EOF
-	# Its state root and run dir are the cluster's own, so that the e2e
-	# suite's or a developer's daemon on this host is never touched.
-	cat >"$state/minicri.toml" <<-EOF
-	listen = "$socket"
-	root = "$state/minicri"
-	run_dir = "/run/minicri-cluster"
-	cgroup_driver = "cgroupfs"
-	[cni]
-	conf_dir = "$state/net.d"
-	conf_template = "$state/cni.template"
-	EOF
-	echo "$bin/minicri" >"$state/minicri.cmd"
-	start minicri env PATH="$bin:$PATH" "$bin/minicri" --config "$state/minicri.toml"
-	wait_for 30 "minicri's socket $socket" test -S "$socket"
+	if [ "$cri_name" = containerd ]; then
+		start_containerd "$(dirname "$conformance")"
+	else
+		# Its state root and run dir are the cluster's own, so that the
+		# e2e suite's or a developer's daemon on this host is never touched.
+		cat >"$state/minicri.toml" <<-EOF
+		listen = "$socket"
+		root = "$state/minicri"
+		run_dir = "/run/minicri-cluster"
+		cgroup_driver = "cgroupfs"
+		[cni]
+		conf_dir = "$state/net.d"
+		conf_template = "$state/cni.template"
+		EOF
+		echo "$bin/minicri" >"$state/minicri.cmd"
+		start minicri env PATH="$bin:$PATH" "$bin/minicri" --config "$state/minicri.toml"
+	fi
+	wait_for 30 "$cri_name's socket $socket" test -S "$socket"
 
 	# The kubelet's root dir is a shared mount, so that what the kubelet
 	# mounts there in its own mount namespace (see below) reaches minicri's.
@@ -254,6 +296,7 @@ up() {
 	POD_SUBNET=$pod_subnet
 	SERVICE_SUBNET=$service_subnet
 	CRI_ENDPOINT=$cri
+	CRI=$cri_name
 	EOF
 	node_join
 	log "up in $((SECONDS - t0))s: KUBECONFIG=$admin $cdir/kubectl get pods -A"
@@ -318,6 +361,86 @@ write_kubeadm_config() {
 	EOF
 }
 
+# start_containerd CONFORMANCE_DIR: Debian's containerd 1.6 in minicri's
+# place (CLUSTER_CRI=containerd), configured as minicri is for the cluster:
+# the cgroupfs driver, the same CNI plugins, conf dir and template (the pod
+# CIDR the kubelet sends fills it in, containerd's conf_template), the
+# registry over plain HTTP through a hosts.toml of its own, a socket, root
+# and state dir of its own. It runs the runc minicri runs by default, so
+# that the two clusters differ by the CRI only; and, as each pod's infra
+# container (minicri needs none), the conformance suite's pause image.
+start_containerd() {
+	local c=$state/containerd runc pause
+	runc=$("$repo/hack/build-runc.sh" --path)
+	[ -x "$runc" ] || runc=$(command -v runc) || die "no runc: make deps"
+	pause=$(jq -r '.manifests[].annotations["org.opencontainers.image.ref.name"] // empty
+		| select(startswith("conformance/pause:"))' "$1/oci/index.json" | head -1)
+	[ -n "$pause" ] || die "no conformance/pause image in $1/oci"
+	# The network namespaces containerd makes go to /run/netns, which is
+	# not the cluster's: down checks the ones made after this list.
+	find /run/netns -maxdepth 1 -name 'cni-*' 2>/dev/null | sort >"$state/netns-before" || true
+	mkdir -p "$c/certs.d/$registry"
+	cat >"$c/certs.d/$registry/hosts.toml" <<-EOF
+	server = "http://$registry"
+	[host."http://$registry"]
+	  capabilities = ["pull", "resolve"]
+	EOF
+	cat >"$c/config.toml" <<-EOF
+	version = 2
+	root = "$c/root"
+	state = "$c/state"
+	# The snapshotters this host cannot run (overlayfs is the one used).
+	disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+	  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+	[grpc]
+	  address = "$socket"
+	[plugins."io.containerd.internal.v1.opt"]
+	  path = "$c/opt"
+	[plugins."io.containerd.grpc.v1.cri"]
+	  sandbox_image = "$registry/$pause"
+	  # This host: no CAP_SYS_RESOURCE, so the kernel refuses an
+	  # oom_score_adj below containerd's own (the kubelet asks -997 for the
+	  # control plane's pods); raised to it, as minicri does.
+	  restrict_oom_score_adj = true
+	  [plugins."io.containerd.grpc.v1.cri".containerd]
+	    default_runtime_name = "runc"
+	    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+	      runtime_type = "io.containerd.runc.v2"
+	      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+	        BinaryName = "$runc"
+	        Root = "$c/runc"
+	        SystemdCgroup = false
+	  [plugins."io.containerd.grpc.v1.cri".cni]
+	    bin_dir = "/usr/lib/cni"
+	    conf_dir = "$state/net.d"
+	    conf_template = "$state/cni.template"
+	  [plugins."io.containerd.grpc.v1.cri".registry]
+	    config_path = "$c/certs.d"
+	EOF
+	echo /usr/bin/containerd >"$state/containerd.cmd"
+	log "containerd $(/usr/bin/containerd --version | awk '{ print $3 }') with $runc ($("$runc" --version | head -1))"
+	start containerd /usr/bin/containerd --config "$c/config.toml"
+}
+
+# containerd_leftovers: after containerd stopped, the shims of the cluster's
+# containerd still running (a pod kubeadm reset did not remove) are killed,
+# and the network namespaces it made in /run/netns are removed; each is named
+# on stdout.
+containerd_leftovers() {
+	local p n
+	for p in /proc/[0-9]*; do
+		tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -qF -- " -address $socket " || continue
+		echo "containerd shim ${p#/proc/} (killed)"
+		kill -KILL "${p#/proc/}" 2>/dev/null || true
+	done
+	[ -f "$state/netns-before" ] || return 0
+	for n in $(find /run/netns -maxdepth 1 -name 'cni-*' 2>/dev/null | sort | comm -13 "$state/netns-before" -); do
+		echo "network namespace $n (removed)"
+		umount "$n" 2>/dev/null || true
+		rm -f "$n"
+	done
+}
+
 # start_kubelet runs the kubelet as kubeadm's systemd drop-in would, in a
 # mount namespace of its own where files holding the values it wants cover
 # the kernel settings it would otherwise change on the host.
@@ -341,6 +464,7 @@ start_kubelet() {
 down() {
 	[ "$(id -u)" = 0 ] || die "needs root"
 	local t0=$SECONDS cdir
+	set_cri "$(cat "$state/cri" 2>/dev/null || echo "${CLUSTER_CRI:-minicri}")"
 	cdir=$(cat "$state/cluster-dir" 2>/dev/null || dirname "$("$repo/hack/build-cluster.sh" --path)")
 	node_down
 	stop kubeadm
@@ -354,9 +478,13 @@ down() {
 	# What kube-proxy made: its iptables chains (and the nftables tables or
 	# IPVS services of its other modes).
 	[ -x "$cdir/kube-proxy" ] && "$cdir/kube-proxy" --cleanup >"$state/proxy-cleanup.log" 2>&1 || true
-	local left=()
+	local left=() l
 	stop minicri
+	stop containerd
 	rm -f "$socket"
+	if [ "$cri_name" = containerd ]; then
+		while IFS= read -r l; do left+=("$l"); done < <(containerd_leftovers)
+	fi
 	stop registry
 	# kubeadm reset unmounts what is under the kubelet's root dir, not the
 	# root dir itself.
@@ -374,10 +502,10 @@ down() {
 	if [ -f "$state/sysctls" ]; then
 		while IFS== read -r k v; do echo "$v" >"/proc/sys/$k"; done <"$state/sysctls"
 	fi
-	# minicri's state: its pods are gone with kubeadm reset; what is left
-	# is images and records.
+	# minicri's (or containerd's) state: its pods are gone with kubeadm
+	# reset; what is left is images and records.
 	if grep -qE " ($state|/run/minicri-cluster)[/ ]" /proc/self/mountinfo; then
-		left+=("mounts under minicri's dirs: $(grep -oE " ($state|/run/minicri-cluster)[^ ]*" /proc/self/mountinfo | tr '\n' ' ')")
+		left+=("mounts under $cri_name's dirs: $(grep -oE " ($state|/run/minicri-cluster)[^ ]*" /proc/self/mountinfo | tr '\n' ' ')")
 	elif [ -f "$state/new-paths" ]; then
 		xargs -r rm -rf <"$state/new-paths"
 	fi

@@ -8,6 +8,9 @@
 #   hack/install-deps.sh guest   what the guest VM stage needs (make guest-test)
 #   hack/install-deps.sh conformance  what the conformance suite's images are
 #                                made of (hack/build-conformance.sh)
+#   hack/install-deps.sh containerd   Debian's containerd, the CRI of
+#                                CLUSTER_CRI=containerd make cluster (the
+#                                cross-check of docs/conformance.md)
 set -euo pipefail
 
 packages=(
@@ -43,6 +46,14 @@ if [ "${1:-}" = conformance ]; then
 		nginx            # the nginx image (its service is never started here)
 		jq               # reads ginkgo's JSON report (hack/conformance.sh)
 	)
+fi
+
+# The same cluster on containerd 1.6, to tell a spec minicri fails from one
+# the images or the host fail (docs/cluster.md). It depends on runc, which
+# the default group installs already (Debian's /usr/sbin/runc); it is
+# never started as a service (the policy below), hack/cluster.sh runs it.
+if [ "${1:-}" = containerd ]; then
+	packages=(containerd)
 fi
 
 missing=()

@@ -5,7 +5,11 @@
 export PATH := $(PATH):/usr/local/go/bin:/usr/sbin:/sbin
 GO       ?= go
 # LDFLAGS is recursive (=): git runs for a build only, not at every make.
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
+# VERSION is a semantic version, as the kubelet wants the runtime's (it shows
+# one it cannot parse as "Unknown"): a release tag vX.Y.Z without its v, else
+# 0.1.0-dev with the commit as build metadata.
+VERSION  ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null | sed 's/^v//' | grep . || \
+	echo "0.1.0-dev+$$(git describe --always --dirty 2>/dev/null || echo unknown)")
 LDFLAGS   = -s -w -X main.version=$(VERSION)
 BIN      := $(CURDIR)/bin
 E2E_BIN  := $(BIN)/e2e

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -26,6 +27,11 @@ func TestVersionThroughKubeletClient(t *testing.T) {
 	}
 	if v.GetRuntimeName() != "minicri" || v.GetRuntimeApiVersion() != "v1" || v.GetRuntimeVersion() == "" {
 		t.Fatalf("Version = %+v, want runtime minicri, API v1 and a version", v)
+	}
+	// The kubelet parses it, and shows the node's runtime as "Unknown" when it
+	// cannot.
+	if _, err := utilversion.ParseSemantic(v.GetRuntimeVersion()); err != nil {
+		t.Errorf("RuntimeVersion %q is no semantic version: %v", v.GetRuntimeVersion(), err)
 	}
 }
 

@@ -146,7 +146,7 @@ GUEST_RELEASE ?= bookworm
 # Each release's bound in the stage: side by side on a busy host each VM
 # gets less of the CPU than alone.
 GUEST_STAGE_TIMEOUT ?= 40m
-GUEST_RUN_BULLSEYE ?= ^TestGuest(Node|Lifecycle|Exec|Stats|OOMKilled|UpdateResources|SharedPID|UserNamespace|AppArmor|Restart|Kubelet|KubeletUserNamespace|CheckpointRestore|CheckpointRootfsOfAnAttackersContainer|FailedPodLeavesNothing|CritestUserNamespaces)$$
+GUEST_RUN_BULLSEYE ?= ^TestGuest(Node|Lifecycle|Exec|Stats|OOMKilled|UpdateResources|SharedPID|UserNamespace|AppArmor|Restart|Kubelet|KubeletUserNamespace|CheckpointRestore|CheckpointRootfsOfAnAttackersContainer|FailedPodLeavesNothing|CritestUserNamespaces|ScopesGoWhileSystemdReloads)$$
 GUEST_STAGE_RELEASES ?= bookworm
 guest_stage_spec = $(1)=$(if $(filter bullseye,$(1)),$(GUEST_RUN_BULLSEYE),^TestGuest)
 GUEST_ENV = MINICRI_BIN_DIR=$(E2E_BIN) MINICRI_KUBELET=$(MINICRI_KUBELET) MINICRI_CRITEST=$(MINICRI_CRITEST) GUEST_TIMEOUT=$(GUEST_TIMEOUT) GO=$(GO)

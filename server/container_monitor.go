@@ -138,25 +138,32 @@ func (p *monitorPlacement) release(c *container) (emptied lifecycle.MonitorRef, 
 }
 
 // releaseMonitor takes a container out of its monitor. A monitor left
-// empty exits and removes its join directory; one that was killed cannot,
-// so the directory goes here once the monitor is gone, and its scope with
-// it. Whether it is gone is waited for, not looked at: a killed monitor
-// closes its sockets, which is how its containers' ends are seen, before
-// it is a zombie.
+// empty exits, and a shared one removes its join directory; one that was
+// killed cannot, so the directory goes here once the monitor is gone, and
+// its scope (under the systemd driver) with it, shared or not. Whether it
+// is gone is waited for, not looked at: a killed monitor closes its
+// sockets, which is how its containers' ends are seen, before it is a
+// zombie.
 func (s *Server) releaseMonitor(c *container) {
 	ref, emptied := s.monitors.release(c)
-	if !emptied || ref.JoinDir == "" {
+	if !emptied || (ref.JoinDir == "" && s.scopes == nil) {
 		return
+	}
+	// A monitor's scope is named after its first container: a shared
+	// monitor's join directory is too, an unshared one served c alone.
+	first := c.id
+	if ref.JoinDir != "" {
+		first = filepath.Base(ref.JoinDir)
 	}
 	gone, err := conmon.WatchMonitor(ref.PID, ref.StartTime)
 	if err != nil || !waitClosed(context.Background(), gone, killGrace) {
-		s.log.WithField("monitor", ref.PID).WithError(err).Warn("shared monitor still there after its last container; its join directory stays for the start-up sweep")
+		s.log.WithField("monitor", ref.PID).WithError(err).Warn("monitor still there after its last container; its scope stays to systemd, a join directory to the start-up sweep")
 		return
 	}
-	os.RemoveAll(ref.JoinDir)
-	// The join directory is named after the monitor's first container, as
-	// its scope is.
-	s.scopeGone(context.Background(), monitorScope(filepath.Base(ref.JoinDir)), "monitor of container "+filepath.Base(ref.JoinDir))
+	if ref.JoinDir != "" {
+		os.RemoveAll(ref.JoinDir)
+	}
+	s.scopeGone(context.Background(), monitorScope(first), "monitor of container "+first)
 }
 
 // markClosed marks a monitor that refused a join: it takes no more

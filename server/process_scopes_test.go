@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -97,16 +98,23 @@ func TestRunPodSandboxRefusesANonSliceParentUnderSystemd(t *testing.T) {
 }
 
 // Under the systemd driver minicri stops the scopes of its own processes
-// once it has ended them: the infra process's when its pod stops, a shared
-// monitor's once the monitor is gone after its last container. systemd
+// once it has ended them: the infra process's when its pod stops, a
+// monitor's once the monitor is gone after its last container, whether it
+// was shared (monitor_share 8) or served one container (1). systemd
 // before 249 (Debian 11's 247) misses a scope's cgroup running empty during
 // a daemon-reload, and the Debian 11 guest found a pod's
 // minicri-pause-POD.scope "active (running)", empty, after the pod was
 // removed.
 func TestScopesOfEndedProcessesAreStopped(t *testing.T) {
+	for _, share := range []int{8, 1} {
+		t.Run(fmt.Sprintf("monitor_share=%d", share), func(t *testing.T) { scopesOfEndedProcessesAreStopped(t, share) })
+	}
+}
+
+func scopesOfEndedProcessesAreStopped(t *testing.T, monitorShare int) {
 	ts := newTestServer(t, func(cfg *config.Config) {
 		cfg.CgroupDriver = "systemd"
-		cfg.Runtime.MonitorShare = 8 // a shared monitor, whose exit the daemon waits for
+		cfg.Runtime.MonitorShare = monitorShare
 	})
 	ts.hooks.ProcessAlive = func(int, uint64) bool { return true } // the fakes' pids are not processes
 	scopes := &fakeScopes{}

@@ -207,36 +207,41 @@ func bootGuest(t *testing.T) (*Guest, error) {
 	if err := g.fillShare(t); err != nil {
 		return g, err
 	}
+	// Under TCG a saved booted guest (guest_snapshot_test.go) instead of
+	// a boot, when there is one or one can be made.
+	var saved string
+	if !g.KVM && os.Getenv(guestSnapshotEnv) == "1" {
+		if saved, err = savedGuest(art, g.key); err != nil {
+			fmt.Fprintf(os.Stderr, "guest: booting, no saved guest: %v\n", err)
+		}
+	}
 	disk := filepath.Join(dir, "disk.qcow2")
-	if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw",
-		"-b", filepath.Join(art, "rootfs.img"), disk).CombinedOutput(); err != nil {
-		return g, fmt.Errorf("qemu-img create: %v: %s", err, out)
+	overlay := func() error {
+		base, format := filepath.Join(art, "rootfs.img"), "raw"
+		if saved != "" {
+			base, format = filepath.Join(saved, "disk.qcow2"), "qcow2"
+		}
+		os.Remove(disk)
+		if out, err := exec.Command("qemu-img", "create", "-q", "-f", "qcow2", "-F", format, "-b", base, disk).CombinedOutput(); err != nil {
+			return fmt.Errorf("qemu-img create: %v: %s", err, out)
+		}
+		return nil
+	}
+	if err := overlay(); err != nil {
+		return g, err
 	}
 
-	accel := []string{"-accel", "tcg,thread=multi,tb-size=256", "-cpu", "max"}
-	if g.KVM {
-		accel = []string{"-accel", "kvm", "-cpu", "host"}
-	}
 	start := time.Now()
 	// The port is picked free, then bound by qemu: another process may take
 	// it in between, which qemu reports; try again then.
 	for attempt := 0; attempt < 3; attempt++ {
 		g.SSHPort = freePort()
-		args := append(accel,
-			"-name", "minicri-guest", "-machine", "q35", "-smp", "2", "-m", "2560",
-			"-nodefaults", "-no-user-config", "-display", "none",
-			"-kernel", filepath.Join(art, "vmlinuz"), "-initrd", filepath.Join(art, "initrd.img"),
-			// No getty on the serial console: the tests log in by ssh, and
-			// Debian 13's systemd waits 90 s for the console's device
-			// before it gives the getty up.
-			"-append", "root=/dev/vda rw console=ttyS0 quiet systemd.unified_cgroup_hierarchy=1 systemd.mask=serial-getty@ttyS0.service panic=-1",
-			"-no-reboot",
-			"-drive", "file="+disk+",if=virtio,format=qcow2,cache=unsafe,discard=unmap",
-			"-netdev", fmt.Sprintf("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:%d-:22", g.SSHPort),
-			"-device", "virtio-net-pci,netdev=n0",
-			"-virtfs", "local,path="+g.Share+",mount_tag=host,security_model=passthrough,id=host",
-			"-device", "virtio-rng-pci",
-			"-serial", "file:"+filepath.Join(dir, "serial.log"))
+		args := guestQEMUArgs(art, g.KVM, guestRun{
+			Disk: disk, Share: g.Share, Serial: filepath.Join(dir, "serial.log"), SSHPort: strconv.Itoa(g.SSHPort),
+		})
+		if saved != "" {
+			args = append(args, restoreArgs(saved)...)
+		}
 		g.qemu = exec.Command("qemu-system-x86_64", args...)
 		var stderr syncBuffer
 		g.qemu.Stdout, g.qemu.Stderr = &stderr, &stderr
@@ -257,10 +262,26 @@ func bootGuest(t *testing.T) (*Guest, error) {
 			if strings.Contains(stderr.String(), "host forwarding") && attempt < 2 {
 				continue
 			}
+			// A saved guest qemu cannot restore: boot instead.
+			if saved != "" && attempt < 2 {
+				fmt.Fprintf(os.Stderr, "guest: the saved guest in %s did not restore, booting: %s\n", saved, strings.TrimSpace(stderr.String()))
+				saved = ""
+				if err := overlay(); err != nil {
+					return g, err
+				}
+				continue
+			}
 			return g, fmt.Errorf("qemu exited: %v\n%s\n--- serial console (tail) ---\n%s", g.qemu.ProcessState, stderr.String(), g.serialTail())
 		default:
 		}
 		return g, fmt.Errorf("%v\n--- serial console (tail) ---\n%s", err, g.serialTail())
+	}
+	how := "ssh"
+	if saved != "" {
+		if err := g.afterRestore(); err != nil {
+			return g, fmt.Errorf("after the restore: %v", err)
+		}
+		how = "restored, ssh"
 	}
 	g.BootTime = time.Since(start)
 	out, err := g.run("uname -r")
@@ -273,8 +294,40 @@ func bootGuest(t *testing.T) (*Guest, error) {
 		accelName = "KVM"
 	}
 	analyze, _ := g.run("systemd-analyze 2>&1 | head -1")
-	fmt.Fprintf(os.Stderr, "guest: kernel %s under %s, ssh after %.1f s (%s)\n", g.KernelRelease, accelName, g.BootTime.Seconds(), strings.TrimSpace(analyze))
+	fmt.Fprintf(os.Stderr, "guest: kernel %s under %s, %s after %.1f s (%s)\n", g.KernelRelease, accelName, how, g.BootTime.Seconds(), strings.TrimSpace(analyze))
 	return g, nil
+}
+
+// guestRun is what each boot of the guest has of its own: the rest of its
+// qemu command line is the same for every boot of one guest image.
+type guestRun struct {
+	Disk    string // the qcow2 overlay the guest writes to
+	Share   string // the host dir the guest mounts at /mnt/host (9p)
+	Serial  string // the file the serial console goes to
+	SSHPort string // 127.0.0.1's port forwarded to the guest's sshd
+}
+
+// guestQEMUArgs is qemu's command line for the guest image in art.
+func guestQEMUArgs(art string, kvm bool, run guestRun) []string {
+	accel := []string{"-accel", "tcg,thread=multi,tb-size=256", "-cpu", "max"}
+	if kvm {
+		accel = []string{"-accel", "kvm", "-cpu", "host"}
+	}
+	return append(accel,
+		"-name", "minicri-guest", "-machine", "q35", "-smp", "2", "-m", "2560",
+		"-nodefaults", "-no-user-config", "-display", "none",
+		"-kernel", filepath.Join(art, "vmlinuz"), "-initrd", filepath.Join(art, "initrd.img"),
+		// No getty on the serial console: the tests log in by ssh, and
+		// Debian 13's systemd waits 90 s for the console's device
+		// before it gives the getty up.
+		"-append", "root=/dev/vda rw console=ttyS0 quiet systemd.unified_cgroup_hierarchy=1 systemd.mask=serial-getty@ttyS0.service panic=-1",
+		"-no-reboot",
+		"-drive", "file="+run.Disk+",if=virtio,format=qcow2,cache=unsafe,discard=unmap",
+		"-netdev", "user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:"+run.SSHPort+"-:22",
+		"-device", "virtio-net-pci,netdev=n0",
+		"-virtfs", "local,path="+run.Share+",mount_tag=host,security_model=passthrough,id=host",
+		"-device", "virtio-rng-pci",
+		"-serial", "file:"+run.Serial)
 }
 
 // freePort is a TCP port on 127.0.0.1 that was free a moment ago.

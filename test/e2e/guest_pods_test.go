@@ -393,3 +393,132 @@ func TestGuestRestart(t *testing.T) {
 		t.Errorf("exec after the restart: %q exit %d", out, code)
 	}
 }
+
+// TestGuestScopesGoWhileSystemdReloads removes pods while systemd reloads
+// its units over and over (systemctl daemon-reload, as every package
+// install does): the pods' infra processes and their containers' monitor
+// end mid-reload. systemd before 249 misses a scope's cgroup running empty
+// during a reload and keeps the scope "active (running)" for good, so
+// minicri stops the scopes of its own processes itself. Once the reloads
+// have stopped, nothing of the pods may be left: no unit, cgroup, mount or
+// process. The pods share their PID namespaces, so that each has an infra
+// process with a scope of its own. Not parallel: the reloads slow every
+// systemd job in the guest.
+func TestGuestScopesGoWhileSystemdReloads(t *testing.T) {
+	g, d := guestTest(t)
+	var pods []*guestPod
+	keys := []string{}
+	// Each pod shares its PID namespace, so it has an infra process (and
+	// its scope) beside its container's monitor.
+	ns := &runtime.NamespaceOption{Pid: runtime.NamespaceMode_POD}
+	for i := range 3 {
+		cfg := guestPodConfig(fmt.Sprintf("reload%d", i))
+		cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: ns}
+		p := g.runPod(t, d, cfg)
+		c := guestContainer("c", "sleep", "3600")
+		c.Linux = &runtime.LinuxContainerConfig{SecurityContext: &runtime.LinuxContainerSecurityContext{NamespaceOptions: ns}}
+		id := g.startIn(t, d, p, c)
+		if got := g.systemdProperty(t, "minicri-pause-"+p.ID+".scope", "ActiveState"); got != "active" {
+			t.Fatalf("the infra process's scope of pod %s is %q, want active", p.ID, got)
+		}
+		pods = append(pods, p)
+		keys = append(keys, p.ID, id)
+	}
+	loop := g.startReloads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout(time.Minute))
+	defer cancel()
+	for _, p := range pods {
+		if err := d.Runtime.StopPodSandbox(ctx, p.ID); err != nil {
+			t.Fatalf("StopPodSandbox %s: %v", p.ID, err)
+		}
+		if err := d.Runtime.RemovePodSandbox(ctx, p.ID); err != nil {
+			t.Fatalf("RemovePodSandbox %s: %v", p.ID, err)
+		}
+	}
+	// The pods must have gone while systemd was reloading, or this test
+	// tested nothing.
+	during, active := loop.progress(t)
+	if !active {
+		t.Fatalf("the reload loop had ended (after %d reloads) before the pods were removed: raise its bounds", during)
+	}
+	loop.stop(t)
+	t.Logf("systemd reloads while the pods were removed: %d", during)
+	if left := g.settledLeftovers(t, keys...); left != "" {
+		t.Errorf("left behind in the guest after the pods were removed during reloads:\n%s", left)
+	}
+}
+
+// reloadLoop is a loop of systemctl daemon-reload running in the guest as
+// a transient service of its own (systemd-run): systemd ends it at its
+// RuntimeMaxSec whatever happens to the test, and the test's cleanup stops
+// it.
+type reloadLoop struct {
+	g    *Guest
+	unit string
+}
+
+// reloadsBound bounds the loop's reloads; RuntimeMaxSec bounds its time.
+const reloadsBound = 2000
+
+// startReloads starts the loop, stopped at the latest when the test ends,
+// and returns once systemd has done its first reload.
+func (g *Guest) startReloads(t *testing.T) *reloadLoop {
+	t.Helper()
+	l := &reloadLoop{g: g, unit: "minicri-e2e-reloads-" + randomHex(4)}
+	// A file, not a command line: systemd expands $ in a unit's command
+	// line, some releases for systemd-run's too. Back to back, so that the
+	// pods' processes end while systemd reloads; the jobs of their removal
+	// run between two reloads.
+	g.WriteFile(t, l.script(), []byte(fmt.Sprintf(`i=0
+while [ "$i" -lt %d ]; do
+	systemctl daemon-reload || exit 1
+	i=$((i+1))
+	echo "$i" >%s.tmp && mv %s.tmp %s
+done
+`, reloadsBound, l.count(), l.count(), l.count())), 0o644)
+	// Registered before the start: a start that timed out on the host's
+	// side may still have started the unit in the guest.
+	t.Cleanup(func() { l.stop(t) })
+	// --no-block: systemd-run returns once the start is queued.
+	start := fmt.Sprintf("systemd-run --quiet --no-block --collect --unit=%s --property=RuntimeMaxSec=%d /bin/sh %s",
+		l.unit, int(g.Timeout(75*time.Second).Seconds()), l.script())
+	if _, err := g.runWithin(start, g.Timeout(15*time.Second)); err != nil {
+		t.Fatalf("start the reload loop: %v", err)
+	}
+	g.waitFor(t, "systemd's first reload of the loop", g.Timeout(30*time.Second), func() bool {
+		n, _ := l.progress(t)
+		return n > 0
+	})
+	return l
+}
+
+func (l *reloadLoop) script() string { return "/run/" + l.unit + ".sh" }
+func (l *reloadLoop) count() string  { return "/run/" + l.unit + ".count" }
+
+// progress is how many reloads the loop has done, and whether it still
+// runs.
+func (l *reloadLoop) progress(t *testing.T) (int, bool) {
+	t.Helper()
+	out := l.g.Run(t, fmt.Sprintf("cat %s 2>/dev/null || echo 0; systemctl is-active %s || true", l.count(), l.unit))
+	f := strings.Fields(out)
+	if len(f) < 2 {
+		t.Fatalf("reload loop's progress: %q", out)
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		t.Fatalf("reload loop's count %q: %v", f[0], err)
+	}
+	return n, f[1] == "active"
+}
+
+// stop stops the loop's unit and removes its files; stopping it again, or
+// a unit systemd has already collected, is no error.
+func (l *reloadLoop) stop(t *testing.T) {
+	t.Helper()
+	out, err := l.g.runWithin(fmt.Sprintf(`systemctl stop %[1]s 2>/dev/null
+if systemctl is-active --quiet %[1]s; then echo "%[1]s still active"; exit 1; fi
+rm -f %[2]s %[3]s %[3]s.tmp`, l.unit, l.script(), l.count()), l.g.Timeout(30*time.Second))
+	if err != nil {
+		t.Errorf("stop the reload loop: %v: %s", err, out)
+	}
+}

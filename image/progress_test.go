@@ -62,16 +62,27 @@ func (r *trickle) Read(p []byte) (int, error) {
 	return r.ReadCloser.Read(p[:min(len(p), 1)])
 }
 
-// paced sends chunk bytes every `every`: slow, but moving.
+// paced sends chunk bytes every `every`: slow, but moving. It keeps to a
+// schedule, not to its sleeps: on a loaded machine a sleep ends late, and a
+// server that only slept would send less than the rate it stands for; one
+// woken late sends at once what the schedule owes.
 type paced struct {
 	io.ReadCloser
 	chunk int
 	every time.Duration
+	start time.Time
+	sent  int
 }
 
 func (r *paced) Read(p []byte) (int, error) {
-	time.Sleep(r.every)
-	return io.ReadFull(r.ReadCloser, p[:min(len(p), r.chunk)])
+	if r.start.IsZero() {
+		r.start = time.Now()
+	}
+	time.Sleep(time.Until(r.start.Add(time.Duration(r.sent/r.chunk+1) * r.every)))
+	owed := int(time.Since(r.start)/r.every)*r.chunk - r.sent
+	n, err := io.ReadFull(r.ReadCloser, p[:min(len(p), max(r.chunk, owed))])
+	r.sent += n
+	return n, err
 }
 
 // A registry that sends one byte a second fails the pull once a window has
@@ -114,11 +125,11 @@ func TestPullSlowButMovingSucceeds(t *testing.T) {
 	ref, _ := servePaced(t, 48<<10, func(body io.ReadCloser) io.ReadCloser {
 		return &paced{ReadCloser: body, chunk: 2 << 10, every: 100 * time.Millisecond} // 20 KiB/s
 	})
-	window := 500 * time.Millisecond // asks 4 KiB a window (8 KiB/s); it gets about 10 KiB
-	s := newTestStore(t, Options{PullProgress: ProgressLimit{Window: window, MinRate: 8 << 10}})
+	window := 500 * time.Millisecond // asks 2 KiB a window (4 KiB/s); it gets about 10 KiB
+	s := newTestStore(t, Options{PullProgress: ProgressLimit{Window: window, MinRate: 4 << 10}})
 	start := time.Now()
 	if _, err := s.Pull(testContext(t), ref, nil); err != nil {
-		t.Fatalf("a pull at 20 KiB/s with 8 KiB/s asked: %v", err)
+		t.Fatalf("a pull at 20 KiB/s with 4 KiB/s asked: %v", err)
 	}
 	if took := time.Since(start); took < 3*window {
 		t.Fatalf("the download took %v, not the several windows that make this test worth it", took)

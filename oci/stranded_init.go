@@ -188,6 +188,29 @@ func inCgroup(pid int, hierarchies []cgroupMount, rel string) bool {
 	return false
 }
 
+// CgroupEmptied reports whether container id's own cgroup (cgroupsPath as
+// its spec names it) holds no process in any hierarchy, or is gone: a kill
+// of all its processes then has nothing left to signal. The runtime's kill
+// fails on a cgroup that is gone, which systemd removes as soon as a scope
+// runs empty. False when the cgroup is not the container's own (an NRI
+// plugin may have moved it into a shared one): its processes cannot be
+// told from others there.
+func (r *Runtime) CgroupEmptied(id, cgroupsPath string) bool {
+	if cgroupsPath == "" {
+		return false
+	}
+	rel, err := containerCgroup(id, cgroupsPath, r.cgroupDriver())
+	if err != nil || rel == "" {
+		return false
+	}
+	for _, h := range cgroupHierarchies() {
+		if len(cgroupProcs(filepath.Join(h.point, rel))) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // cgroupProcs lists the processes of the cgroup directory dir; none when
 // it is not there.
 func cgroupProcs(dir string) []int {

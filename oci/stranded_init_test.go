@@ -233,3 +233,39 @@ func TestDeleteOfStoppedContainerLeavesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestCgroupEmptied: a container's own cgroup with a process in it is not
+// emptied; with none, or gone, it is; a cgroup not named after the
+// container, or none named, says nothing of the container.
+func TestCgroupEmptied(t *testing.T) {
+	h := testHierarchy(t)
+	base := "minicri-test-emptied-" + strconv.Itoa(os.Getpid())
+	id := strings.Repeat("cd", 32)
+	cgroupsPath := "/" + base + "/pod/" + id
+	dir := makeCgroup(t, h, cgroupsPath)
+	other := makeCgroup(t, h, "/"+base+"/pod/shared")
+	r := &Runtime{}
+
+	cmd := startIn(t, dir)
+	if r.CgroupEmptied(id, cgroupsPath) {
+		t.Errorf("cgroup with process %d in it reported emptied", cmd.Process.Pid)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if !r.CgroupEmptied(id, cgroupsPath) {
+		t.Error("cgroup with no process left not reported emptied")
+	}
+	if err := unix.Rmdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	if !r.CgroupEmptied(id, cgroupsPath) {
+		t.Error("cgroup that is gone not reported emptied")
+	}
+	// Empty, but not the container's own: no answer for the container.
+	if r.CgroupEmptied(id, "/"+base+"/pod/"+filepath.Base(other)) {
+		t.Error("a cgroup not named after the container reported emptied")
+	}
+	if r.CgroupEmptied(id, "") {
+		t.Error("no cgroups path reported emptied")
+	}
+}

@@ -25,6 +25,7 @@ type containerRuntime interface {
 	State(ctx context.Context, id string) (oci.State, error)
 	Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error
 	Delete(ctx context.Context, id string, force bool, cgroupsPath string) error
+	CgroupEmptied(id, cgroupsPath string) bool
 }
 
 // killGrace bounds the waits for a monitor to finish with a container that
@@ -97,7 +98,13 @@ func (s *Server) stopContainer(ctx context.Context, id string, timeout time.Dura
 	// --all: a process the container's init left behind would keep its
 	// cgroup, and its pipes, alive.
 	if err := rt.Kill(ctx, id, syscall.SIGKILL, true); err != nil && !errors.Is(err, oci.ErrNotFound) {
-		return fmt.Errorf("kill: %w", err)
+		// Its processes may all have ended before the kill (with its pod's
+		// PID namespace, say) and their cgroup gone with them: there is
+		// nothing left to kill, only the exit to see recorded.
+		if !rt.CgroupEmptied(id, rec.CgroupsPath) {
+			return fmt.Errorf("kill: %w", err)
+		}
+		s.log.WithField("container", id).WithError(err).Debug("kill found no process left in the container's cgroup")
 	}
 	return s.waitReaped(ctx, id, exited)
 }

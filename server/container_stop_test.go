@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"syscall"
 	"testing"
@@ -165,4 +166,45 @@ func TestStopWaitsForASlowReapAsLongAsTheCaller(t *testing.T) {
 	// Reaped at last, and recorded before the test's state root goes.
 	close(never)
 	ts.waitExited(t, stuck)
+}
+
+// A container whose processes all ended before its kill (with its pod's
+// PID namespace, on a node too slow to record the exits in the pod stop's
+// grace) has no cgroup left for the runtime's kill --all, which fails: the
+// stop still succeeds once the exit is recorded. While a process is left
+// in the cgroup, the kill's failure is the stop's.
+func TestStopOfAContainerWhoseProcessesAreGone(t *testing.T) {
+	cases := []struct {
+		name    string
+		emptied bool
+		want    codes.Code
+	}{
+		{"cgroup emptied", true, codes.OK},
+		{"a process left", false, codes.Internal},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ts := newTestServer(t)
+			_, id := ts.runningCtr(t, "gone")
+			ts.runc.Fail("Kill", errors.New("runc kill: unable to kill all processes: open /sys/fs/cgroup/x.scope: no such file or directory"))
+			ts.runc.Emptied = c.emptied
+			// The monitor records the exit a little after the kill failed.
+			recorded := time.AfterFunc(20*time.Millisecond, func() { _ = ts.monitor.Exit(id, 128+int(syscall.SIGKILL)) })
+			defer recorded.Stop()
+			ctx, cancel := context.WithTimeout(bg, time.Minute)
+			defer cancel()
+			_, err := ts.StopContainer(ctx, &runtime.StopContainerRequest{ContainerId: id})
+			if c.want == codes.OK {
+				if err != nil {
+					t.Fatalf("StopContainer: %v", err)
+				}
+				if st := ts.ctrState(t, id); st != runtime.ContainerState_CONTAINER_EXITED {
+					t.Errorf("container is %v after the stop, want exited", st)
+				}
+				return
+			}
+			wantCode(t, "StopContainer with a process left", err, c.want, "kill")
+			ts.waitExited(t, id)
+		})
+	}
 }

@@ -33,6 +33,9 @@ type Runtime struct {
 	Feats oci.Features
 	// CheckpointBlocks makes Checkpoint wait for the end of its context.
 	CheckpointBlocks bool
+	// Emptied is what CgroupEmptied reports: no process left in a
+	// container's cgroup.
+	Emptied bool
 	// CheckpointPages, when set, is the size of the page image Checkpoint
 	// writes (written bytes, not a hole).
 	CheckpointPages int
@@ -84,6 +87,9 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 	}
 	return nil
 }
+
+// CgroupEmptied reports Emptied.
+func (r *Runtime) CgroupEmptied(id, cgroupsPath string) bool { return r.Emptied }
 
 // Kills lists the signals sent, in order.
 func (r *Runtime) Kills() []syscall.Signal {

@@ -14,7 +14,7 @@ import (
 // down to its rootfs, with POSIX ACL entries on the store's directories
 // (and before that with o+x): the runtime resolved the rootfs's path as
 // that root, a host uid. The runtime now finds such a rootfs on a stage of
-// its own mount namespace (server/sandbox_userns.go), and no host uid a
+// its own mount namespace (server/container_userns.go), and no host uid a
 // pod is mapped onto may enter any directory of the store.
 const (
 	aclXattr          = "system.posix_acl_access"

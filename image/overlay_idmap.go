@@ -112,7 +112,7 @@ func makeIDMappedOverlay(lowers []string, upper, work, scratch, userns string, l
 	// inside the pod need their setuid bits, which give no more than the
 	// pod's own IDs; host users cannot reach the rootfs: no directory of
 	// the store lets them search it, and the pod's runtime finds it on a
-	// stage of its own mount namespace (server/sandbox_userns.go).
+	// stage of its own mount namespace (server/container_userns.go).
 	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NODEV)
 	if err != nil {
 		return -1, fmt.Errorf("fsmount overlay: %w%s", err, fsLog(fd))

@@ -77,7 +77,7 @@ func testRootfsIDMapped(t *testing.T) {
 	}
 	// The host uid the namespace's root maps to is a host user like any
 	// other: its runtime finds the rootfs on a stage of its own
-	// (server/sandbox_userns.go), not through the store.
+	// (server/container_userns.go), not through the store.
 	for uid, what := range map[int]string{testHostRoot: root, 65534: s.path(snapshotsDir, "ctr1")} {
 		if err := runAs(uid, "stat", what); err == nil {
 			t.Errorf("uid %d reaches %s", uid, what)

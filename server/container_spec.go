@@ -11,6 +11,7 @@ import (
 	"github.com/minicri/minicri/image"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/podsandbox"
 )
 
 // containerSpec translates a CRI container config, its sandbox and its image
@@ -43,7 +44,7 @@ func (s *Server) containerSpec(id, rootfs string, sb lifecycle.SandboxRecord, sb
 		User:           user,
 		Terminal:       cfg.GetTty(),
 		Stdin:          cfg.GetStdin(),
-		Hostname:       podHostname(sbCfg),
+		Hostname:       podsandbox.Hostname(sbCfg),
 		Mounts:         ociMounts(cfg.GetMounts(), volumeSources),
 		Devices:        ociDevices(cfg.GetDevices()),
 		Resources:      ociResources(cfg.GetLinux().GetResources()),
@@ -59,7 +60,7 @@ func (s *Server) containerSpec(id, rootfs string, sb lifecycle.SandboxRecord, sb
 	}
 	if sb.ShmMounted {
 		spec.ShmPath = filepath.Join(sb.Dir, "shm")
-	} else if hostIPC(sbCfg) {
+	} else if podsandbox.HostIPC(sbCfg) {
 		spec.ShmPath = "/dev/shm"
 	}
 	return spec, nil
@@ -224,7 +225,7 @@ func containerNamespaces(sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandboxCo
 		User:    join(sb.Namespaces.User),
 	}
 	switch {
-	case namespaceOptions(sbCfg).GetPid() == runtime.NamespaceMode_NODE || sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_NODE:
+	case podsandbox.NamespaceOptions(sbCfg).GetPid() == runtime.NamespaceMode_NODE || sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_NODE:
 		ns.PID = oci.Namespace{Mode: oci.NamespaceHost}
 	case sc.GetNamespaceOptions().GetPid() == runtime.NamespaceMode_TARGET:
 		ns.PID = oci.Namespace{Mode: oci.NamespaceJoin, Path: targetPIDNS}

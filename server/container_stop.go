@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/minicri/minicri/internal/chans"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/server/validate"
@@ -130,18 +131,9 @@ func (s *Server) waitReaped(ctx context.Context, id string, exited <-chan struct
 	}
 }
 
-// waitClosed waits for ch to close; false when the timeout or ctx ended first.
+// waitClosed is chans.WaitClosed: ch closed before the timeout or ctx ended.
 func waitClosed(ctx context.Context, ch <-chan struct{}, timeout time.Duration) bool {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-timer.C:
-		return false
-	case <-ctx.Done():
-		return false
-	}
+	return chans.WaitClosed(ctx, ch, timeout)
 }
 
 // The real-time signals as glibc numbers them, which is how images (systemd's

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -10,12 +11,14 @@ import (
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/oci"
+	"github.com/minicri/minicri/server/podsandbox"
 )
 
 // The real dependencies: the adapters that give the packages below server/
 // the methods of the small interfaces the handlers declare beside
 // themselves (imageStore in image_list.go, rootfsStore in
-// container_mounts.go, podNetworking in sandbox_run.go, ...). New wires these
+// container_mounts.go, podNetworking in sandbox_controller.go, ...) and those
+// server/podsandbox declares (podsandbox.Pins, podsandbox.Infra). New wires these
 // in, one per role; a unit test wires in the fakes of server/internal/fake
 // instead, so that a handler's validation, lookups, error codes and cleanup
 // are tested without root, runc or CNI (docs/development.md).
@@ -46,7 +49,7 @@ func (s *Server) useCNI(c interface {
 func (s *Server) useMonitor(m interface {
 	containerMonitor
 	monitorSockets
-	podInfra
+	podsandbox.Infra
 }) {
 	s.monitor, s.sockets, s.infra = m, m, m
 }
@@ -68,7 +71,7 @@ type ociRuntimeOf struct{ *oci.Runtime }
 func (r ociRuntimeOf) StateRoot() string   { return r.Root }
 func (r ociRuntimeOf) SystemdCgroup() bool { return r.Runtime.SystemdCgroup }
 
-// conmonMonitor is the real containerMonitor and podInfra.
+// conmonMonitor is the real containerMonitor and podsandbox.Infra.
 type conmonMonitor struct{}
 
 func (conmonMonitor) Create(ctx context.Context, o conmon.Options) (conmon.Created, error) {
@@ -103,7 +106,7 @@ func (conmonMonitor) StopPause(ctx context.Context, in conmon.Infra) error {
 	return conmon.StopPause(ctx, in)
 }
 
-// hostPins is the real sandboxPins: its pods' pins are made below root,
+// hostPins is the real podsandbox.Pins: its pods' pins are made below root,
 // the run dir's pods directory.
 type hostPins struct{ root network.PinRoot }
 
@@ -119,3 +122,13 @@ func (hostPins) MountShm(path string, size int) error {
 }
 
 func (hostPins) UnmountShm(path string) error { return unmountIfMounted(path) }
+
+// unmountIfMounted detaches a mount; a path that is not a mount point (or is
+// not there) is fine.
+func unmountIfMounted(path string) error {
+	err := unix.Unmount(path, unix.MNT_DETACH)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return err
+}

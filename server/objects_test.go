@@ -109,5 +109,6 @@ func (ts *testServer) restart(t *testing.T) {
 	if err := ts.openTables(); err != nil {
 		t.Fatal(err)
 	}
+	ts.usePods() // on the new tables
 	ts.recover(bg)
 }

@@ -7,14 +7,14 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
-	"github.com/minicri/minicri/oci"
-	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/podsandbox"
 	"github.com/minicri/minicri/server/validate"
 )
 
 // processScopes moves minicri's own long-lived processes (a pod's infra
-// process, the monitors) out of the daemon's cgroup into transient systemd
-// scopes (*oci.SystemdScopes), under the systemd cgroup driver only.
+// process, through podsandbox.Deps.ToScope, and the monitors) out of the
+// daemon's cgroup into transient systemd scopes (*oci.SystemdScopes), under
+// the systemd cgroup driver only.
 type processScopes interface {
 	MoveToScope(ctx context.Context, pid int, unit, slice, description string) error
 	StopScope(ctx context.Context, unit string) error
@@ -45,16 +45,6 @@ func (s *Server) leaveDaemonCgroup(ctx context.Context, pid int, started uint64,
 	}
 }
 
-// podSlice is the systemd slice of a pod: its cgroup parent's, or
-// system.slice without one (as CgroupsPath does for its containers).
-func podSlice(cfg *runtime.PodSandboxConfig) (string, error) {
-	parent := cfg.GetLinux().GetCgroupParent()
-	if parent == "" {
-		return "system.slice", nil
-	}
-	return oci.SystemdSlice(parent)
-}
-
 // validateCgroupParent refuses, under the systemd driver, a cgroup parent
 // that is no slice (or no slice's path) at RunPodSandbox, naming the field,
 // instead of at the first container.
@@ -62,29 +52,11 @@ func (s *Server) validateCgroupParent(cfg *runtime.PodSandboxConfig) error {
 	if s.cfg.CgroupDriver != config.SystemdDriver {
 		return nil
 	}
-	if _, err := podSlice(cfg); err != nil {
+	if _, err := podsandbox.Slice(cfg); err != nil {
 		return validate.Invalidf("config.linux.cgroup_parent", "%v", err)
 	}
 	return nil
 }
-
-// infraLeavesDaemonCgroup puts a pod's infra process, started in this call,
-// in minicri-pause-<pod ID>.scope in the pod's slice, where the kubelet
-// counts the pod (containerd's pause container is there too).
-func (s *Server) infraLeavesDaemonCgroup(ctx context.Context, rec lifecycle.SandboxRecord, cfg *runtime.PodSandboxConfig) {
-	if s.scopes == nil || rec.Infra.PID <= 0 {
-		return
-	}
-	slice, err := podSlice(cfg)
-	if err != nil {
-		s.log.WithError(err).WithField("pod", rec.ID).Warn("the pod's infra process stays in the daemon's cgroup")
-		return
-	}
-	s.leaveDaemonCgroup(ctx, rec.Infra.PID, rec.Infra.StartTime, infraScope(rec.ID), slice, "infra process of pod "+rec.ID)
-}
-
-// infraScope is the scope of a pod's infra process.
-func infraScope(podID string) string { return "minicri-pause-" + podID + ".scope" }
 
 // monitorScope is the scope of a monitor, named after the first container
 // it served.

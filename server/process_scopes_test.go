@@ -146,7 +146,7 @@ func scopesOfEndedProcessesAreStopped(t *testing.T, monitorShare int) {
 	}
 	ts.waitExited(t, ctrID)
 	got := scopes.stopped()
-	for _, want := range []string{infraScope(podID), monitorScope(ctrID)} {
+	for _, want := range []string{"minicri-pause-" + podID + ".scope", monitorScope(ctrID)} {
 		if !slices.Contains(got, want) {
 			t.Errorf("scopes stopped %q, want %s among them", got, want)
 		}

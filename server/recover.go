@@ -179,55 +179,13 @@ func (s *Server) recoverStart(ctx context.Context, c lifecycle.ContainerRecord) 
 	}
 }
 
+// recoverSandbox reserves a made sandbox's name again, and repairs it
+// (podsandbox.Controller.Repair).
 func (s *Server) recoverSandbox(ctx context.Context, sb lifecycle.SandboxRecord, attached map[string]bool) {
-	log := s.log.WithField("pod", sb.ID)
-	if sb.State == lifecycle.StateCreating {
-		log.Info("rolling back a sandbox whose create was cut short")
-		s.metrics.Repaired("sandbox_create_rolled_back")
-		for _, c := range s.containersOf(sb.ID) {
-			_ = s.discardContainer(ctx, c)
-		}
-		if err := s.removeSandbox(ctx, &sb); err != nil {
-			log.WithError(err).Warn("roll back sandbox")
-		}
-		return
+	if sb.State != lifecycle.StateCreating {
+		_ = s.sandboxNames.Reserve(sb.Name, sb.ID)
 	}
-	_ = s.sandboxNames.Reserve(sb.Name, sb.ID)
-	if sb.State != lifecycle.StateReady {
-		return
-	}
-	why := sandboxLoss(sb, attached)
-	if why == "" {
-		return
-	}
-	// The kubelet stops and removes a sandbox that is not ready, and makes
-	// a new one; a ready one it would keep using, broken.
-	log.WithField("lost", why).Warn("sandbox lost part of itself while the daemon was down; it is not ready")
-	s.metrics.Repaired("sandbox_marked_not_ready")
-	_, err := s.sandboxes.Observe(sb.ID, func(r *lifecycle.SandboxRecord) error {
-		r.State = lifecycle.StateNotReady
-		return nil
-	})
-	if err != nil {
-		log.WithError(err).Warn("record sandbox not ready")
-	}
-}
-
-// sandboxLoss says what a ready sandbox no longer has, or "" when it is
-// whole. attached is nil when the CNI attachments could not be listed.
-func sandboxLoss(sb lifecycle.SandboxRecord, attached map[string]bool) string {
-	for _, pin := range []string{sb.Namespaces.Net, sb.Namespaces.IPC, sb.Namespaces.UTS, sb.Namespaces.User} {
-		if pin != "" && !network.NamespacePinned(pin) {
-			return "namespace " + filepath.Base(pin) + " is no longer pinned"
-		}
-	}
-	if sb.NetworkUp && attached != nil && !attached[sb.ID] {
-		return "its pod network was torn down"
-	}
-	if sb.Infra.PID > 0 && !conmon.Alive(sb.Infra.PID, sb.Infra.StartTime) {
-		return "its infra process (the pod's PID namespace) is gone"
-	}
-	return ""
+	s.pods.Repair(ctx, sb, attached)
 }
 
 // attachedPods are the pods CNI holds an attachment (and an IP) for; nil
@@ -260,8 +218,7 @@ func (s *Server) sweepOrphans(ctx context.Context) {
 	}
 	for _, id := range idDirs(filepath.Join(s.cfg.RunDir, "pods")) {
 		if !knownSandbox(id) {
-			rec := lifecycle.SandboxRecord{ID: id, Dir: filepath.Join(s.cfg.RunDir, "pods", id)}
-			s.sweep("pod dir", id, s.removeSandbox(ctx, &rec))
+			s.sweep("pod dir", id, s.pods.RemoveOrphan(ctx, id))
 		}
 	}
 	for _, id := range idDirs(filepath.Join(s.cfg.RunDir, "containers")) {
@@ -290,36 +247,16 @@ func (s *Server) sweepCheckpointStages() {
 	}
 }
 
-// sweepInfraProcesses stops the infra processes that a pod dir names
-// (conmon.RecordedInfra) but its sandbox record does not: a crash between
-// starting one and recording it in the sandbox leaves one that only its pod
-// dir names. Only minicri's own pod dirs are read, and a process is stopped
-// only while it is the one recorded (same pid and start time): nothing a
-// pod or a host user can name or make is looked at, and the cost grows with
-// minicri's pods, not with the node's processes.
+// sweepInfraProcesses stops the infra processes that a pod dir names but
+// its sandbox record does not (podsandbox.Controller.StopStrayInfra). Only
+// minicri's own pod dirs are read: the cost grows with minicri's pods, not
+// with the node's processes.
 func (s *Server) sweepInfraProcesses(ctx context.Context) {
 	for _, id := range idDirs(filepath.Join(s.cfg.RunDir, "pods")) {
-		var keep conmon.Infra
-		if rec, err := s.sandboxes.Get(id); err == nil {
-			keep = rec.Infra
-		}
-		if stopped, err := stopRecordedInfra(ctx, filepath.Join(s.cfg.RunDir, "pods", id), keep); stopped || err != nil {
+		if stopped, err := s.pods.StopStrayInfra(ctx, id); stopped || err != nil {
 			s.sweep("pod infra process", id, err)
 		}
 	}
-}
-
-// stopRecordedInfra stops the infra process recorded in podDir unless it
-// is keep or has ended, and says whether it stopped one.
-func stopRecordedInfra(ctx context.Context, podDir string, keep conmon.Infra) (bool, error) {
-	if podDir == "" {
-		return false, nil
-	}
-	in, err := conmon.RecordedInfra(podDir)
-	if err != nil || in.PID <= 0 || in == keep || !conmon.Alive(in.PID, in.StartTime) {
-		return false, err
-	}
-	return true, conmon.StopPause(ctx, in)
 }
 
 func (s *Server) sweep(what, id string, err error) {

@@ -21,7 +21,6 @@ import (
 	"github.com/minicri/minicri/conmon/wire"
 	"github.com/minicri/minicri/internal/procstat"
 	"github.com/minicri/minicri/metrics"
-	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/server/internal/lifecycle"
 )
 
@@ -37,37 +36,6 @@ func TestProcessStartTime(t *testing.T) {
 	}
 	if _, err := processStartTime(1 << 30); err == nil {
 		t.Fatal("start time of a pid that cannot exist: no error")
-	}
-}
-
-func TestSandboxLoss(t *testing.T) {
-	id := strings.Repeat("a", 64)
-	gone := filepath.Join(t.TempDir(), "net") // not a namespace file
-	self, err := processStartTimeTicks(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name     string
-		rec      lifecycle.SandboxRecord
-		attached map[string]bool
-		lost     string // a word of the answer; "" for a whole sandbox
-	}{
-		{"host namespaces, no network", lifecycle.SandboxRecord{ID: id}, map[string]bool{}, ""},
-		{"pin gone", lifecycle.SandboxRecord{ID: id, Namespaces: network.Namespaces{Net: gone}}, nil, "pinned"},
-		{"network torn down", lifecycle.SandboxRecord{ID: id, NetworkUp: true}, map[string]bool{}, "network"},
-		{"network attached", lifecycle.SandboxRecord{ID: id, NetworkUp: true}, map[string]bool{id: true}, ""},
-		{"attachments unknown", lifecycle.SandboxRecord{ID: id, NetworkUp: true}, nil, ""},
-		{"infra process alive", lifecycle.SandboxRecord{ID: id, Infra: conmon.Infra{PID: os.Getpid(), StartTime: self}}, nil, ""},
-		{"infra process gone", lifecycle.SandboxRecord{ID: id, Infra: conmon.Infra{PID: os.Getpid(), StartTime: self + 1}}, nil, "infra"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got := sandboxLoss(c.rec, c.attached)
-			if (got == "") != (c.lost == "") || !strings.Contains(got, c.lost) {
-				t.Fatalf("sandboxLoss = %q, want %q", got, c.lost)
-			}
-		})
 	}
 }
 
@@ -88,19 +56,6 @@ func TestIDDirsOnlyListsIDs(t *testing.T) {
 	if got := idDirs(filepath.Join(dir, "missing")); got != nil {
 		t.Fatalf("idDirs of a missing dir = %v", got)
 	}
-}
-
-// processStartTimeTicks is field 22 of /proc/PID/stat, as conmon records it.
-func processStartTimeTicks(pid int) (uint64, error) {
-	start, err := processStartTime(pid)
-	if err != nil {
-		return 0, err
-	}
-	boot, err := bootTime()
-	if err != nil {
-		return 0, err
-	}
-	return uint64(start.Sub(boot) * clockTicks / time.Second), nil
 }
 
 // The start-up sweep stops an infra process only from the record in one of

@@ -7,13 +7,13 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/store"
 )
 
 // RemovePodSandbox removes the pod's containers (forcibly when running), its
-// resources and its record, and frees its name. Removing an unknown sandbox
-// succeeds: the CRI makes removal idempotent.
+// resources and its record (podsandbox.Controller.Remove), and frees its
+// name. Removing an unknown sandbox succeeds: the CRI makes removal
+// idempotent.
 func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSandboxRequest) (*runtime.RemovePodSandboxResponse, error) {
 	if err := s.underSandboxLock(ctx, "RemovePodSandbox", req.GetPodSandboxId(), s.removePodSandbox); err != nil {
 		return nil, err
@@ -23,7 +23,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtime.RemovePodSan
 
 // removePodSandbox is RemovePodSandbox under the sandbox's lock.
 func (s *Server) removePodSandbox(ctx context.Context, id string) error {
-	sb := s.pod(id) // taken while it is kept: removeSandbox drops it
+	sb := s.pod(id) // taken while it is kept: the removal drops it
 	rec, err := s.sandboxes.Get(id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // removed while we waited for the lock
@@ -31,19 +31,10 @@ func (s *Server) removePodSandbox(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := lifecycle.Step(ctx, lifecycle.StepOf{Phase: "containers", Crash: "sandbox-remove-after-containers"}, func(ctx context.Context) error { return s.removeContainers(ctx, id) }); err != nil {
-		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
-	}
-	if err := s.removeSandbox(ctx, &rec); err != nil {
+	if rec, err = s.pods.Remove(ctx, rec); err != nil {
 		return fmt.Errorf("remove pod sandbox %s: %w", id, err)
 	}
 	s.sandboxNames.Release(rec.Name, id)
 	s.podTransition(ctx, sb, rec, removed)
 	return nil
-}
-
-// removeContainers removes the sandbox's containers together: each one's
-// runtime delete, unmount and record are its own.
-func (s *Server) removeContainers(ctx context.Context, sandboxID string) error {
-	return s.eachContainer(ctx, sandboxID, s.removeContainer)
 }

@@ -8,6 +8,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/podsandbox"
 )
 
 // PodSandboxStatus reports a sandbox's state, IPs and namespace modes, and
@@ -104,7 +105,7 @@ func sandboxState(rec lifecycle.SandboxRecord) runtime.PodSandboxState {
 // effectiveNamespaceOptions are the namespace modes a sandbox runs with: the
 // requested ones, POD for anything not asked for.
 func effectiveNamespaceOptions(cfg *runtime.PodSandboxConfig) *runtime.NamespaceOption {
-	o := namespaceOptions(cfg)
+	o := podsandbox.NamespaceOptions(cfg)
 	return &runtime.NamespaceOption{
 		Network: o.GetNetwork(),
 		Pid:     o.GetPid(),

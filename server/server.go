@@ -30,6 +30,7 @@ import (
 	"github.com/minicri/minicri/nri"
 	"github.com/minicri/minicri/oci"
 	"github.com/minicri/minicri/server/internal/lifecycle"
+	"github.com/minicri/minicri/server/podsandbox"
 	"github.com/minicri/minicri/store"
 	"github.com/minicri/minicri/streaming"
 )
@@ -119,10 +120,10 @@ type Server struct {
 	diffs          rootfsDiffer // a container's rootfs diff, for its checkpoint
 	criu           criuProbe    // whether checkpoints can work here
 	runtimes       runtimeSet
-	pins           sandboxPins      // a pod's namespaces and shm
+	pins           podsandbox.Pins  // a pod's namespaces and shm
 	monitor        containerMonitor // starts the monitors (conmon)
 	sockets        monitorSockets   // attach and log reopening on a running monitor
-	infra          podInfra         // infra processes of pods sharing a PID namespace
+	infra          podsandbox.Infra // infra processes of pods sharing a PID namespace
 	scopes         processScopes    // systemd driver: scopes for the infra processes and monitors; nil otherwise
 	monitorPath    string
 	monitors       *monitorPlacement
@@ -143,11 +144,11 @@ type Server struct {
 	nri *nri.NRI
 	// rootfsStage is where user-namespaced containers' runtimes find
 	// their rootfs, and sysStage the host's /sys of those on the host's
-	// network (sandbox_userns.go).
+	// network (container_userns.go).
 	rootfsStage, sysStage string
-	// idClaims hold the host IDs of the pods being made
-	// (sandbox_userns_claims.go).
-	idClaims hostIDClaims
+	// pods makes, stops, removes and repairs the pod sandboxes
+	// (sandbox_controller.go).
+	pods *podsandbox.Controller
 	// afterStart runs, afterStartDelay after the start, what the start
 	// leaves for later (runAfterStart); Close stops it, or waits for
 	// afterStartDone if it has begun.
@@ -233,6 +234,7 @@ func New(opts Options) (*Server, error) {
 	if err := s.openTables(); err != nil {
 		return nil, err
 	}
+	s.usePods()
 	s.countObjects()
 	if err := s.newNRI(); err != nil {
 		return nil, err

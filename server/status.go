@@ -115,7 +115,7 @@ func (s *Server) networkReady() error {
 }
 
 // userNamespacesSupported: minicri itself can run a pod in its own user
-// namespace (given a runtime with idmapped mounts, sandbox_userns.go).
+// namespace (given a runtime with idmapped mounts, container_userns.go).
 const userNamespacesSupported = true
 
 // runtimeHandlers lists each handler ("" is the default one) with the

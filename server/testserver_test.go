@@ -117,6 +117,7 @@ func newTestServer(t testing.TB, edit ...func(*config.Config)) *testServer {
 	if err = ts.openTables(); err != nil {
 		t.Fatal(err)
 	}
+	ts.usePods()
 	if err := ts.restoreRuntimeConfig(); err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +146,7 @@ func (ts *testServer) restarted(t *testing.T) *Server {
 	if err := s.openTables(); err != nil {
 		t.Fatal(err)
 	}
+	s.usePods()
 	return s
 }
 

@@ -1,17 +1,12 @@
 package server
 
-import "context"
+import (
+	"context"
 
-// undoOnFailure is deferred by a handler right after it recorded a new
-// object: when the handler fails (*retErr set), undo removes what was made
-// so far, with a context that outlives the caller's cancellation. What undo
-// cannot remove is logged and left to start-up repair, which finds it from
-// the record.
+	"github.com/minicri/minicri/server/internal/lifecycle"
+)
+
+// undoOnFailure is lifecycle.UndoOnFailure with the server's log.
 func (s *Server) undoOnFailure(ctx context.Context, retErr *error, kind, id string, undo func(context.Context) error) {
-	if *retErr == nil {
-		return
-	}
-	if err := undo(context.WithoutCancel(ctx)); err != nil {
-		s.log.WithField(kind, id).WithError(err).Warn("cleanup of a failed " + kind + " left something; start-up repair will retry")
-	}
+	lifecycle.UndoOnFailure(ctx, s.log, retErr, kind, id, undo)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/server/internal/testreq"
+	"github.com/minicri/minicri/server/podsandbox"
 	"github.com/minicri/minicri/server/validate"
 )
 
@@ -82,7 +83,7 @@ func checkAcceptedSandboxConfig(t *testing.T, c *runtime.PodSandboxConfig) {
 	if d := c.GetLogDirectory(); d != "" && (!filepath.IsAbs(d) || hasDotDot(d)) {
 		t.Fatalf("accepted log_directory %q", d)
 	}
-	_ = podNetwork(lifecycle.SandboxRecord{ID: strings.Repeat("a", 64)}, c)
+	_ = podsandbox.PodNetwork(lifecycle.SandboxRecord{ID: strings.Repeat("a", 64)}, c)
 	dns := c.GetDnsConfig()
 	path := filepath.Join(t.TempDir(), "resolv.conf")
 	if err := network.WriteResolvConf(path, dns.GetServers(), dns.GetSearches(), dns.GetOptions()); err != nil {

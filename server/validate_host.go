@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/config"
+	"github.com/minicri/minicri/server/podsandbox"
 	"github.com/minicri/minicri/server/validate"
 )
 
@@ -37,7 +39,7 @@ func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler
 		return nil
 	}
 	const field = "config.linux.security_context.namespace_options"
-	o := namespaceOptions(cfg)
+	o := podsandbox.NamespaceOptions(cfg)
 	for _, c := range validate.NamespaceModes(o) {
 		if c.V == runtime.NamespaceMode_NODE && c.Name != "network" {
 			return validate.Invalidf(field+"."+c.Name, "the host's %s namespace cannot go with a user namespace of the pod's own (userns_options mode POD)", c.Name)
@@ -55,7 +57,7 @@ func (s *Server) validatePodUserNamespace(cfg *runtime.PodSandboxConfig, handler
 		}
 		return validate.Invalidf(field+".userns_options", "runtime handler %q cannot run a pod in a user namespace: %s (handlers that can: %s; docs/security.md)", handler, why, canRunUserNamespaces(s.userNamespaceHandlers()))
 	}
-	if hostNetwork(cfg) && !recursiveReadOnly(f) {
+	if podsandbox.HostNetwork(cfg) && !recursiveReadOnly(f) {
 		// As Status reports the feature (handlerDetails): the host's /sys
 		// itself comes read-only from the monitor (oci.StageHostSys).
 		return validate.Invalidf(field+".network", "runtime handler %q cannot bind the host's /sys recursively read-only (rro) for a pod in a user namespace on the host's network", handler)
@@ -70,4 +72,23 @@ func canRunUserNamespaces(names []string) string {
 		return fmt.Sprintf("none; make deps installs %s", config.CurrentRuncHandler)
 	}
 	return strings.Join(names, ", ")
+}
+
+// errHandlerUnavailable: the handler is configured but its runtime binary
+// is not there (runc-current before make deps built it). The node may get
+// it later, so it is the node's state, not a malformed request.
+var errHandlerUnavailable = errors.New("runtime handler unavailable")
+
+// checkHandlerAvailable refuses a pod on a handler whose runtime binary is
+// missing at once, with the config key to fix, rather than at its first
+// container. A PATH lookup or a stat, as Status does.
+func (s *Server) checkHandlerAvailable(handler string) error {
+	rt, err := s.runtimes.Get(handler)
+	if err != nil {
+		return validate.Invalidf("runtime_handler", "%v", err)
+	}
+	if err := rt.Available(); err != nil {
+		return fmt.Errorf("%w: %q: %v (runtime.handlers.%s.path)", errHandlerUnavailable, handler, err, handler)
+	}
+	return nil
 }

@@ -42,7 +42,7 @@ func runDaemon(cfg config.Config, reload func() (config.Config, error)) error {
 	// filesystems (setuid binaries and device nodes of images, what the
 	// containers wrote) and is as private: not even the host uid a pod in
 	// a user namespace is mapped onto may search it (the runtime finds such
-	// a pod's rootfs on a stage of its own, server/sandbox_userns.go).
+	// a pod's rootfs on a stage of its own, server/container_userns.go).
 	for _, dir := range []string{cfg.RunDir, cfg.Root} {
 		if err := privateDir(dir); err != nil {
 			return err

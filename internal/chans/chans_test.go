@@ -1,8 +1,10 @@
 package chans
 
 import (
+	"context"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestEach(t *testing.T) {
@@ -40,5 +42,21 @@ func TestEach(t *testing.T) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestWaitClosed(t *testing.T) {
+	closed := make(chan struct{})
+	close(closed)
+	if !WaitClosed(context.Background(), closed, time.Hour) {
+		t.Error("a closed channel: WaitClosed = false, want true")
+	}
+	if WaitClosed(context.Background(), make(chan struct{}), time.Millisecond) {
+		t.Error("an open channel past the timeout: WaitClosed = true, want false")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if WaitClosed(ctx, make(chan struct{}), time.Hour) {
+		t.Error("an open channel, ctx done: WaitClosed = true, want false")
 	}
 }

@@ -243,7 +243,7 @@ func (d *Daemon) checkNoEntry(t *testing.T, plainSecret string) {
 	}
 
 	// The pod's root, a host uid like any other: not even the way to its
-	// own rootfs (its runtime finds it on a stage, server/sandbox_userns.go).
+	// own rootfs (its runtime finds it on a stage, server/container_userns.go).
 	snapshots, _ := filepath.Glob(filepath.Join(d.Root, "image", "snapshots", "*"))
 	for _, dir := range append([]string{d.Root, filepath.Join(d.Root, "image"), filepath.Join(d.Root, "image", "snapshots")}, snapshots...) {
 		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm()&0o077 != 0 {

@@ -15,7 +15,6 @@ import (
 
 	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/network"
-	"github.com/minicri/minicri/store"
 )
 
 // StateCreating is the first state of both kinds of record. A record is
@@ -177,7 +176,8 @@ func (r *ContainerRecord) DecodeConfig() (*runtime.ContainerConfig, error) {
 // is made, so that a crash from here on is rolled back at start from it. The
 // write is staged, not durable (see store.Stage): each caller says why that
 // is enough for what it makes.
-func StageFirstRecord[T any, O store.Object[T]](ctx context.Context, table *store.Table[T, O], id string, rec T, crashAt string) error {
+// table is a store.Table, or what stands for one.
+func StageFirstRecord[T any](ctx context.Context, table interface{ Stage(id string, rec T) error }, id string, rec T, crashAt string) error {
 	return Step(ctx, StepOf{Phase: "record", Crash: crashAt}, func(context.Context) error { return table.Stage(id, rec) })
 }
 

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,78 +9,14 @@ import (
 
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/minicri/minicri/conmon"
 	"github.com/minicri/minicri/image"
-	"github.com/minicri/minicri/network"
 	"github.com/minicri/minicri/server/internal/lifecycle"
 	"github.com/minicri/minicri/server/validate"
 )
 
-// pinUserNamespace gives a pod with userns_options mode POD its user
-// namespace, with the kubelet's mappings, and its network, IPC and UTS
-// namespaces, owned by that user namespace (network.PinProcessNamespaces
-// says why). An infra process makes them all at once and they are pinned
-// from it; it stays as the pod's infra when the containers share its PID
-// namespace, else it is stopped. A hostNetwork pod (KEP-5607) keeps the
-// host's network and UTS namespaces: its containers join no pinned ones
-// (containerNamespaces) and see the host's /sys (oci.sysMount).
-// validatePodUserNamespace has refused the host's IPC and PID namespaces
-// for such a pod.
-func (s *Server) pinUserNamespace(r *lifecycle.SandboxRecord, u *runtime.UserNamespace, cfg *runtime.PodSandboxConfig, opts conmon.PauseOptions) error {
-	hostNet := hostNetwork(cfg)
-	infra, err := conmon.StartPauseInUserNS(s.monitorPath, r.Dir, conmonIDMaps(u.GetUids()), conmonIDMaps(u.GetGids()), opts, hostNet)
-	if err != nil {
-		return fmt.Errorf("start the pod's user namespace: %w", err)
-	}
-	lifecycle.CrashPoint("sandbox-userns-unrecorded") // found again only by its pod dir's record
-	// Recorded before anything else is made: a failure (or a crash) from
-	// here on stops it with the sandbox.
-	r.Infra = infra
-	if err := s.sandboxes.Put(r.ID, *r); err != nil {
-		return err
-	}
-	kinds := []network.NamespaceKind{network.NamespaceUser, network.NamespaceIPC}
-	hostname := ""
-	if !hostNet {
-		kinds = append(kinds, network.NamespaceNet, network.NamespaceUTS)
-		hostname = podHostname(cfg)
-	}
-	ns, err := network.PinProcessNamespaces(filepath.Join(r.Dir, "ns"), infra.PID, kinds, hostname)
-	if err != nil {
-		return fmt.Errorf("pin namespaces: %w", err)
-	}
-	r.Namespaces = ns
-	// The pins name the process by its PID: still the same process (same
-	// start time) afterwards means they hold its namespaces, not those of
-	// a process that took over a recycled PID.
-	if !conmon.Alive(infra.PID, infra.StartTime) {
-		return fmt.Errorf("pin namespaces: the pod's infra process %d ended before its namespaces were pinned", infra.PID)
-	}
-	lifecycle.CrashPoint("sandbox-userns-pinned") // the infra may be unrecorded as gone
-	return nil
-}
-
-// dropUnsharedInfra stops the infra process that made a pod's user
-// namespace when its containers do not share its PID namespace: the pins
-// keep the namespaces alive.
-func (s *Server) dropUnsharedInfra(ctx context.Context, r *lifecycle.SandboxRecord, cfg *runtime.PodSandboxConfig) error {
-	if sharesPIDNamespace(cfg) || r.Infra.PID <= 0 {
-		return nil
-	}
-	if err := conmon.StopPause(ctx, r.Infra); err != nil {
-		return err
-	}
-	r.Infra = conmon.Infra{}
-	return nil
-}
-
-func conmonIDMaps(maps []*runtime.IDMapping) []conmon.IDMap {
-	out := make([]conmon.IDMap, 0, len(maps))
-	for _, m := range maps {
-		out = append(out, conmon.IDMap{ContainerID: int(m.GetContainerId()), HostID: int(m.GetHostId()), Size: int(m.GetLength())})
-	}
-	return out
-}
+// A container of a pod with a user namespace of its own
+// (podsandbox.Controller pins it) finds its rootfs idmapped into that
+// namespace, on a stage no host user reaches.
 
 // rootfsIDMap is how a container's rootfs is mounted in its pod's user
 // namespace, or nil for a pod in the host's: the host IDs the pod's root
@@ -201,23 +136,4 @@ func (s *Server) sysStageOf(sb lifecycle.SandboxRecord, sbCfg *runtime.PodSandbo
 		return ""
 	}
 	return s.sysStage
-}
-
-// errHandlerUnavailable: the handler is configured but its runtime binary
-// is not there (runc-current before make deps built it). The node may get
-// it later, so it is the node's state, not a malformed request.
-var errHandlerUnavailable = errors.New("runtime handler unavailable")
-
-// checkHandlerAvailable refuses a pod on a handler whose runtime binary is
-// missing at once, with the config key to fix, rather than at its first
-// container. A PATH lookup or a stat, as Status does.
-func (s *Server) checkHandlerAvailable(handler string) error {
-	rt, err := s.runtimes.Get(handler)
-	if err != nil {
-		return validate.Invalidf("runtime_handler", "%v", err)
-	}
-	if err := rt.Available(); err != nil {
-		return fmt.Errorf("%w: %q: %v (runtime.handlers.%s.path)", errHandlerUnavailable, handler, err, handler)
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package server
+package podsandbox
 
 import (
 	"sync"
@@ -12,13 +12,14 @@ import (
 // Two pods whose user namespaces share host IDs are one user to the node:
 // either pod's processes own the other's files and may signal or ptrace
 // its processes. The kubelet's allocator never hands out such ranges; any
-// other CRI client may ask, so RunPodSandbox refuses a pod whose host
+// other CRI client may ask, so RunPodSandbox claims the host IDs
+// (ClaimHostIDs) before the pod is made, and refuses a pod whose host
 // ranges overlap those of a pod that is being made or ready. A stopped
 // (not ready) pod runs nothing, and the kubelet makes the next sandbox of
 // the same pod with the same ranges before it removes the old one.
 
 // hostIDClaims are the user namespaces of the pods being made, from their
-// check until RunPodSandbox returns: by then each is a listed record, or
+// claim until RunPodSandbox returns: by then each is a listed record, or
 // gone. The check and the claim are one step under mu, so that two
 // concurrent RunPodSandbox cannot both pass.
 type hostIDClaims struct {
@@ -26,40 +27,41 @@ type hostIDClaims struct {
 	pods map[string]*runtime.UserNamespace
 }
 
-// claimHostIDs refuses cfg's user namespace when its host IDs overlap
-// another pod's, else holds them for pod id until release is called.
-func (s *Server) claimHostIDs(id string, cfg *runtime.PodSandboxConfig) (release func(), err error) {
+// ClaimHostIDs refuses cfg's user namespace when its host IDs overlap
+// another pod's, else holds them for pod id until release is called. The
+// error wraps validate.ErrInvalid and names the field.
+func (c *Controller) ClaimHostIDs(id string, cfg *runtime.PodSandboxConfig) (release func(), err error) {
 	u := validate.PodUserNamespace(cfg)
 	if u == nil {
 		return func() {}, nil
 	}
-	c := &s.idClaims
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := s.checkHostIDsFree(u); err != nil {
+	claims := &c.claims
+	claims.mu.Lock()
+	defer claims.mu.Unlock()
+	if err := c.checkHostIDsFree(u); err != nil {
 		return nil, err
 	}
-	if c.pods == nil {
-		c.pods = map[string]*runtime.UserNamespace{}
+	if claims.pods == nil {
+		claims.pods = map[string]*runtime.UserNamespace{}
 	}
-	c.pods[id] = u
+	claims.pods[id] = u
 	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(c.pods, id)
+		claims.mu.Lock()
+		defer claims.mu.Unlock()
+		delete(claims.pods, id)
 	}, nil
 }
 
 // checkHostIDsFree compares u with the claims and the ready or creating
 // sandboxes. The caller holds the claims' lock.
-func (s *Server) checkHostIDsFree(u *runtime.UserNamespace) error {
-	for other, ou := range s.idClaims.pods {
+func (c *Controller) checkHostIDsFree(u *runtime.UserNamespace) error {
+	for other, ou := range c.claims.pods {
 		if err := disjointHostIDs(u, ou, other, "being created"); err != nil {
 			return err
 		}
 	}
-	for _, sb := range s.sandboxes.List() {
-		if _, claimed := s.idClaims.pods[sb.ID]; claimed || sb.State == lifecycle.StateNotReady {
+	for _, sb := range c.deps.Records.List() {
+		if _, claimed := c.claims.pods[sb.ID]; claimed || sb.State == lifecycle.StateNotReady {
 			continue
 		}
 		cfg, err := sb.DecodeConfig()

@@ -1,8 +1,6 @@
-package server
+package podsandbox
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,7 +12,7 @@ import (
 )
 
 func usernsPodConfig(uids, gids []*runtime.IDMapping) *runtime.PodSandboxConfig {
-	cfg := podConfig("userns")
+	cfg := testreq.Sandbox()
 	cfg.Linux = &runtime.LinuxPodSandboxConfig{SecurityContext: &runtime.LinuxSandboxSecurityContext{
 		NamespaceOptions: &runtime.NamespaceOption{UsernsOptions: &runtime.UserNamespace{Mode: runtime.NamespaceMode_POD, Uids: uids, Gids: gids}}}}
 	return cfg
@@ -24,13 +22,13 @@ func usernsPodConfig(uids, gids []*runtime.IDMapping) *runtime.PodSandboxConfig 
 // refused, naming the field; a stopped pod's and disjoint ranges are not.
 func TestClaimHostIDsRefusesOverlaps(t *testing.T) {
 	const field = "config.linux.security_context.namespace_options.userns_options"
-	s := newTestServer(t)
+	s := newTestController(t)
 	put := func(id string, state lifecycle.SandboxRecordState, cfg *runtime.PodSandboxConfig) {
 		raw, err := proto.Marshal(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.sandboxes.Put(id, lifecycle.SandboxRecord{ID: id, State: state, Config: raw}); err != nil {
+		if err := s.deps.Records.Put(id, lifecycle.SandboxRecord{ID: id, State: state, Config: raw}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -38,8 +36,8 @@ func TestClaimHostIDsRefusesOverlaps(t *testing.T) {
 	put("ready", lifecycle.StateReady, usernsPodConfig(kubelet, kubelet))
 	put("stopped", lifecycle.StateNotReady, usernsPodConfig(testreq.IDMaps([3]uint32{0, 1000, 65536}), testreq.IDMaps([3]uint32{0, 1000, 65536})))
 	put("creating", lifecycle.StateCreating, usernsPodConfig(testreq.IDMaps([3]uint32{0, 300000, 65536}), testreq.IDMaps([3]uint32{0, 300000, 65536})))
-	put("host", lifecycle.StateReady, podConfig("host"))
-	release, err := s.claimHostIDs("claimed", usernsPodConfig(testreq.IDMaps([3]uint32{0, 500000, 65536}), testreq.IDMaps([3]uint32{0, 500000, 65536})))
+	put("host", lifecycle.StateReady, testreq.Sandbox())
+	release, err := s.ClaimHostIDs("claimed", usernsPodConfig(testreq.IDMaps([3]uint32{0, 500000, 65536}), testreq.IDMaps([3]uint32{0, 500000, 65536})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +56,7 @@ func TestClaimHostIDsRefusesOverlaps(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rel, err := s.claimHostIDs("new", usernsPodConfig(c.uids, c.gids))
+			rel, err := s.ClaimHostIDs("new", usernsPodConfig(c.uids, c.gids))
 			if c.field == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -76,33 +74,9 @@ func TestClaimHostIDsRefusesOverlaps(t *testing.T) {
 		})
 	}
 	release()
-	if rel, err := s.claimHostIDs("again", usernsPodConfig(testreq.IDMaps([3]uint32{0, 500000, 1}), free)); err != nil {
+	if rel, err := s.ClaimHostIDs("again", usernsPodConfig(testreq.IDMaps([3]uint32{0, 500000, 1}), free)); err != nil {
 		t.Fatalf("a released claim still refuses: %v", err)
 	} else {
 		rel()
-	}
-}
-
-func TestUnsearchableAbove(t *testing.T) {
-	top := t.TempDir()
-	open := filepath.Join(top, "open")
-	closed := filepath.Join(top, "closed")
-	for dir, mode := range map[string]os.FileMode{top: 0o711, open: 0o755, closed: 0o700} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(dir, mode); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// t.TempDir's parents: /tmp and the test's own dir, which Go makes 0700.
-	if err := os.Chmod(filepath.Dir(top), 0o711); err != nil {
-		t.Fatal(err)
-	}
-	if got := unsearchableAbove(filepath.Join(open, "stage")); got != "" {
-		t.Errorf("below searchable dirs: %q, want none", got)
-	}
-	if got := unsearchableAbove(filepath.Join(closed, "stage")); got != closed {
-		t.Errorf("below a 0700 dir: %q, want %s", got, closed)
 	}
 }

@@ -18,7 +18,12 @@
 // At a cap, Accept does not take the next connection from the kernel until
 // a waiting one may go: one idle after an answer (it lost no request), or
 // one that has waited Limits.MinWait and has no request in the kernel for
-// its goroutine to read. Meanwhile new connections queue in the kernel's
+// its goroutine to read. A waiting connection whose goroutine has read
+// bytes of a request and is not blocked for more is taking that request in
+// (the HTTP server says it is busy only once its headers are parsed): it
+// does not go either, however long its goroutine took to run. One blocked
+// for the rest of a request it began does: that is a slow client's, or an
+// attacker's, half a request. Meanwhile new connections queue in the kernel's
 // backlog, in the order they came, and are served in that order. Without
 // that, a flood of connections that are answered at once (a refused
 // request) but arrive faster than they are served would push out every
@@ -34,11 +39,13 @@ package connlimit
 import (
 	"container/list"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -118,7 +125,77 @@ type Conn struct {
 	since  time.Time     // when it began to wait; under l.mu
 	idle   bool          // waiting after an answer, not for a first request; under l.mu
 	once   sync.Once
+
+	// While the connection waits, its reads are watched (readWatched):
+	// read is set when one took bytes since it began to wait, blocked
+	// while its goroutine waits in a read for bytes that have not come.
+	// Both under l.mu; watched mirrors elem != nil for Read, which only
+	// the connection's own goroutine calls.
+	watched atomic.Bool
+	read    bool
+	blocked bool
 }
+
+// Read reads as the connection's net.Conn does; while the connection
+// waits for a request, the read and what it tells victimLocked are one
+// step under l.mu, so that a request taken off the kernel is never taken
+// for silence.
+func (c *Conn) Read(b []byte) (int, error) {
+	if !c.watched.Load() {
+		return c.Conn.Read(b)
+	}
+	sc, ok := c.Conn.(syscall.Conn)
+	if !ok || len(b) == 0 {
+		n, err := c.Conn.Read(b)
+		c.l.mu.Lock()
+		c.read = c.read || n > 0
+		c.l.mu.Unlock()
+		return n, err
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return c.Conn.Read(b)
+	}
+	return c.readWatched(raw, b)
+}
+
+// readWatched is one read of raw into b, through the poller as the
+// net.Conn's own read goes (its deadline holds), each try under l.mu.
+func (c *Conn) readWatched(raw syscall.RawConn, b []byte) (int, error) {
+	var n int
+	var rerr error
+	err := raw.Read(func(fd uintptr) bool {
+		c.l.mu.Lock()
+		defer c.l.mu.Unlock()
+		for {
+			n, rerr = unix.Read(int(fd), b)
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		if rerr == unix.EAGAIN {
+			c.blocked = true
+			return false // wait until readable, then try again
+		}
+		c.blocked = false
+		c.read = c.read || n > 0
+		return true
+	})
+	switch {
+	case err != nil:
+		return 0, &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	case rerr != nil:
+		return 0, &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: rerr}
+	case n <= 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// takingRequestLocked reports whether c's goroutine has read bytes of a
+// request since c began to wait and is not blocked for more: it is
+// parsing them, and the HTTP server will say so.
+func (c *Conn) takingRequestLocked() bool { return c.read && !c.blocked }
 
 // Close closes the connection and gives its place back.
 func (c *Conn) Close() error {
@@ -182,6 +259,9 @@ func (l *Listener) victimLocked() (*Conn, time.Duration) {
 	retry := time.Duration(0)
 	for e := l.waiting.Front(); e != nil; e = e.Next() {
 		c := e.Value.(*Conn)
+		if c.takingRequestLocked() {
+			continue
+		}
 		if c.idle {
 			return c, 0
 		}
@@ -291,7 +371,9 @@ func (l *Listener) forgetLocked(c *Conn) {
 // out at once, which makeRoom must hear of.
 func (l *Listener) wait(c *Conn) {
 	c.since = time.Now()
+	c.read, c.blocked = false, false
 	c.elem = l.waiting.PushBack(c)
+	c.watched.Store(true)
 	if c.idle {
 		l.wake()
 	}
@@ -304,6 +386,7 @@ func (l *Listener) stopWaiting(c *Conn) {
 	}
 	l.waiting.Remove(c.elem)
 	c.elem = nil
+	c.watched.Store(false)
 	l.wake()
 }
 

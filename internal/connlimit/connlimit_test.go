@@ -310,8 +310,83 @@ func TestUnreadRequestIsNotPushedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	silent.server.Close()
-	if v := victim(); v != asked.server {
-		t.Fatalf("after its request was read, the victim is %p, want the connection now silent %p", v, asked.server)
+	// Read, and not yet said to be busy: its goroutine is parsing the
+	// request (on a loaded node that can take long), which must not be
+	// lost.
+	if v := victim(); v != nil {
+		t.Fatalf("after its request was read, and before the server says it is busy, the victim is %p, want none", v)
+	}
+	// Blocked for more of a request it began: half a request, which goes.
+	go func() { _, _ = asked.server.Read(make([]byte, 1)) }()
+	waitFor("the connection to block for more", func() bool { return victim() == asked.server })
+}
+
+// TestHalfARequestIsPushedOut: a connection that sent part of a request
+// and waits for the rest (slow headers) goes like a silent one once it has
+// waited MinWait, though its bytes were read.
+func TestHalfARequestIsPushedOut(t *testing.T) {
+	h := newHarness(t, Limits{Max: 10, MaxWaiting: 1, MinWait: 20 * time.Millisecond})
+	slow := h.dial()
+	io.WriteString(slow.client, "GET / HTTP/1.1\r\nHost:")
+	read := make(chan error, 1)
+	go func() {
+		// The first read takes the half request; the second blocks.
+		if _, err := slow.server.Read(make([]byte, 64)); err != nil {
+			read <- err
+			return
+		}
+		_, err := slow.server.Read(make([]byte, 64))
+		read <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		h.l.mu.Lock()
+		v, _ := h.l.victimLocked()
+		h.l.mu.Unlock()
+		if v == slow.server {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection blocked on half a request was never a victim")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if fresh := h.dial(); fresh.server == nil {
+		t.Fatal("the new connection was refused; want it to push out the half request")
+	}
+	if !closedByServer(t, slow.client) {
+		t.Error("the half request's connection is still open")
+	}
+	select {
+	case err := <-read:
+		if err == nil {
+			t.Error("the blocked read returned no error after its connection was pushed out")
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the blocked read did not return after its connection was pushed out")
+	}
+}
+
+// TestWatchedReadKeepsTheConnSemantics: while a connection waits, its
+// reads go through the poller under the listener's lock; a deadline, the
+// peer's close and data still read as a net.Conn's.
+func TestWatchedReadKeepsTheConnSemantics(t *testing.T) {
+	h := newHarness(t, Limits{Max: 10, MaxWaiting: 10})
+	p := h.dial()
+	buf := make([]byte, 8)
+	p.server.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	_, err := p.server.Read(buf)
+	if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("read past its deadline: %v, want a timeout", err)
+	}
+	p.server.SetReadDeadline(time.Time{})
+	io.WriteString(p.client, "abc")
+	if n, err := p.server.Read(buf); err != nil || string(buf[:n]) != "abc" {
+		t.Fatalf("read %q, %v; want abc", buf[:n], err)
+	}
+	p.client.Close()
+	if _, err := p.server.Read(buf); err != io.EOF {
+		t.Fatalf("read after the peer closed: %v, want io.EOF", err)
 	}
 }
 

@@ -34,7 +34,7 @@ func quietServer() *Server { return &Server{log: quietLog()} }
 func TestCloseBeforeTheAfterStartWork(t *testing.T) {
 	st, left := openLeftoverStore(t)
 	s := quietServer()
-	s.runAfterStart(st)
+	s.runAfterStart(st, nil)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestCloseBeforeTheAfterStartWork(t *testing.T) {
 func TestAfterStartCollectsTheImageStore(t *testing.T) {
 	st, left := openLeftoverStore(t)
 	s := quietServer()
-	s.runAfterStart(st)
+	s.runAfterStart(st, nil)
 	if _, err := os.Stat(left); err != nil {
 		t.Fatalf("the collection ran at once, during the start: %v", err)
 	}

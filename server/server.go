@@ -254,7 +254,7 @@ func New(opts Options) (*Server, error) {
 	}
 	phases.Done("nri")
 	phases.Observe()
-	s.runAfterStart(images)
+	s.runAfterStart(images, pinRoot)
 	return s, nil
 }
 
@@ -296,11 +296,16 @@ const afterStartDelay = time.Second
 //     which grows with the pods, CPU the first calls after a restart need
 //     more. A create or a Status that needs a probe before then runs it
 //     itself.
-func (s *Server) runAfterStart(st *image.Store) {
+//   - the pin root's look at the mount table, for the same reason; a
+//     RunPodSandbox before then settles it itself.
+func (s *Server) runAfterStart(st *image.Store, pins *network.PinRoot) {
 	done := make(chan struct{})
 	s.afterStartDone = done
 	s.afterStart = time.AfterFunc(afterStartDelay, func() {
 		defer close(done)
+		if err := pins.Settle(); err != nil {
+			s.log.WithError(err).Warn("pods' namespace pins: each pod looks at the mount table for itself")
+		}
 		if err := st.CollectGarbage(); err != nil {
 			s.log.WithError(err).Warn("image store: garbage collection after the start failed; the next removal or refused pull runs it again")
 		}

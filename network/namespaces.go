@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -119,68 +120,94 @@ func pinNamespaces(dir string, kinds []NamespaceKind, hostname string, lookMount
 // PinRoot is the directory below which a node's pods pin their namespaces
 // (RUNDIR/pods). Whether a pin propagates to other mount namespaces is a
 // question of the mount that holds it, which is the root's for every pod:
-// NewPinRoot answers it once, making the root a private mount of its own
-// where it sits on a shared one, so that a pod's pins need no look at the
-// mount table, whose reading grows with every pod's mounts. An operator who
+// the root answers it once, making itself a private mount of its own where
+// it sits on a shared one, so that a pod's pins need no look at the mount
+// table, whose reading grows with every pod's mounts. An operator who
 // makes the run dir shared later (mount --make-rshared /) restarts the
 // daemon, as for any change of the mounts it was started on.
+//
+// The answer is settled at the first pin, or by Settle, not by NewPinRoot:
+// it reads the mount table, and a daemon's restart, which has every pod's
+// mounts in that table, pins nothing.
 type PinRoot struct {
 	dir string
-	// private is true once the root is known to hold no shared mount at
-	// or below it; false leaves each pin to look for itself, as
-	// PinNamespaces does.
-	private bool
+	// private says, once settled, whether the root is known to hold no
+	// shared mount at or below it; false, or an error, leaves each pin to
+	// look for itself, as PinNamespaces does.
+	private func() (bool, error)
 }
 
-// NewPinRoot makes dir (0700) and decides, once, how pins below it stay in
-// the daemon's mount namespace. A root on a private or slave mount needs
-// nothing. A root on a shared mount with nothing mounted at or below it (a
-// fresh run dir) becomes a private bind mount of itself, which stays for
-// the next start, as ip-netns keeps its directory's. A root already on a
-// mount of its own keeps it, made private; one with pins of earlier pods
-// below a shared mount is left as it is, and its pods look for themselves:
-// a bind over it would hide those pins.
-func NewPinRoot(dir string) (PinRoot, error) {
+// NewPinRoot makes dir (0700) for the pods' pins. How pins below it stay
+// in the daemon's mount namespace is decided once, when Settle or the
+// first pin asks (settlePinRoot).
+func NewPinRoot(dir string) (*PinRoot, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return PinRoot{}, fmt.Errorf("pin root: %w", err)
+		return nil, fmt.Errorf("pin root: %w", err)
 	}
+	clean := filepath.Clean(dir)
+	return &PinRoot{dir: clean, private: sync.OnceValues(func() (bool, error) { return settlePinRoot(clean) })}, nil
+}
+
+// Settle decides now how pins below the root stay in the daemon's mount
+// namespace, if no pin has yet: a daemon calls it once its start is done,
+// so that its first pod does not wait for the mount table. An error says
+// why the root could not be made private; pods then look for themselves,
+// as without a root.
+func (r *PinRoot) Settle() error {
+	if r == nil {
+		return nil
+	}
+	_, err := r.private()
+	return err
+}
+
+// settlePinRoot decides how pins below dir stay in the daemon's mount
+// namespace, and says whether the root is private. A root on a private or
+// slave mount needs nothing. A root on a shared mount with nothing mounted
+// at or below it (a fresh run dir) becomes a private bind mount of itself,
+// which stays for the next start, as ip-netns keeps its directory's. A root
+// already on a mount of its own keeps it, made private; one with pins of
+// earlier pods below a shared mount is left as it is, and its pods look for
+// themselves: a bind over it would hide those pins.
+func settlePinRoot(dir string) (bool, error) {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return PinRoot{}, fmt.Errorf("pin root: resolve %s: %w", dir, err)
+		return false, fmt.Errorf("pin root: resolve %s: %w", dir, err)
 	}
-	r := PinRoot{dir: filepath.Clean(dir)}
 	holder, err := mountinfo.Lookup(mountinfo.Path, real)
 	if err != nil {
-		return PinRoot{}, fmt.Errorf("pin root %s: %w", dir, err)
+		return false, fmt.Errorf("pin root %s: %w", dir, err)
 	}
 	if !mountinfo.Shared(holder) {
-		r.private = true
-		return r, nil
+		return true, nil
 	}
 	if holder.Mountpoint == real {
 		if err := unix.Mount("", real, "", unix.MS_PRIVATE, ""); err != nil {
-			return PinRoot{}, fmt.Errorf("pin root: make %s a private mount: %w", real, err)
+			return false, fmt.Errorf("pin root: make %s a private mount: %w", real, err)
 		}
-		r.private = true
-		return r, nil
+		return true, nil
 	}
 	below, err := mountsBelow(real)
 	if err != nil || below {
-		return r, err
+		return false, err
 	}
 	if _, err := ensurePrivateMount(real); err != nil {
-		return PinRoot{}, fmt.Errorf("pin root: %w", err)
+		return false, fmt.Errorf("pin root: %w", err)
 	}
-	r.private = true
-	return r, nil
+	return true, nil
 }
 
 // PinNamespaces is the package's PinNamespaces for a dir below the root:
 // without a look at the mount table when the root is private.
-func (r PinRoot) PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (Namespaces, error) {
+func (r *PinRoot) PinNamespaces(dir string, kinds []NamespaceKind, hostname string) (Namespaces, error) {
 	clean := filepath.Clean(dir)
-	below := clean != r.dir && mountinfo.Within(clean, r.dir)
-	return pinNamespaces(dir, kinds, hostname, !(r.private && below))
+	private := false
+	if clean != r.dir && mountinfo.Within(clean, r.dir) {
+		// Settled before the first pin below the root: a bind made over
+		// the root after it would hide that pin.
+		private, _ = r.private() // an error: the pin looks for itself
+	}
+	return pinNamespaces(dir, kinds, hostname, !private)
 }
 
 // hostNameMax is HOST_NAME_MAX: the longest name sethostname(2) takes.

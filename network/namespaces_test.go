@@ -230,11 +230,18 @@ func TestPinRootOnSharedMountIsMadePrivateOnce(t *testing.T) {
 		t.Fatalf("NewPinRoot: %v", err)
 	}
 	t.Cleanup(func() { _ = unmountAll(root) })
+	if err := r.Settle(); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
 	if got := mountsUnder(t, root); len(got) != 1 || got[0] != root {
 		t.Fatalf("mounts under the root = %v, want the root alone", got)
 	}
-	if again, err := NewPinRoot(root); err != nil || !again.private {
-		t.Errorf("NewPinRoot at the next start: %+v, %v; want the root private", again, err)
+	again, err := NewPinRoot(root)
+	if err != nil {
+		t.Fatalf("NewPinRoot at the next start: %v", err)
+	}
+	if private, err := again.private(); err != nil || !private {
+		t.Errorf("the pin root at the next start: private %v, %v; want private", private, err)
 	}
 	if got := mountsUnder(t, root); len(got) != 1 {
 		t.Errorf("mounts under the root after the next start = %v, want the root alone", got)
@@ -259,6 +266,44 @@ func TestPinRootOnSharedMountIsMadePrivateOnce(t *testing.T) {
 	}
 }
 
+// A daemon's start opens its pin root without a look at the mount table,
+// which holds every pod's mounts at a restart: nothing is mounted until
+// the first pod's pin, which settles the root before it pins, so that
+// the root's bind cannot hide it.
+func TestPinRootSettlesAtTheFirstPin(t *testing.T) {
+	requireRoot(t)
+	root := filepath.Join(sharedDir(t), "pods")
+	r, err := NewPinRoot(root)
+	if err != nil {
+		t.Fatalf("NewPinRoot: %v", err)
+	}
+	t.Cleanup(func() { _ = unmountAll(root) })
+	if got := mountsUnder(t, root); len(got) != 0 {
+		t.Fatalf("mounts under the root after NewPinRoot = %v, want none before the first pin", got)
+	}
+	dir := filepath.Join(root, "a", "ns")
+	ns, err := r.PinNamespaces(dir, []NamespaceKind{NamespaceNet}, "")
+	if err != nil {
+		t.Fatalf("PinNamespaces: %v", err)
+	}
+	t.Cleanup(func() { _ = UnpinNamespaces(ns) })
+	if !NamespacePinned(ns.Net) {
+		t.Fatalf("the first pod's pin %s is hidden", ns.Net)
+	}
+	if got := mountsUnder(t, root); len(got) != 2 || got[0] != root {
+		t.Errorf("mounts under the root = %v, want the root and the pin", got)
+	}
+	if isShared, err := onSharedMount(ns.Net); err != nil || isShared {
+		t.Errorf("pin %s on a shared mount (err %v)", ns.Net, err)
+	}
+	if err := r.Settle(); err != nil { // settled already: nothing more
+		t.Fatalf("Settle: %v", err)
+	}
+	if !NamespacePinned(ns.Net) {
+		t.Errorf("the pin %s is hidden after Settle", ns.Net)
+	}
+}
+
 // Pins that earlier pods made below a shared root stay reachable: the root
 // is not bound over them, and each new pod's pins get a private directory
 // of their own, as without a root.
@@ -273,6 +318,9 @@ func TestPinRootKeepsEarlierPinsOnSharedMount(t *testing.T) {
 	r, err := NewPinRoot(root)
 	if err != nil {
 		t.Fatalf("NewPinRoot: %v", err)
+	}
+	if err := r.Settle(); err != nil {
+		t.Fatalf("Settle: %v", err)
 	}
 	if !NamespacePinned(old.Net) {
 		t.Fatalf("the earlier pod's pin %s is hidden after NewPinRoot", old.Net)
@@ -298,7 +346,7 @@ func TestPinRootKeepsEarlierPinsOnSharedMount(t *testing.T) {
 func TestPinRootPinsTakeTheRootsAnswer(t *testing.T) {
 	requireRoot(t)
 	root := filepath.Join(sharedDir(t), "pods")
-	r := PinRoot{dir: root, private: true}
+	r := PinRoot{dir: root, private: func() (bool, error) { return true, nil }}
 	dir := filepath.Join(root, "a", "ns")
 	ns, err := r.PinNamespaces(dir, []NamespaceKind{NamespaceNet}, "")
 	if err != nil {

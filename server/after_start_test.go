@@ -3,6 +3,7 @@ package server
 import (
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func quietServer() *Server { return &Server{log: quietLog()} }
 func TestCloseBeforeTheAfterStartWork(t *testing.T) {
 	st, left := openLeftoverStore(t)
 	s := quietServer()
-	s.runAfterStart(st)
+	s.runAfterStart(st, nil)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func TestCloseBeforeTheAfterStartWork(t *testing.T) {
 func TestAfterStartCollectsTheImageStore(t *testing.T) {
 	st, left := openLeftoverStore(t)
 	s := quietServer()
-	s.runAfterStart(st)
+	s.runAfterStart(st, nil)
 	if _, err := os.Stat(left); err != nil {
 		t.Fatalf("the collection ran at once, during the start: %v", err)
 	}
@@ -64,6 +65,38 @@ func TestAfterStartCollectsTheImageStore(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err := s.Close(); err != nil { // waits for the probes that follow
+		t.Fatal(err)
+	}
+}
+
+// countedNetworkConfig is a networkConfig that counts its loads.
+type countedNetworkConfig struct {
+	networkConfig
+	loads atomic.Int32
+}
+
+func (c *countedNetworkConfig) Ready() error { c.loads.Add(1); return nil }
+
+// The CNI config's load runs every plugin of the network, each a process
+// start: not during the start, whose recovery needs the CPU, but after it,
+// so that the log still says soon why pods would get no network.
+func TestAfterStartLoadsTheCNIConfig(t *testing.T) {
+	st, _ := openLeftoverStore(t)
+	s := quietServer()
+	cni := &countedNetworkConfig{}
+	s.cniConf = cni
+	s.runAfterStart(st, nil)
+	if n := cni.loads.Load(); n != 0 {
+		t.Fatalf("the CNI config was loaded %d times at once, during the start", n)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for cni.loads.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the CNI config is not loaded a minute after the start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -108,7 +108,7 @@ func (conmonMonitor) StopPause(ctx context.Context, in conmon.Infra) error {
 
 // hostPins is the real podsandbox.Pins: its pods' pins are made below root,
 // the run dir's pods directory.
-type hostPins struct{ root network.PinRoot }
+type hostPins struct{ root *network.PinRoot }
 
 func (p hostPins) Pin(dir string, kinds []network.NamespaceKind, hostname string) (network.Namespaces, error) {
 	return p.root.PinNamespaces(dir, kinds, hostname)

@@ -206,10 +206,6 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.useCNI(cni)
-	// Loaded now rather than at the kubelet's first Status, so that the
-	// start-up log says why pods would get no network (its plugins' CNI
-	// versions, say); off the start's path, as it runs every plugin.
-	go func() { _ = cni.Ready() }()
 	pinned, err := pinnedImages(cfg.Image)
 	if err != nil {
 		return nil, err
@@ -256,7 +252,7 @@ func New(opts Options) (*Server, error) {
 	}
 	phases.Done("nri")
 	phases.Observe()
-	s.runAfterStart(images)
+	s.runAfterStart(images, pinRoot)
 	return s, nil
 }
 
@@ -298,11 +294,23 @@ const afterStartDelay = time.Second
 //     which grows with the pods, CPU the first calls after a restart need
 //     more. A create or a Status that needs a probe before then runs it
 //     itself.
-func (s *Server) runAfterStart(st *image.Store) {
+//   - the pin root's look at the mount table, for the same reason; a
+//     RunPodSandbox before then settles it itself.
+//   - the CNI config's load, so that the log says soon why pods would get
+//     no network (its plugins' CNI versions, say): it runs every plugin of
+//     the network, each a process start. A Status before then loads it
+//     itself.
+func (s *Server) runAfterStart(st *image.Store, pins *network.PinRoot) {
 	done := make(chan struct{})
 	s.afterStartDone = done
 	s.afterStart = time.AfterFunc(afterStartDelay, func() {
 		defer close(done)
+		if s.cniConf != nil {
+			_ = s.cniConf.Ready() // logs what it finds
+		}
+		if err := pins.Settle(); err != nil {
+			s.log.WithError(err).Warn("pods' namespace pins: each pod looks at the mount table for itself")
+		}
 		if err := st.CollectGarbage(); err != nil {
 			s.log.WithError(err).Warn("image store: garbage collection after the start failed; the next removal or refused pull runs it again")
 		}

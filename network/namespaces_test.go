@@ -219,17 +219,25 @@ func sharedDir(t *testing.T) string {
 	return shared
 }
 
-// A pin root on a shared mount becomes a private mount of its own, once:
-// the pods' pins below it are its only mounts there, none per pod, and
-// none on a shared mount.
-func TestPinRootOnSharedMountIsMadePrivateOnce(t *testing.T) {
-	requireRoot(t)
+// newPinRootOnShared opens a pin root below a shared mount, unmounted at
+// the end of the test.
+func newPinRootOnShared(t *testing.T) (*PinRoot, string) {
+	t.Helper()
 	root := filepath.Join(sharedDir(t), "pods")
 	r, err := NewPinRoot(root)
 	if err != nil {
 		t.Fatalf("NewPinRoot: %v", err)
 	}
 	t.Cleanup(func() { _ = unmountAll(root) })
+	return r, root
+}
+
+// A pin root on a shared mount becomes a private mount of its own, once:
+// the pods' pins below it are its only mounts there, none per pod, and
+// none on a shared mount.
+func TestPinRootOnSharedMountIsMadePrivateOnce(t *testing.T) {
+	requireRoot(t)
+	r, root := newPinRootOnShared(t)
 	if err := r.Settle(); err != nil {
 		t.Fatalf("Settle: %v", err)
 	}
@@ -272,12 +280,7 @@ func TestPinRootOnSharedMountIsMadePrivateOnce(t *testing.T) {
 // the root's bind cannot hide it.
 func TestPinRootSettlesAtTheFirstPin(t *testing.T) {
 	requireRoot(t)
-	root := filepath.Join(sharedDir(t), "pods")
-	r, err := NewPinRoot(root)
-	if err != nil {
-		t.Fatalf("NewPinRoot: %v", err)
-	}
-	t.Cleanup(func() { _ = unmountAll(root) })
+	r, root := newPinRootOnShared(t)
 	if got := mountsUnder(t, root); len(got) != 0 {
 		t.Fatalf("mounts under the root after NewPinRoot = %v, want none before the first pin", got)
 	}

@@ -276,10 +276,7 @@ func testInitContainersShareEmptyDir(t *testing.T, n *kubeletNode) {
 }
 
 func testLivenessProbeRestartsContainer(t *testing.T, n *kubeletNode) {
-	p := n.k.waitPod(t, "liveness", "the liveness container restarted once and running healthy", 60*time.Second, func(p *corev1.Pod) bool {
-		st := containerStatus(p, "live")
-		return st != nil && st.RestartCount >= 1 && st.State.Running != nil && st.Ready
-	})
+	p := n.k.waitPod(t, "liveness", "the liveness container restarted once and running healthy", 60*time.Second, liveRestartedHealthy)
 	st := containerStatus(p, "live")
 	if st.RestartCount != 1 {
 		t.Errorf("restart count %d, want 1: the second run is healthy", st.RestartCount)
@@ -290,6 +287,13 @@ func testLivenessProbeRestartsContainer(t *testing.T, n *kubeletNode) {
 	if !podReady(p) {
 		t.Errorf("pod not Ready after the healthy restart: %+v", p.Status.Conditions)
 	}
+}
+
+// liveRestartedHealthy: pod liveness's first run was killed by its probe
+// and the second runs healthy, after which nothing restarts it.
+func liveRestartedHealthy(p *corev1.Pod) bool {
+	st := containerStatus(p, "live")
+	return st != nil && st.RestartCount >= 1 && st.State.Running != nil && st.Ready
 }
 
 func testStartupAndReadinessProbes(t *testing.T, n *kubeletNode) {
@@ -399,6 +403,14 @@ func testDaemonRestart(t *testing.T, n *kubeletNode) {
 	names := []string{"init", "liveness", "ready", "resources", "hostport", "stream", "chatty", "restricted"}
 	before := map[string]map[string]int32{}
 	ids := map[string]bool{}
+	// What the earlier subtests wait for, waited for here too, so that this
+	// one runs alone: pod ready Ready (its slow container's startup probe
+	// waits for a file that StartupAndReadinessProbesFlipReady makes), and
+	// pod liveness past the one restart its probe makes, which would
+	// otherwise land in the hold below.
+	n.execSync(t, k.runningContainer(t, "ready", "slow"), "touch", "/tmp/started")
+	k.waitPod(t, "ready", "Ready before the restart", 30*time.Second, podReady)
+	k.waitPod(t, "liveness", "restarted once by its probe and healthy, before the restart", 60*time.Second, liveRestartedHealthy)
 	for _, name := range names {
 		p := k.waitPod(t, name, "Running", 60*time.Second, running)
 		before[name] = restartCounts(p)

@@ -114,6 +114,45 @@ func TestOpenReadsEveryRecordOfABigTable(t *testing.T) {
 	}
 }
 
+// Open reuses a read buffer from record to record: records of every size,
+// read in any order on any worker, come back whole and with nothing of the
+// one read before, and a record that cannot be read is reported.
+func TestOpenReadsRecordsOfEverySize(t *testing.T) {
+	dir := t.TempDir()
+	tab, _, err := openTest[record](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{70000, 0, 4095, 3, 4096, 5000, 1, 4097, 200000, 17}
+	for round := range 3 {
+		for i, size := range sizes {
+			id := fmt.Sprintf("r%d-%02d", round, i)
+			if err := tab.Stage(id, record{Name: strings.Repeat("x", size), Count: i}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, "dangling.json")); err != nil {
+		t.Fatal(err)
+	}
+	again, corrupt, err := openTest[record](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		for i, size := range sizes {
+			id := fmt.Sprintf("r%d-%02d", round, i)
+			got, err := again.Get(id)
+			if err != nil || got.Name != strings.Repeat("x", size) || got.Count != i {
+				t.Errorf("%s after reopen: %d-byte name, count %d, %v; want %d bytes, count %d", id, len(got.Name), got.Count, err, size, i)
+			}
+		}
+	}
+	if len(corrupt) != 1 || filepath.Base(corrupt[0].Path) != "dangling.json" || !errors.Is(corrupt[0].Err, os.ErrNotExist) {
+		t.Errorf("corrupt = %+v, want dangling.json, not found", corrupt)
+	}
+}
+
 func TestResolvePrefix(t *testing.T) {
 	tab, _, _ := openTest[record](t.TempDir())
 	_ = tab.Put("abc123", record{})

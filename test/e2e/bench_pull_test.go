@@ -78,22 +78,30 @@ func benchPull(t *testing.T) {
 	} {
 		img := benchPullImage(t, c.files, c.mediaType, c.comp)
 		p := pushImage(t, reg, "pullbench:"+c.name, img)
-		var pulls, floors []time.Duration
+		var pulls, floors, pullCPU, floorCPU []time.Duration
 		for i := 0; i < benchPullRuns; i++ {
 			// Interleaved, so that both see the same moments of a busy host.
+			before := childrenCPU()
 			floors = append(floors, benchUntarFloor(t, c.files, c.tarFlag))
+			floorCPU = append(floorCPU, childrenCPU()-before)
+			before = d.daemonCPU()
 			pulls = append(pulls, benchPullOnce(t, images, p.ref))
+			pullCPU = append(pullCPU, d.daemonCPU()-before)
 		}
 		// The other compression's image has the same diff IDs, so the same
 		// unpacked layers: it must find none of this one's.
 		if err := images.RemoveImage(context.Background(), &runtime.ImageSpec{Image: p.ref}); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%s: pulls %v, floors %v", c.name, pulls, floors)
+		t.Logf("%s: pulls %v, floors %v; CPU: pulls %v, floors %v; load %s", c.name, pulls, floors, pullCPU, floorCPU, strings.TrimSpace(readLoadavg()))
 		addBenchRow(benchRow{measure: fmt.Sprintf("floor: untar %d layers (%s, %s), 2 at a time, p50", len(c.files), c.name, layers.size),
 			value: p50(floors).Seconds(), unit: "s", goal: floorGoal})
 		addBenchRow(benchRow{measure: fmt.Sprintf("PullImage, same layers from a loopback registry (%s), p50", c.name),
 			value: p50(pulls).Seconds(), floor: p50(floors).Seconds(), unit: "s", goal: "<= 1.2 x floor"})
+		// Beside the times, which a busy host moves, the CPU each spent:
+		// the daemon's, and tar's with its decompressor's.
+		addBenchRow(benchRow{measure: fmt.Sprintf("CPU of that PullImage (%s) over the untar's, p50", c.name),
+			value: p50(pullCPU).Seconds(), floor: p50(floorCPU).Seconds(), unit: "s", goal: "reference (what the time ratio is made of)"})
 	}
 }
 

@@ -307,7 +307,7 @@ func (e *execRun) pipeStdio(o ExecIO) error {
 			*s.dst = f
 			continue
 		}
-		r, w, err := os.Pipe()
+		r, w, err := outputPipe()
 		if err != nil {
 			return fmt.Errorf("exec in %s: %s pipe: %w", e.id, s.label, err)
 		}
@@ -316,7 +316,7 @@ func (e *execRun) pipeStdio(o ExecIO) error {
 		// Room for the runtime to go on writing while a batch is sent.
 		_, _ = unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, outputPipeSize)
 		e.addOutput(r)
-		e.copyBatched(s.w, r)
+		e.copyBatched(s.w, r, false)
 	}
 	return nil
 }
@@ -330,29 +330,63 @@ func (e *execRun) pipeStdio(o ExecIO) error {
 // Within a batch the copy does not wait on the pipe: a pipe has no
 // low-water mark (SO_RCVLOWAT is for sockets), and a reader that waits
 // for it is woken by every write of the process, a few KiB each (busybox
-// writes 4 KiB), with a read, a poller event and a goroutine switch for
-// each. It takes what the pipe holds and, when that did not fill the
-// batch, lets the process fill the pipe for fillWait: a producer faster
-// than the copy always finds a full pipe and never waits, a slower one
-// waits at most batchWait, as before.
+// writes 4 KiB). It takes what the pipe holds and, when that did not fill
+// the batch, lets the process fill the pipe until batchWait passed, then
+// takes what it holds: a producer faster than the copy always finds a
+// full pipe and never waits, a slower one waits at most batchWait.
+//
+// Nor is the pipe in the poller (epoll) while the copy does not wait on
+// it: the kernel wakes a polled pipe's pollers on every write, not only
+// when it was empty, and every idle thread of the daemon's runtime sleeps
+// in the poller, so each 4 KiB the process wrote would wake one, even
+// while the copy sleeps or sends. The read end is a descriptor outside
+// the poller, and only a wait for output puts a duplicate of it in the
+// poller, for that wait.
 const (
 	outputPipeSize = 1 << 20
 	bulkRead       = 4 << 10
 	smallBuffer    = 32 << 10
 	batchSize      = 256 << 10
 	batchWait      = 2 * time.Millisecond
-	fillWait       = batchWait / 4
 )
 
-// copyBatched copies a pipe to dst until the pipe ends, or until the output
-// is cut (cutOutput) and what the pipe held then was copied; then it closes
-// the pipe.
-func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
+// outputPipe makes an output pipe whose read end is non-blocking and
+// outside the poller (see above): os.NewFile puts a descriptor in the
+// poller only when it is non-blocking already.
+func outputPipe() (r, w *os.File, err error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, err
+	}
+	r, w = os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1")
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		r.Close()
+		w.Close()
+		return nil, nil, err
+	}
+	return r, w, nil
+}
+
+// A pty is read otherwise: a read of its master stops at the end of its
+// line discipline's buffer (4 KiB), however much the process wrote behind
+// it, so its output would go out in frames of 4 KiB. The copy takes what
+// the pty holds now, read after read, but never waits for more: a pty
+// holds little (64 KiB), and a copy that slept would let the process
+// block on a full pty.
+
+// copyBatched copies a pipe, or a pty master (terminal), to dst until it
+// ends, or until the output is cut (cutOutput) and what it held then was
+// copied; then it closes it.
+func (e *execRun) copyBatched(dst io.Writer, src *os.File, terminal bool) {
 	e.copies.Add(1)
 	go func() {
 		defer e.copies.Done()
 		defer src.Close()
 		buf := make([]byte, smallBuffer)
+		rc, err := src.SyscallConn()
+		if err != nil {
+			return
+		}
 		for {
 			// cutOutput closes cut before it sets the deadline that ends a
 			// blocked read, so a read that starts after this check fails.
@@ -362,15 +396,24 @@ func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
 				return
 			default:
 			}
-			n, err := src.Read(buf)
+			var n int
+			if terminal {
+				n, err = src.Read(buf)
+			} else if n, err = readHeld(rc, buf); n == 0 && err == nil {
+				n, err = e.waitOutput(rc, buf)
+			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue // cutOutput's deadline
 			}
-			if n >= bulkRead && err == nil {
+			switch {
+			case err != nil:
+			case terminal:
+				n, err = readHeldAll(rc, buf, n)
+			case n >= bulkRead:
 				if len(buf) < batchSize {
 					buf = append(buf[:n], make([]byte, batchSize-n)...)
 				}
-				n, err = readBatch(src, buf, n)
+				n, err = readBatch(rc, buf, n)
 			}
 			if n > 0 {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
@@ -385,6 +428,29 @@ func (e *execRun) copyBatched(dst io.Writer, src *os.File) {
 			}
 		}
 	}()
+}
+
+// waitOutput waits in the poller for the output pipe behind rc to hold
+// output and reads it. Only a duplicate of its descriptor is in the poller,
+// and only for the wait; cutOutput ends the wait as it ends a read.
+func (e *execRun) waitOutput(rc syscall.RawConn, buf []byte) (int, error) {
+	dup := -1
+	var err error
+	if cerr := rc.Control(func(fd uintptr) { dup, err = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); cerr != nil {
+		return 0, cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	// Non-blocking (the flag is the pipe's, shared with the duplicate): in
+	// the poller.
+	w := os.NewFile(uintptr(dup), "|0")
+	defer w.Close()
+	if !e.addOutput(w) {
+		return 0, os.ErrDeadlineExceeded
+	}
+	defer e.removeOutput(w)
+	return w.Read(buf)
 }
 
 // copyRest copies what a pipe holds now, and no more: a writer that goes on
@@ -426,8 +492,16 @@ func (e *execRun) cutOutput() {
 	})
 }
 
+// removeOutput forgets an output that waitOutput added.
+func (e *execRun) removeOutput(r *os.File) {
+	e.outMu.Lock()
+	defer e.outMu.Unlock()
+	e.outputs = slices.DeleteFunc(e.outputs, func(o *os.File) bool { return o == r })
+}
+
 // addOutput registers an output for cutOutput; false when the output was
-// cut already (a pty master that came after the cut).
+// cut already (a pty master that came after the cut, or a wait for output
+// that starts after it).
 func (e *execRun) addOutput(r *os.File) bool {
 	e.outMu.Lock()
 	defer e.outMu.Unlock()
@@ -441,13 +515,9 @@ func (e *execRun) addOutput(r *os.File) bool {
 }
 
 // readBatch reads on into buf[n:] until it is full or batchWait passed,
-// taking what the pipe holds each time rather than waiting on it (see
-// fillWait).
-func readBatch(src *os.File, buf []byte, n int) (int, error) {
-	rc, err := src.SyscallConn()
-	if err != nil {
-		return n, nil
-	}
+// taking what the pipe holds rather than waiting on it: what it holds now,
+// and if that did not fill buf, what it holds once batchWait passed.
+func readBatch(rc syscall.RawConn, buf []byte, n int) (int, error) {
 	deadline := time.Now().Add(batchWait)
 	for n < len(buf) {
 		m, err := readHeld(rc, buf[n:])
@@ -455,14 +525,24 @@ func readBatch(src *os.File, buf []byte, n int) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		if n == len(buf) {
-			break
-		}
 		left := time.Until(deadline)
-		if left <= 0 {
+		if n == len(buf) || left <= 0 {
 			break
 		}
-		time.Sleep(min(fillWait, left))
+		time.Sleep(left)
+	}
+	return n, nil
+}
+
+// readHeldAll reads on into buf[n:] what rc's pty holds now, read after read,
+// until buf is full or src holds nothing more.
+func readHeldAll(rc syscall.RawConn, buf []byte, n int) (int, error) {
+	for n < len(buf) {
+		m, err := readHeld(rc, buf[n:])
+		n += m
+		if m == 0 || err != nil {
+			return n, err
+		}
 	}
 	return n, nil
 }
@@ -552,9 +632,9 @@ func (e *execRun) startHelpers(o ExecIO, master *os.File) {
 // relays it to the container's.
 func (e *execRun) wireTerminal(o ExecIO, master *os.File, viaRuntime bool) {
 	if o.Stdout != nil {
-		e.copyBatched(o.Stdout, master)
+		e.copyBatched(o.Stdout, master, true)
 	} else {
-		e.copyBatched(io.Discard, master)
+		e.copyBatched(io.Discard, master, true)
 	}
 	if o.Stdin != nil {
 		go func() {
@@ -647,9 +727,11 @@ func (e *execRun) wait(ctx context.Context) (int, error) {
 		close(delivered)
 	}()
 	var graceOver <-chan time.Time
-	// The pty master of a console socket is an output too, once it came
-	// (outputs is read only without one: the receiver adds the master).
-	if e.grace > 0 && (e.console != nil || len(e.outputs) > 0) {
+	// The pty master of a console socket is an output too, once it came.
+	e.outMu.Lock()
+	outputs := len(e.outputs)
+	e.outMu.Unlock()
+	if e.grace > 0 && (e.console != nil || outputs > 0) {
 		timer := time.NewTimer(e.grace)
 		defer timer.Stop()
 		graceOver = timer.C

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 
 	"github.com/minicri/minicri/internal/procstat"
 )
@@ -399,4 +401,174 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// TestTerminalCopyTakesWhatThePtyHolds: a read of a pty master stops at its
+// line discipline's 4 KiB whatever waits behind it; the copy of a terminal
+// reads on while the pty holds output, so a client gets it in one frame,
+// not in frames of 4 KiB, and nothing is lost or reordered.
+func TestTerminalCopyTakesWhatThePtyHolds(t *testing.T) {
+	master, slave, err := openPty()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slave.Close()
+	if _, err := term.MakeRaw(int(slave.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	const size = 8 << 10 // two reads and more, within what a pty holds
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i % 251)
+	}
+	// The process wrote all of it before the copy looks.
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := slave.Write(want)
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a pty of this kernel does not hold %d bytes", size)
+	}
+	e := &execRun{cut: make(chan struct{})}
+	out := &frameRecorder{}
+	e.copyBatched(out, master, true)
+	deadline := time.Now().Add(10 * time.Second)
+	for out.len() < size && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	slave.Close() // the copy ends with the pty's EIO
+	e.copies.Wait()
+	got, frames := out.result()
+	if !bytes.Equal(got, want) {
+		t.Fatalf("delivered %d bytes, want the %d written, in order", len(got), size)
+	}
+	if frames[0] != size {
+		t.Errorf("frames %v: the first took %d bytes of the %d the pty held", frames, frames[0], size)
+	}
+}
+
+// frameRecorder keeps what a copy wrote and the size of each write.
+type frameRecorder struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	frames []int
+}
+
+func (f *frameRecorder) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frames = append(f.frames, len(p))
+	return f.b.Write(p)
+}
+
+func (f *frameRecorder) len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.b.Len()
+}
+
+func (f *frameRecorder) result() ([]byte, []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return bytes.Clone(f.b.Bytes()), slices.Clone(f.frames)
+}
+
+// TestOutputPipeStaysOutOfThePoller: the kernel wakes a polled pipe's
+// pollers on every write, not only when it was empty, so the read end of
+// an output pipe is in the poller (epoll) only while the copy waits for
+// output, never while it sends what it read and the process writes on;
+// and the output arrives whole, in order, with its end.
+func TestOutputPipeStaysOutOfThePoller(t *testing.T) {
+	r, w, err := outputPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(w.Fd(), unix.F_SETPIPE_SZ, outputPipeSize); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 2*batchSize)
+	for i := range want {
+		want[i] = byte(i % 251)
+	}
+	if _, err := w.Write(want); err != nil { // the process wrote ahead
+		t.Fatal(err)
+	}
+	e := &execRun{cut: make(chan struct{})}
+	out := &gatedWriter{entered: make(chan struct{}), open: make(chan struct{})}
+	e.copyBatched(out, r, false)
+	select {
+	case <-out.entered: // the copy sends its first batch; the pipe holds the rest
+	case <-time.After(10 * time.Second):
+		t.Fatal("the copy sent nothing in 10 s")
+	}
+	polled := polledPipes(t)[pipeInode(t, r)]
+	close(out.open)
+	w.Close()
+	e.copies.Wait()
+	if polled {
+		t.Error("the output pipe is in the poller while the copy sends and the pipe holds output")
+	}
+	if got := out.rec.b.Bytes(); !bytes.Equal(got, want) {
+		t.Fatalf("delivered %d bytes, want the %d written, in order", len(got), len(want))
+	}
+}
+
+// gatedWriter holds the copy's first write until open is closed.
+type gatedWriter struct {
+	entered, open chan struct{}
+	once          sync.Once
+	rec           frameRecorder
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	g.once.Do(func() { close(g.entered) })
+	<-g.open
+	return g.rec.Write(p)
+}
+
+// pipeInode is the inode of the pipe behind f.
+func pipeInode(t *testing.T, f *os.File) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// polledPipes are the inodes of the pipes in this process's epoll sets
+// that the kernel would wake on a write: those with a descriptor open.
+func polledPipes(t *testing.T) map[uint64]bool {
+	t.Helper()
+	polled := map[uint64]bool{}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, fd := range fds {
+		if link, _ := os.Readlink("/proc/self/fd/" + fd.Name()); link != "anon_inode:[eventpoll]" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			// tfd: N events: … data: … pos:0 ino:HEX sdev:…
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "tfd:" {
+				continue
+			}
+			for _, kv := range f {
+				if ino, ok := strings.CutPrefix(kv, "ino:"); ok {
+					n, _ := strconv.ParseUint(ino, 16, 64)
+					polled[n] = true
+				}
+			}
+		}
+	}
+	return polled
 }

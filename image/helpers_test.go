@@ -108,6 +108,7 @@ type proxy struct {
 	srv *httptest.Server
 
 	mu       sync.Mutex
+	pings    int                 // GET /v2/: the registry client's handshakes
 	blobGets map[string]int      // by digest
 	ranges   map[string][]string // Range headers of blob GETs, by digest
 	tamper   func(digest string, body io.ReadCloser) io.ReadCloser
@@ -124,6 +125,11 @@ func startProxy(t *testing.T, upstreamHost string) *proxy {
 	director := rp.Director
 	rp.Director = func(r *http.Request) {
 		director(r)
+		if r.URL.Path == "/v2/" {
+			p.mu.Lock()
+			p.pings++
+			p.mu.Unlock()
+		}
 		if digest, ok := blobDigest(r); ok && r.Header.Get("Range") != "" {
 			p.mu.Lock()
 			p.ranges[digest] = append(p.ranges[digest], r.Header.Get("Range"))
@@ -175,6 +181,12 @@ func (p *proxy) gets() map[string]int {
 		out[k] = v
 	}
 	return out
+}
+
+func (p *proxy) pingCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pings
 }
 
 // strippedRange marks a request whose Range header the proxy took off.

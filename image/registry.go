@@ -9,10 +9,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,16 +36,77 @@ const userAgent = "minicri"
 
 // endpoint is one place to pull a repository from: a mirror or the registry.
 type endpoint struct {
-	label  string // "mirror http://127.0.0.1:5001", "registry docker.io"
-	repo   name.Repository
-	puller *remote.Puller
-	// What the puller was made with, for the requests it cannot make
-	// (a blob from an offset).
+	label string // "mirror http://127.0.0.1:5001", "registry docker.io"
+	repo  name.Repository
+	// The host's transport and credentials, before the registry's
+	// handshake (connect).
 	transport http.RoundTripper
 	auth      authn.Authenticator
 	// resolve: may be asked for a manifest by tag; pull: for a manifest
 	// by digest and for blobs (hosts.toml capabilities; both by default).
 	resolve, pull bool
+
+	mu   sync.Mutex
+	conn *registryConn // made at the endpoint's first request
+}
+
+// registryConn is what an endpoint's handshake with its registry (a ping,
+// then a token where the registry asks for one) gives: made once, for the
+// manifests the registry client fetches and the blobs minicri asks for
+// itself alike.
+type registryConn struct {
+	puller *remote.Puller
+	// blobs: the store hashes every blob it reads, so it asks for them
+	// itself; the registry client's blob reader would hash each a second
+	// time.
+	blobs *http.Client
+}
+
+// connect makes the endpoint's registryConn, once; a failed handshake is
+// tried again by the next request.
+func (ep *endpoint) connect(ctx context.Context) (*registryConn, error) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.conn != nil {
+		return ep.conn, nil
+	}
+	t := transport.NewRetry(ep.transport,
+		transport.WithRetryBackoff(retryBackoff),
+		transport.WithRetryPredicate(retryableError),
+		transport.WithRetryStatusCodes(retryStatusCodes...))
+	t = transport.NewUserAgent(t, userAgent)
+	// A *transport.Wrapper is the registry client's sign that the
+	// handshake is done and the transport needs no more wrapping.
+	authed, err := transport.NewWithContext(ctx, ep.repo.Registry, ep.auth, t, []string{ep.repo.Scope(transport.PullScope)})
+	if err != nil {
+		return nil, err
+	}
+	puller, err := remote.NewPuller(remote.WithTransport(authed))
+	if err != nil {
+		return nil, err
+	}
+	ep.conn = &registryConn{puller: puller, blobs: &http.Client{Transport: authed, CheckRedirect: refuseInwardRedirect}}
+	return ep.conn, nil
+}
+
+// retryStatusCodes are the answers worth asking again for: the registry
+// or a proxy before it timed out, was overloaded or failed for now.
+var retryStatusCodes = []int{
+	http.StatusRequestTimeout,
+	http.StatusTooManyRequests,
+	http.StatusInternalServerError,
+	http.StatusBadGateway,
+	http.StatusServiceUnavailable,
+	http.StatusGatewayTimeout,
+}
+
+// retryableError: a request that failed on the network's account (a
+// connection reset, closed or cut short, a timeout) is made again.
+func retryableError(err error) bool {
+	var netErr net.Error
+	return (errors.As(err, &netErr) && netErr.Timeout()) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, net.ErrClosed)
 }
 
 // endpoints lists the mirrors of the reference's registry, in order, then
@@ -175,21 +239,7 @@ func (s *Store) hostEndpoint(label string, h hostEndpoint, path string, auth aut
 	if h.url.Scheme != "http" {
 		t = httpsOnly{registry: host, inner: t}
 	}
-	puller, err := s.newPuller(t, auth)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
-	}
-	return &endpoint{label: label, repo: reg.Repo(path), puller: puller, transport: t, auth: auth, resolve: h.resolve, pull: h.pull}, nil
-}
-
-func (s *Store) newPuller(t http.RoundTripper, auth authn.Authenticator) (*remote.Puller, error) {
-	return remote.NewPuller(
-		remote.WithAuth(auth),
-		remote.WithTransport(t),
-		remote.WithRetryBackoff(retryBackoff),
-		remote.WithUserAgent(userAgent),
-		remote.WithJobs(s.opts.MaxConcurrentDownloads),
-	)
+	return &endpoint{label: label, repo: reg.Repo(path), transport: t, auth: auth, resolve: h.resolve, pull: h.pull}, nil
 }
 
 // parseMirror reads "http://host:port", "https://host:port" or "host:port".
@@ -222,11 +272,7 @@ func (s *Store) newEndpoint(label, host, path string, insecure bool, auth authn.
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	puller, err := s.newPuller(t, auth)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", label, err)
-	}
-	return &endpoint{label: label, repo: reg.Repo(path), puller: puller, transport: t, auth: auth, resolve: true, pull: true}, nil
+	return &endpoint{label: label, repo: reg.Repo(path), transport: t, auth: auth, resolve: true, pull: true}, nil
 }
 
 func authenticator(a *Auth) authn.Authenticator {
@@ -312,7 +358,12 @@ func (r *remoteSource) get(ctx context.Context, ep *endpoint, identifier string,
 	if watch != nil {
 		limit.counted = watch
 	}
-	return ep.puller.Get(withReadLimit(ctx, limit), refIn(ep.repo, identifier))
+	ctx = withReadLimit(ctx, limit)
+	conn, err := ep.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return conn.puller.Get(ctx, refIn(ep.repo, identifier))
 }
 
 func refIn(repo name.Repository, identifier string) name.Reference {
@@ -336,21 +387,16 @@ func checkManifest(desc *remote.Descriptor, identifier string) (manifest, error)
 	return manifest{raw: desc.Manifest, mediaType: desc.MediaType, digest: d}, nil
 }
 
-// blob opens a blob stream from the first endpoint that has it.
+// blob opens a blob stream from the first endpoint that has it. Whoever
+// reads it checks its size and digest.
 func (r *remoteSource) blob(ctx context.Context, desc v1.Descriptor) (io.ReadCloser, error) {
-	return r.firstBlob(ctx, desc, func(ep *endpoint) (io.ReadCloser, error) {
-		l, err := ep.puller.Layer(ctx, ep.repo.Digest(desc.Digest.String()))
-		if err != nil {
-			return nil, err
-		}
-		return l.Compressed()
-	})
+	return r.blobFrom(ctx, desc, 0)
 }
 
-// blobFrom opens a blob's content from offset on, with an HTTP range
-// request: how a download whose connection broke continues. A registry
-// that ignores the range (200, the whole blob) is read past the bytes
-// already had; the caller hashes the whole blob either way.
+// blobFrom opens a blob's content from offset on, past 0 with an HTTP
+// range request: how a download whose connection broke continues. A
+// registry that ignores the range (200, the whole blob) is read past the
+// bytes already had; the caller hashes the whole blob either way.
 func (r *remoteSource) blobFrom(ctx context.Context, desc v1.Descriptor, offset int64) (io.ReadCloser, error) {
 	return r.firstBlob(ctx, desc, func(ep *endpoint) (io.ReadCloser, error) {
 		return ep.blobFrom(ctx, desc, offset)
@@ -382,31 +428,36 @@ func (r *remoteSource) firstBlob(ctx context.Context, desc v1.Descriptor, open f
 }
 
 func (ep *endpoint) blobFrom(ctx context.Context, desc v1.Descriptor, offset int64) (io.ReadCloser, error) {
-	reg := ep.repo.Registry
-	t, err := transport.NewWithContext(ctx, reg, ep.auth, transport.NewUserAgent(ep.transport, userAgent),
-		[]string{ep.repo.Scope(transport.PullScope)})
+	conn, err := ep.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
+	reg := ep.repo.Registry
 	u := url.URL{Scheme: reg.Scheme(), Host: reg.RegistryStr(), Path: "/v2/" + ep.repo.RepositoryStr() + "/blobs/" + desc.Digest.String()}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Range", fmt.Sprintf("bytes=%d-", offset))
-	resp, err := (&http.Client{Transport: t}).Do(req)
+	if offset > 0 {
+		req.Header.Set("Range", fmt.Sprintf("bytes=%d-", offset))
+	}
+	resp, err := conn.blobs.Do(req)
 	if err != nil {
 		return nil, err
 	}
-	switch resp.StatusCode {
-	case http.StatusPartialContent:
+	switch {
+	case resp.StatusCode == http.StatusPartialContent && offset > 0:
 		var start int64
 		if _, err := fmt.Sscanf(resp.Header.Get("Content-Range"), "bytes %d-", &start); err != nil || start != offset {
 			resp.Body.Close()
 			return nil, fmt.Errorf("blob %s: asked for bytes from %d, got Content-Range %q", desc.Digest, offset, resp.Header.Get("Content-Range"))
 		}
 		return resp.Body, nil
-	case http.StatusOK:
+	case resp.StatusCode == http.StatusOK:
+		if resp.ContentLength > desc.Size {
+			resp.Body.Close()
+			return nil, fmt.Errorf("blob %s: the registry sends %d bytes, the descriptor says %d", desc.Digest, resp.ContentLength, desc.Size)
+		}
 		if _, err := io.CopyN(io.Discard, resp.Body, offset); err != nil {
 			resp.Body.Close()
 			return nil, fmt.Errorf("blob %s: skip the %d bytes already had: %w", desc.Digest, offset, err)
@@ -414,7 +465,53 @@ func (ep *endpoint) blobFrom(ctx context.Context, desc v1.Descriptor, offset int
 		return resp.Body, nil
 	}
 	defer resp.Body.Close()
-	return nil, transport.CheckError(resp, http.StatusPartialContent, http.StatusOK)
+	if offset > 0 {
+		return nil, transport.CheckError(resp, http.StatusPartialContent, http.StatusOK)
+	}
+	return nil, transport.CheckError(resp, http.StatusOK)
+}
+
+// maxRedirects is how many redirects one blob request follows (as many as
+// Go's HTTP client does by default).
+const maxRedirects = 10
+
+// refuseInwardRedirect stops a registry from sending the node's blob
+// requests into the node's own networks: a redirect to another host that
+// is a loopback name or a loopback, private, link-local or unspecified
+// address (a cloud's metadata service among them) is refused. The blob's
+// digest would refuse what came back, but the request would have been
+// made, with whatever it does there. A registry's blob store is a host on
+// the registry's side: a name, or a public address.
+func refuseInwardRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("blob request: more than %d redirects", maxRedirects)
+	}
+	from, to := via[0].URL.Hostname(), req.URL.Hostname()
+	if to != from && isInwardHost(to) {
+		return fmt.Errorf("blob request: redirect from %s to %s refused: a registry may not send the node to its own networks", from, to)
+	}
+	return nil
+}
+
+// isInwardHost: a loopback name, an address that is not a public one, or
+// a host spelled only in numbers some other way (0x7f.1, 2130706433),
+// which some resolvers take for an address.
+func isInwardHost(host string) bool {
+	if isLoopbackHost(host) {
+		return true
+	}
+	host, _, _ = strings.Cut(host, "%")
+	if addr, err := netip.ParseAddr(host); err == nil {
+		addr = addr.Unmap()
+		return addr.IsLoopback() || addr.IsPrivate() || addr.IsLinkLocalUnicast() ||
+			addr.IsLinkLocalMulticast() || addr.IsUnspecified()
+	}
+	for _, part := range strings.Split(host, ".") {
+		if _, err := strconv.ParseUint(part, 0, 32); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // endpointError names the endpoint, and marks the failures a caller can act

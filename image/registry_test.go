@@ -8,15 +8,19 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/minicri/minicri/test/registry"
@@ -172,5 +176,174 @@ func TestRegistryErrorKind(t *testing.T) {
 		if !strings.Contains(err.Error(), "registry r") {
 			t.Errorf("%s: %q does not name the endpoint", tc.name, err)
 		}
+	}
+}
+
+// Every reader of a blob hashes it (fetchBlob, streamLayer, the signature
+// payload), so a blob comes as the registry sends it, not through the
+// registry client's reader, which hashed each a second time: a tenth of a
+// large pull's CPU went to sha256, half of it twice. The blob of a layer
+// with a byte flipped reads to its end without an error here; the pull
+// refuses it by the store's own digest (TestPullCorruptBlobKeepsNothing).
+func TestBlobIsHashedByTheStoreAlone(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	p := push(t, reg, "once:1", tim.Busybox(t))
+	px := startProxy(t, reg.Host())
+	layers, err := p.img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := partial.Descriptor(layers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	px.setTamper(func(digest string, body io.ReadCloser) io.ReadCloser {
+		if digest != desc.Digest.String() {
+			return body
+		}
+		return &flipReader{ReadCloser: body, at: 1000}
+	})
+	s := newTestStore(t, Options{})
+	named, err := parseReference(px.host() + "/once:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, stop, err := s.remoteSourceFor(named, nil, s.live.Load(), func(error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	rc, err := src.blob(testContext(t), *desc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, rc)
+	rc.Close()
+	if err != nil || n != desc.Size {
+		t.Fatalf("read %d of %d bytes of the flipped blob, then %v: want all of it and no error (the store's hash is the one check)", n, desc.Size, err)
+	}
+}
+
+// The registry's handshake (a ping, then its credentials or a token) is
+// made once a pull, for the manifests and the blobs alike, although the
+// blobs are asked for outside the registry client.
+func TestPullShakesHandsOnce(t *testing.T) {
+	reg := registry.Start(t, registry.Options{Users: map[string]string{"alice": "s3cret"}})
+	img := tim.MultiLayer(t)
+	tim.Push(t, img, reg.Host()+"/hands:1", remoteAuth("alice", "s3cret"))
+	px := startProxy(t, reg.Host())
+	s := newTestStore(t, Options{})
+	got, err := s.Pull(testContext(t), px.host()+"/hands:1", &Auth{Username: "alice", Password: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := tim.ConfigDigest(t, img); got.ID != want {
+		t.Fatalf("pulled %s, want %s", got.ID, want)
+	}
+	if n := px.pingCount(); n != 1 {
+		t.Fatalf("a pull of %d blobs pinged the registry %d times, want once", len(px.gets()), n)
+	}
+}
+
+// A registry may redirect a blob request to its blob store, but not into
+// the node's own networks: a cloud's metadata service, a loopback port.
+func TestRefuseInwardRedirect(t *testing.T) {
+	for _, tc := range []struct {
+		from, to string
+		refused  bool
+	}{
+		{"registry.example", "blobs.example", false},
+		{"registry.example", "203.0.113.7", false},
+		{"registry.example", "[2001:db8::1]", false},
+		{"127.0.0.1", "127.0.0.1", false}, // the same host
+		{"registry.example", "169.254.169.254", true},
+		{"registry.example", "[fe80::1%25eth0]", true},
+		{"registry.example", "10.1.2.3", true},
+		{"registry.example", "192.168.0.1", true},
+		{"registry.example", "[fd00::1]", true},
+		{"registry.example", "[::ffff:169.254.169.254]", true},
+		{"registry.example", "0.0.0.0", true},
+		{"registry.example", "127.0.0.2", true},
+		{"registry.example", "localhost", true},
+		{"registry.example", "metadata.localhost", true},
+		{"registry.example", "2852039166", true}, // 169.254.169.254 as one number
+		{"registry.example", "0xa9.0xfe.0xa9.0xfe", true},
+		{"127.0.0.1", "127.0.0.2", true},
+	} {
+		from, _ := http.NewRequest(http.MethodGet, "http://"+tc.from+"/v2/r/blobs/sha256:1", nil)
+		to, err := http.NewRequest(http.MethodGet, "http://"+tc.to+"/b", nil)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.to, err)
+		}
+		err = refuseInwardRedirect(to, []*http.Request{from})
+		if (err != nil) != tc.refused {
+			t.Errorf("redirect from %s to %s: %v, want refused %v", tc.from, tc.to, err, tc.refused)
+		}
+	}
+	from, _ := http.NewRequest(http.MethodGet, "http://registry.example/b", nil)
+	if err := refuseInwardRedirect(from, slices.Repeat([]*http.Request{from}, maxRedirects)); err == nil {
+		t.Errorf("redirect number %d followed, want refused", maxRedirects+1)
+	}
+}
+
+// The attack end to end: a registry that redirects its blobs to another
+// loopback address (where a node's own services listen) gets no request
+// there, and the pull fails naming the redirect; a redirect within the
+// registry's host is followed.
+func TestPullFollowsNoRedirectInward(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	p := push(t, reg, "away:1", tim.Busybox(t))
+	inward, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Skipf("no listener on 127.0.0.2: %v", err)
+	}
+	t.Cleanup(func() { inward.Close() })
+	var reached atomic.Int64
+	go func() {
+		for {
+			c, err := inward.Accept()
+			if err != nil {
+				return
+			}
+			reached.Add(1)
+			c.Close()
+		}
+	}()
+	upstream := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: reg.Host()})
+	for _, tc := range []struct {
+		name    string
+		to      func(srv string) string
+		refused bool
+	}{
+		{"same host", func(srv string) string { return srv }, false},
+		{"another loopback address", func(string) string { return inward.Addr().String() }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var srv *httptest.Server
+			srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := blobDigest(r); ok && r.URL.Query().Get("moved") == "" {
+					host := tc.to(strings.TrimPrefix(srv.URL, "http://"))
+					http.Redirect(w, r, "http://"+host+r.URL.Path+"?moved=1", http.StatusTemporaryRedirect)
+					return
+				}
+				upstream.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			s := newTestStore(t, Options{})
+			got, err := s.Pull(testContext(t), strings.TrimPrefix(srv.URL, "http://")+"/away:1", nil)
+			if !tc.refused {
+				if err != nil || got.ID != p.configID {
+					t.Fatalf("pull through a same-host redirect = %v, %v; want %s", got.ID, err, p.configID)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), "redirect") {
+				t.Fatalf("pull redirected to %s = %v, want refused naming the redirect", inward.Addr(), err)
+			}
+			if n := reached.Load(); n != 0 {
+				t.Fatalf("%d connections reached %s", n, inward.Addr())
+			}
+			assertNoImage(t, s)
+		})
 	}
 }

@@ -240,5 +240,10 @@ func (r *remoteSource) referrers(ctx context.Context, ep *endpoint, d v1.Hash) (
 	if watch != nil {
 		limit.counted = watch
 	}
-	return remote.Referrers(ep.repo.Digest(d.String()), remote.Reuse(ep.puller), remote.WithContext(withReadLimit(ctx, limit)))
+	ctx = withReadLimit(ctx, limit)
+	conn, err := ep.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return remote.Referrers(ep.repo.Digest(d.String()), remote.Reuse(conn.puller), remote.WithContext(ctx))
 }

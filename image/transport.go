@@ -31,7 +31,8 @@ func newTransport(insecure bool) http.RoundTripper {
 // and so does minicri. A registry or mirror reached over HTTP elsewhere
 // says so: `insecure = true`, or a mirror written http://host:port. Other
 // hosts the registry sends the client to (its token service, a blob
-// store it redirects to) are the registry's choice, as with containerd.
+// store it redirects to) are the registry's choice, as with containerd,
+// but for the node's own networks (refuseInwardRedirect).
 type httpsOnly struct {
 	registry string // host[:port] as in the reference
 	inner    http.RoundTripper

@@ -95,6 +95,16 @@ func (r *Registry) Host() string { return r.host }
 // URL returns the registry's base URL, "http://127.0.0.1:PORT" or "https://…".
 func (r *Registry) URL() string { return r.scheme() + "://" + r.host }
 
+// Pid is the registry process's, 0 while it is stopped.
+func (r *Registry) Pid() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.proc == nil {
+		return 0
+	}
+	return r.proc.Pid
+}
+
 // CACertFile returns the path of the self-signed certificate (PEM), "" without TLS.
 func (r *Registry) CACertFile() string {
 	if !r.tls {

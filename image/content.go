@@ -84,8 +84,8 @@ func (s *Store) fetchBlob(ctx context.Context, what string, desc v1.Descriptor, 
 	// One byte more than announced, to notice a blob that is too long.
 	n, err := io.Copy(w, io.LimitReader(contextReader{ctx, rc}, desc.Size+1))
 	got := hex.EncodeToString(h.Sum(nil))
-	// The registry client checks digests too, and fails the last read: a
-	// whole blob that hashes wrong is a digest mismatch whoever noticed.
+	// A whole blob that hashes wrong is a digest mismatch, whatever its
+	// source said at its end.
 	if n == desc.Size && got != desc.Digest.Hex {
 		return fmt.Errorf("blob %s: content hashes to sha256:%s: %w", desc.Digest, got, ErrDigestMismatch)
 	}

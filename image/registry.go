@@ -350,8 +350,8 @@ func (r *remoteSource) manifestWithin(ctx context.Context, identifier string, li
 }
 
 // get is one endpoint's answer for a manifest, under the pull's progress
-// check from the request on (the registry client pings the registry and
-// fetches a token first).
+// check from the request on (the endpoint's first request pings the
+// registry and fetches a token first: connect).
 func (r *remoteSource) get(ctx context.Context, ep *endpoint, identifier string, limit readLimit) (desc *remote.Descriptor, err error) {
 	watch := r.progress.begin(manifestDownload, identifier, limit.max)
 	defer func() { r.progress.end(watch, err) }()

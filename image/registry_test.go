@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -346,4 +347,40 @@ func TestPullFollowsNoRedirectInward(t *testing.T) {
 			assertNoImage(t, s)
 		})
 	}
+}
+
+// A registry that announces more bytes for a blob than its descriptor
+// declares is refused at the answer's header, before a byte of it is read
+// or written, and nothing of the pull is kept.
+func TestBlobLongerThanItsDescriptorIsRefusedAtTheHeader(t *testing.T) {
+	reg := registry.Start(t, registry.Options{})
+	push(t, reg, "long:1", tim.Busybox(t))
+	upstream := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: reg.Host()})
+	const extra = 64 << 20
+	var sent atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := blobDigest(r); !ok || r.Method != http.MethodGet {
+			upstream.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(extra))
+		w.WriteHeader(http.StatusOK)
+		chunk := make([]byte, 32<<10)
+		for n := 0; n < extra; n += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			sent.Add(int64(len(chunk)))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	s := newTestStore(t, Options{})
+	_, err := s.Pull(testContext(t), strings.TrimPrefix(srv.URL, "http://")+"/long:1", nil)
+	if want := fmt.Sprintf("the registry sends %d bytes, the descriptor says", extra); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("pull of a blob announced at %d bytes = %v, want refused at the header (%q)", extra, err, want)
+	}
+	if n := sent.Load(); n >= extra {
+		t.Errorf("the registry sent all %d bytes: the answer was read past its header", n)
+	}
+	assertNoImage(t, s)
 }

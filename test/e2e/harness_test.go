@@ -159,6 +159,18 @@ func WithArgs(args ...string) DaemonOption {
 	return func(d *Daemon) { d.args = append(d.args, args...) }
 }
 
+// WithRoot puts the daemon's state root at root, in place of its temp dir's.
+func WithRoot(root string) DaemonOption {
+	return func(d *Daemon) {
+		d.Root = root
+		for i := range d.args[:len(d.args)-1] {
+			if d.args[i] == "--root" {
+				d.args[i+1] = root
+			}
+		}
+	}
+}
+
 // WithConfig writes a config file into the daemon's dir and passes --config.
 func WithConfig(toml string) DaemonOption {
 	return func(d *Daemon) {

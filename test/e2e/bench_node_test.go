@@ -59,7 +59,10 @@ type nodeBench struct {
 func benchNodeScale(t *testing.T, pods int) {
 	b := &nodeBench{t: t, aborted: abortOnInterrupt(t), memoryOnly: os.Getenv("MINICRI_BENCH_ROWS") == "memory"}
 	addr := freeLoopbackAddr(t)
-	opts := []DaemonOption{WithArgs("--log-level", "info", "--metrics-address", addr)}
+	// The daemon's root and the runc floor's bundle on a disk of the
+	// bench's own, its run dir on a tmpfs, as a node has them.
+	opts, floor := benchNodeDirs(t)
+	opts = append(opts, WithArgs("--log-level", "info", "--metrics-address", addr))
 	if toml := os.Getenv("MINICRI_BENCH_CONFIG"); toml != "" {
 		// A configuration to compare, such as a fast path's flag on.
 		opts = append(opts, WithConfig(toml))
@@ -69,7 +72,7 @@ func benchNodeScale(t *testing.T, pods int) {
 	b.ref = busyboxRef(t)
 	b.d.pull(t, b.ref)
 	b.setUpNetwork()
-	b.setUpRuncFloor()
+	b.runcDir = runcFloorBundle(t, floor)
 	// Registered after the daemon's stop and the bridge's removal, so it
 	// runs before them: whatever a failed or interrupted stage left.
 	t.Cleanup(b.removeAllPods)
@@ -370,10 +373,6 @@ func (b *nodeBench) cniFloor() (add, del time.Duration) {
 		b.t.Fatalf("CNI DEL (floor): %v", err)
 	}
 	return add, time.Since(begin)
-}
-
-func (b *nodeBench) setUpRuncFloor() {
-	b.runcDir = runcFloorBundle(b.t)
 }
 
 func (b *nodeBench) runcRunFloor() time.Duration {

@@ -83,7 +83,7 @@ func benchNRI(t *testing.T) {
 			execFloor = append(execFloor, time.Since(begin))
 		}
 	}
-	startFloor := ms(runcStartFloor(t))
+	startFloor := ms(runcStartFloor(t, t.TempDir()))
 	for _, s := range settings {
 		addBenchRow(benchRow{measure: fmt.Sprintf("pod + container start, host network, %s, p50", s.name), value: ms(p50(s.starts)), floor: startFloor, unit: "ms", goal: nriBenchGoal(s, "<= runc run -d + 15 ms")})
 	}

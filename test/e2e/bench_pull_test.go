@@ -39,7 +39,7 @@ import (
 // measured in the same run: the same layer files decompressed and untarred
 // by tar, two at a time (the machine's two cores), from local files, no
 // network and no digests. Goal: the pull within 1.2 × the floor. Both
-// write to a filesystem of their own (benchPullDisk).
+// write to a filesystem of their own (benchDisk, bench_disk_test.go).
 
 // benchPullTrees are the layers of the bench image, in order; a tree the
 // host lacks is left out.
@@ -60,12 +60,9 @@ func TestBenchPull(t *testing.T) {
 func benchPull(t *testing.T) {
 	layers := benchPullLayers(t)
 	reg := registry.Start(t, registry.Options{})
-	disk := benchPullDisk(t)
-	if err := os.Mkdir(filepath.Join(disk, "floor"), 0o700); err != nil {
-		t.Fatal(err)
-	}
+	dirs, floor := benchNodeDirs(t)
 	// Cleanups run last first: the daemon stops before the disk goes.
-	d := StartDaemon(t, WithArgs("--log-level", "info"), WithRoot(filepath.Join(disk, "root")))
+	d := StartDaemon(t, append(dirs, WithArgs("--log-level", "info"))...)
 	// RemoveImage deletes the unpacked layers, which on a busy disk takes
 	// longer than the harness client's call timeout.
 	images, err := remote.NewRemoteImageServiceBuilder().WithEndpoint(d.Endpoint).
@@ -89,7 +86,7 @@ func benchPull(t *testing.T) {
 		for i := 0; i < benchPullRuns; i++ {
 			// Interleaved, so that both see the same moments of a busy host.
 			before := childrenCPU()
-			untar, synced := benchUntarFloor(t, filepath.Join(disk, "floor"), c.files, c.tarFlag)
+			untar, synced := benchUntarFloor(t, floor, c.files, c.tarFlag)
 			floors, floorSyncs = append(floors, untar), append(floorSyncs, synced)
 			floorCPU = append(floorCPU, childrenCPU()-before)
 			before, beforeRegistry := d.daemonCPU(), treeCPU(reg.Pid())
@@ -189,62 +186,6 @@ func syncFS(dir string) error {
 	}
 	defer f.Close()
 	return unix.Syncfs(int(f.Fd()))
-}
-
-// benchPullDisk mounts a fresh ext4 filesystem, as mkfs.ext4 makes it by
-// default (with its journal, as a node's disk has it), from a loop device
-// on a sparse file, and returns where: the pull's store and the floor's
-// untar write there, so that the bench times their work, not this host's
-// disk. The loop device does direct I/O to its file, so that what a sync
-// writes goes to the disk once, not through a second page cache. The host's root filesystem here is an ext4 without a journal, and
-// ext4 without one makes each new inode skip every inode freed in the last
-// one to six minutes (its recently_deleted check, one buffer lookup each):
-// after a RemoveImage of the bench's 25,000 files, tar took 5-8 s of the
-// kernel's CPU for /usr/include's 8,806 files, against 0.5-0.7 s on a fresh
-// filesystem, and whichever of the floor and the pull came right after a
-// removal paid for it.
-func benchPullDisk(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	img, mnt := filepath.Join(dir, "disk.img"), filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(img)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = f.Truncate(8 << 30)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v %s", err, out)
-	}
-	out, err := exec.Command("losetup", "--direct-io=on", "--find", "--show", img).CombinedOutput()
-	if err != nil {
-		t.Fatalf("losetup %s: %v %s", img, err, out)
-	}
-	dev := strings.TrimSpace(string(out))
-	t.Cleanup(func() {
-		if out, err := exec.Command("losetup", "--detach", dev).CombinedOutput(); err != nil {
-			t.Errorf("losetup --detach %s: %v %s", dev, err, out)
-		}
-	})
-	if out, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
-		t.Fatalf("mount %s: %v %s", dev, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", mnt, err, out)
-		}
-	})
-	dio, _ := os.ReadFile("/sys/block/" + filepath.Base(dev) + "/loop/dio")
-	t.Logf("bench disk %s on %s, direct I/O %s", mnt, dev, strings.TrimSpace(string(dio)))
-	return mnt
 }
 
 // dropCaches writes out dirty pages and drops the page cache, so that

@@ -163,10 +163,23 @@ func WithArgs(args ...string) DaemonOption {
 func WithRoot(root string) DaemonOption {
 	return func(d *Daemon) {
 		d.Root = root
-		for i := range d.args[:len(d.args)-1] {
-			if d.args[i] == "--root" {
-				d.args[i+1] = root
-			}
+		d.setFlag("--root", root)
+	}
+}
+
+// WithRunDir puts the daemon's run dir at dir, in place of its temp dir's.
+func WithRunDir(dir string) DaemonOption {
+	return func(d *Daemon) {
+		d.RunDir = dir
+		d.setFlag("--run-dir", dir)
+	}
+}
+
+// setFlag replaces the value of one of the flags NewDaemon passes.
+func (d *Daemon) setFlag(flag, value string) {
+	for i := range d.args[:len(d.args)-1] {
+		if d.args[i] == flag {
+			d.args[i+1] = value
 		}
 	}
 }

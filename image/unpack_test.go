@@ -498,3 +498,44 @@ func TestUnpackFileReplacesALinkOrDirOfItsName(t *testing.T) {
 		}
 	}
 }
+
+// TestUnpackClosesEveryFile: the unpack writes a regular file through a
+// plain descriptor, which no finalizer closes, so each way out of a file's
+// writing must close it: done, the data cut short, the metadata refused.
+func TestUnpackClosesEveryFile(t *testing.T) {
+	requireRoot(t)
+	whole := tarOf(t, tim.Dir("d", 0o755), tim.File("d/a", "aaaa", 0o644), tim.File("d/b", string(make([]byte, 64<<10)), 0o644))
+	bigXattr := tim.File("x", "x", 0o644)
+	bigXattr.Header.PAXRecords = map[string]string{"SCHILY.xattr.user.big": string(make([]byte, 70<<10))} // over XATTR_SIZE_MAX: E2BIG
+	cases := []struct {
+		name    string
+		layer   []byte
+		wantErr bool
+	}{
+		{"unpacked", whole, false},
+		{"data cut short", whole[:len(whole)-1024-32<<10], true},
+		{"xattr refused", tarOf(t, bigXattr), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := openFDs(t)
+			_, err := unpackLayerFile(t.Context(), writeBlobFile(t, tc.layer), t.TempDir(), newBudget(Limits{}))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("unpack = %v, want an error: %v", err, tc.wantErr)
+			}
+			if after := openFDs(t); after != before {
+				t.Fatalf("%d descriptors open after the unpack, %d before", after, before)
+			}
+		})
+	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}

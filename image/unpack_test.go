@@ -539,3 +539,18 @@ func openFDs(t *testing.T) int {
 	}
 	return len(entries)
 }
+
+// TestCreatedFilesAreCloseOnExec: the daemon starts runc and the monitors
+// while pulls unpack, so a layer file's descriptor must not be inherited
+// by what it starts.
+func TestCreatedFilesAreCloseOnExec(t *testing.T) {
+	fd, err := createFile(filepath.Join(t.TempDir(), "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	if err != nil || flags&unix.FD_CLOEXEC == 0 {
+		t.Fatalf("descriptor flags %#x (err %v), want FD_CLOEXEC", flags, err)
+	}
+}

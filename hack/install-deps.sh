@@ -26,7 +26,7 @@ packages=(
 	conmon                       # C conmon, only measured side by side in make bench
 	gcc                          # builds minicri-pause, the pod infra process (C, static)
 	libc6-dev                    # its static libc
-	e2fsprogs                    # mkfs.ext4: make bench's pull row writes to an ext4 of its own
+	e2fsprogs                    # mkfs.ext4: make bench keeps its daemons' state on an ext4 of its own
 )
 if [ "${1:-}" = guest ]; then
 	packages=(

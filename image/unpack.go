@@ -387,13 +387,21 @@ func (x *extractor) leave(keep int) error {
 // enters it: the entries below a directory usually follow it.
 func (x *extractor) mkdir(base string, hdr *tar.Header) error {
 	full := x.child(base)
-	if fi, err := os.Lstat(full); err != nil || !fi.IsDir() {
-		if err := removeEntry(full); err != nil {
-			return err
+	// As for a file, an earlier entry of the name is found by the create
+	// failing, not looked for before each directory. mkdir(2) never
+	// follows a symlink of that name.
+	err := os.Mkdir(full, 0o700)
+	if errors.Is(err, os.ErrExist) {
+		err = nil
+		if fi, lerr := os.Lstat(full); lerr != nil || !fi.IsDir() {
+			if err := removeEntry(full); err != nil {
+				return err
+			}
+			err = os.Mkdir(full, 0o700)
 		}
-		if err := os.Mkdir(full, 0o700); err != nil {
-			return err
-		}
+	}
+	if err != nil {
+		return err
 	}
 	if err := x.setMetadata(full, hdr); err != nil {
 		return err

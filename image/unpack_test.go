@@ -554,3 +554,37 @@ func TestCreatedFilesAreCloseOnExec(t *testing.T) {
 		t.Fatalf("descriptor flags %#x (err %v), want FD_CLOEXEC", flags, err)
 	}
 }
+
+// TestUnpackDirReplacesWhatIsNotADir: a directory entry whose name an
+// earlier entry made a symlink or a file replaces it, and the entries below
+// it land in the new directory, never through the link; a directory the
+// stream names again is kept with what it holds.
+func TestUnpackDirReplacesWhatIsNotADir(t *testing.T) {
+	requireRoot(t)
+	box := t.TempDir()
+	dest := filepath.Join(box, "dest")
+	if err := os.Mkdir(dest, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	blob := writeBlobFile(t, tarOf(t,
+		tim.Symlink("ldir", box), tim.Dir("ldir", 0o755), tim.File("ldir/below", "x", 0o644),
+		tim.File("fdir", "x", 0o644), tim.Dir("fdir", 0o750),
+		tim.Dir("again", 0o700), tim.File("again/kept", "x", 0o644), tim.Dir("again", 0o755)))
+	if _, err := unpackLayerFile(t.Context(), blob, dest, newBudget(Limits{})); err != nil {
+		t.Fatalf("unpack: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(box, "below")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("an entry below the replaced link landed where the link pointed (lstat: %v)", err)
+	}
+	for name, mode := range map[string]os.FileMode{"ldir": 0o755, "fdir": 0o750, "again": 0o755} {
+		fi, err := os.Lstat(filepath.Join(dest, name))
+		if err != nil || !fi.IsDir() || fi.Mode().Perm() != mode {
+			t.Fatalf("%s: %v (%v), want a directory of mode %o", name, fi.Mode(), err, mode)
+		}
+	}
+	for _, name := range []string{"ldir/below", "again/kept"} {
+		if _, err := os.Lstat(filepath.Join(dest, name)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+}

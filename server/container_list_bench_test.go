@@ -12,6 +12,8 @@ import (
 	internalapi "k8s.io/cri-api/pkg/apis"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
+
+	"github.com/minicri/minicri/test/kubeletshape"
 )
 
 // BenchmarkListContainersKubeletClient is ListContainers of 200 containers
@@ -51,23 +53,10 @@ func BenchmarkListContainersKubeletClient(b *testing.B) {
 }
 
 // kubeletLikeConfig is a container config with the labels and annotations
-// the kubelet (v1.37) sets on every container it creates.
+// the kubelet sets on every container it creates.
 func kubeletLikeConfig(pod *runtime.PodSandboxConfig, name string) *runtime.ContainerConfig {
 	cfg := ctrConfig(name)
-	m := pod.GetMetadata()
-	cfg.Labels = map[string]string{
-		"io.kubernetes.container.name": name,
-		"io.kubernetes.pod.name":       m.GetName(),
-		"io.kubernetes.pod.namespace":  m.GetNamespace(),
-		"io.kubernetes.pod.uid":        m.GetUid(),
-	}
-	cfg.Annotations = map[string]string{
-		"io.kubernetes.container.hash":                     "a2b7c3d4",
-		"io.kubernetes.container.restartCount":             "0",
-		"io.kubernetes.container.terminationMessagePath":   "/dev/termination-log",
-		"io.kubernetes.container.terminationMessagePolicy": "File",
-		"io.kubernetes.pod.terminationGracePeriod":         "30",
-	}
+	kubeletshape.Container(pod, cfg)
 	return cfg
 }
 

@@ -20,6 +20,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/minicri/minicri/test/kubeletshape"
 )
 
 // The node-scale bench (make bench SCALE=100, MINICRI_BENCH_PODS=100): the
@@ -32,7 +34,9 @@ import (
 //   - runc exec true in the same container, for ExecSync.
 // Where a call's time goes comes from the daemon itself: the phases it
 // records in minicri_operation_phase_duration_seconds, scraped from its
-// metrics endpoint before and after each stage.
+// metrics endpoint before and after each stage. Its pods and containers
+// carry the labels and annotations a kubelet gives them (kubeletshape), so
+// that the list rows encode and decode what a node's do.
 
 // benchCallTimeout bounds each CRI call of the bench.
 const benchCallTimeout = time.Minute
@@ -156,6 +160,7 @@ func (b *nodeBench) startPod(name string, containers int, pidMode runtime.Namesp
 	defer cancel()
 	cfg := d.podConfig(name)
 	cfg.Linux.SecurityContext = &runtime.LinuxSandboxSecurityContext{NamespaceOptions: &runtime.NamespaceOption{Pid: pidMode}}
+	kubeletshape.Pod(cfg)
 	begin := time.Now()
 	pod, err := d.Runtime.RunPodSandbox(ctx, cfg, "")
 	if err != nil {
@@ -163,7 +168,9 @@ func (b *nodeBench) startPod(name string, containers int, pidMode runtime.Namesp
 	}
 	var ids []string
 	for i := 0; i < containers; i++ {
-		id, err := d.Runtime.CreateContainer(ctx, pod, containerConfig(fmt.Sprintf("c%d", i), b.ref, "sleep", "3600"), cfg)
+		ctr := containerConfig(fmt.Sprintf("c%d", i), b.ref, "sleep", "3600")
+		kubeletshape.Container(cfg, ctr)
+		id, err := d.Runtime.CreateContainer(ctx, pod, ctr, cfg)
 		if err != nil {
 			t.Fatalf("CreateContainer in %s: %v", name, err)
 		}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"golang.org/x/sys/unix"
@@ -55,39 +54,13 @@ func (s *Store) ensureLayer(ctx context.Context, chain, diffID, blob v1.Hash, bu
 		if s.hasLayer(chain) {
 			return nil
 		}
-		release, err := s.waitUnpackSlot(ctx)
+		release, err := s.unpackSlots.wait(ctx, budget)
 		if err != nil {
 			return err
 		}
 		defer release()
 		return s.unpackLayer(ctx, chain, diffID, blob, budget, release)
 	})
-}
-
-// The unpack slots bound the layers decoded and written at once: CPU
-// work. A layer gives its slot back once its files are written, before it
-// waits for the disk to sync them, so that another layer's unpack keeps
-// the CPU busy meanwhile. release gives a slot back once, however often
-// it is called.
-
-// waitUnpackSlot takes an unpack slot, waiting for one to free.
-func (s *Store) waitUnpackSlot(ctx context.Context) (release func(), _ error) {
-	select {
-	case s.unpackSlots <- struct{}{}:
-		return sync.OnceFunc(func() { <-s.unpackSlots }), nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// tryUnpackSlot takes an unpack slot if one is free.
-func (s *Store) tryUnpackSlot() (release func(), ok bool) {
-	select {
-	case s.unpackSlots <- struct{}{}:
-		return sync.OnceFunc(func() { <-s.unpackSlots }), true
-	default:
-		return nil, false
-	}
 }
 
 // unpackLayer unpacks blob into the layer dir of chain; written is called

@@ -145,14 +145,12 @@ func TestPullProgressIgnoresUnpackTime(t *testing.T) {
 	// window) would not.
 	window := 500 * time.Millisecond
 	s := newTestStore(t, Options{PullProgress: ProgressLimit{Window: window, MinRate: 1024}})
-	for range cap(s.unpackSlots) {
-		s.unpackSlots <- struct{}{}
-	}
+	held := holdUnpackSlots(s)
 	released := make(chan struct{})
 	go func() {
 		time.Sleep(5 * window)
-		for range cap(s.unpackSlots) {
-			<-s.unpackSlots
+		for _, release := range held {
+			release()
 		}
 		close(released)
 	}()

@@ -57,10 +57,10 @@ type Store struct {
 
 	live atomic.Pointer[Reloadable] // what Reconfigure may change while pulls run
 
-	blobFlight  flights       // one download per blob digest
-	layerFlight flights       // one unpack per chain ID
-	unpackSlots chan struct{} // bounds concurrent unpacks (CPU-bound)
-	mountMu     sync.Mutex    // serialises mount checks and mounts
+	blobFlight  flights      // one download per blob digest
+	layerFlight flights      // one unpack per chain ID
+	unpackSlots *unpackSlots // bounds concurrent unpacks (CPU-bound), taken by pulls in turn
+	mountMu     sync.Mutex   // serialises mount checks and mounts
 
 	mu    sync.Mutex
 	cat   *catalog // last catalog read or written; nil until the first read
@@ -126,7 +126,7 @@ func Open(opts Options) (*Store, error) {
 		log:               opts.Log,
 		secureTransport:   newTransport(false),
 		insecureTransport: newTransport(true),
-		unpackSlots:       make(chan struct{}, max(1, runtime.NumCPU())),
+		unpackSlots:       newUnpackSlots(runtime.NumCPU()),
 	}
 	s.live.Store(&Reloadable{
 		Registries: opts.Registries, RegistryConfigPath: opts.RegistryConfigPath, AuthFile: opts.AuthFile,

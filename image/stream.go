@@ -60,7 +60,7 @@ func (s *Store) fetchLayer(ctx context.Context, l v1.Descriptor, diffID, chain v
 			}
 			// Never wait for a slot here: the download goes on below
 			// while the CPUs are busy.
-			release, ok := s.tryUnpackSlot()
+			release, ok := s.unpackSlots.try()
 			if !ok {
 				return nil
 			}

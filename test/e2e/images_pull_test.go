@@ -4,17 +4,21 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/minicri/minicri/test/registry"
@@ -80,6 +84,62 @@ func TestParallelPullsOfOneImageShareTheWork(t *testing.T) {
 	}
 	if st := d.imageStatus(t, ref, false).GetImage(); st.GetId() != p.id {
 		t.Fatalf("ImageStatus after the parallel pulls = %v", st)
+	}
+}
+
+// The kubelet pulls in parallel: a small image pulled while a large one
+// has many layers waiting to unpack takes the next free unpack slot in
+// turn with it, instead of waiting behind every one of its layers. So
+// the small pull ends while most of the large image's layers are still
+// to unpack. A hostile image of many layers holds no other pull back
+// longer than one of its layers takes.
+func TestParallelPullsTakeTurnsAtUnpacking(t *testing.T) {
+	const bigLayers, filesALayer = 12, 1000
+	reg := registry.Start(t, registry.Options{})
+	layers := make([]v1.Layer, bigLayers)
+	for i := range layers {
+		entries := []testimage.Entry{testimage.Dir(fmt.Sprintf("l%d", i), 0o755)}
+		for f := range filesALayer {
+			entries = append(entries, testimage.File(fmt.Sprintf("l%d/f%d", i, f), "x", 0o644))
+		}
+		layers[i] = testimage.Layer(t, entries...)
+	}
+	big := pushImage(t, reg, "big:v1", testimage.Image(t, layers))
+	small := pushImage(t, reg, "small:v1", testimage.Image(t, []v1.Layer{testimage.Layer(t, testimage.File("small", "x", 0o644))}))
+	d := StartDaemon(t)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bigDone := make(chan error, 1)
+	go func() {
+		_, err := d.Images.PullImage(ctx, &runtime.ImageSpec{Image: big.ref}, nil, nil)
+		bigDone <- err
+	}()
+	// Half the large image's blobs are in: the layers beyond the two
+	// unpack slots wait for one.
+	blobs := filepath.Join(d.Root, "image/blobs/sha256")
+	waitFor(t, "half the large image's blobs", time.Minute, func() bool {
+		n := 0
+		for i := range bigLayers {
+			if _, err := os.Stat(filepath.Join(blobs, strings.TrimPrefix(layerDigest(t, big.img, i), "sha256:"))); err == nil {
+				n++
+			}
+		}
+		return n >= bigLayers/2
+	})
+	if _, err := d.Images.PullImage(ctx, &runtime.ImageSpec{Image: small.ref}, nil, nil); err != nil {
+		t.Fatalf("pull the small image: %v", err)
+	}
+	unpacked, err := os.ReadDir(filepath.Join(d.Root, "image/layers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bigDone; err != nil {
+		t.Fatalf("pull the large image: %v", err)
+	}
+	// One of the layer dirs is the small image's.
+	if n := len(unpacked) - 1; n > bigLayers-bigLayers/4 {
+		t.Errorf("the small pull ended after %d of the large image's %d layers were unpacked: it waited behind them", n, bigLayers)
 	}
 }
 

@@ -44,9 +44,6 @@ func (u *unpackSlots) try() (release func(), ok bool) {
 
 // wait takes a slot for pull, waiting for its turn.
 func (u *unpackSlots) wait(ctx context.Context, pull any) (release func(), _ error) {
-	if release, ok := u.try(); ok {
-		return release, nil
-	}
 	granted := u.enqueue(pull)
 	select {
 	case <-granted:
@@ -59,11 +56,13 @@ func (u *unpackSlots) wait(ctx context.Context, pull any) (release func(), _ err
 	}
 }
 
+// enqueue puts a waiter in pull's queue, or grants it a free slot at once
+// (there is one only while nobody waits).
 func (u *unpackSlots) enqueue(pull any) chan struct{} {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	ch := make(chan struct{})
-	if u.free > 0 { // freed between try and here
+	if u.free > 0 {
 		u.free--
 		close(ch)
 		return ch
